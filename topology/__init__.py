@@ -1,0 +1,53 @@
+"""Phalanx's placement engine: pure, deterministic, numpy-vectorized (DESIGN sections 2-4).
+
+Build a :class:`Snapshot` from node records and the pods on them, describe a gang as a
+:class:`GangRequest` tree, and call :func:`place`. Nothing here talks to Kubernetes or awaits.
+"""
+
+from topology.errors import SpecError
+from topology.model import HOSTNAME, NodeRecord, Taint, Topology
+from topology.objects import node_constraints, node_record, pod_shape, unsupported_constraints
+from topology.outcome import Assignment, DomainChoice, Infeasible, Placement
+from topology.place import DEFAULT_MAX_TRIES, place
+from topology.request import (
+    ConstraintError,
+    GangRequest,
+    Member,
+    NodeConstraints,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    PodShape,
+    Toleration,
+)
+from topology.resources import QuantityError, parse_quantity, pod_requests
+from topology.snapshot import Snapshot
+
+__all__ = [
+    "DEFAULT_MAX_TRIES",
+    "HOSTNAME",
+    "Assignment",
+    "ConstraintError",
+    "DomainChoice",
+    "GangRequest",
+    "Infeasible",
+    "Member",
+    "NodeConstraints",
+    "NodeRecord",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
+    "Placement",
+    "PodShape",
+    "QuantityError",
+    "Snapshot",
+    "SpecError",
+    "Taint",
+    "Toleration",
+    "Topology",
+    "node_constraints",
+    "node_record",
+    "parse_quantity",
+    "place",
+    "pod_requests",
+    "pod_shape",
+    "unsupported_constraints",
+]

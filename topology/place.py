@@ -1,0 +1,607 @@
+"""All-or-nothing placement of one gang tree on a snapshot (DESIGN section 4).
+
+The search, in the order the code follows:
+
+Phase 1, capacities bottom-up (``_bounds``). For a part with a required or preferred label key, count
+    per domain how many of its pods could fit there at best, one reduction over the node arrays per
+    pod shape, nested through the required keys below it. Domains that cannot possibly hold the
+    part's minimum are pruned without trying them. For a leaf of one shape the count is exact.
+Phase 2, choose domains best-fit (``_in_best_domain``). Candidates are tried tightest first (the
+    least capacity that still suffices), so that large free domains stay whole for large gangs; a
+    preferred key is tried at its own level, then at each broader configured level, then anywhere.
+    Tries per part are bounded; prunes and tries are counted.
+Phase 3, descend (``_inside``). A leaf places its minimum inside the chosen domain, filling nodes that
+    are already partly used first (tightest first) and each node before opening another; an inner
+    node satisfies ``min_children`` children, hardest first, each with its own constraints, then tops
+    up to its own ``min_pods``. Any failure rolls back exactly what the attempt took.
+Phase 4, extras (``_extras``). Only once every minimum of the tree holds: more children and more pods,
+    each inside the domains its part already uses. Extras that do not fit stay unplaced.
+
+Pods already running (``Member.node``) count towards minimums and pin required domains.
+
+Everything per node is numpy; Python loops run per part, per shape and per candidate domain.
+The snapshot is used as scratch space and restored before returning, whatever the outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from topology import exact
+from topology.domains import BoolArray, Domains, IdArray, IntArray
+from topology.explain import node_reasons, plural, short_name
+from topology.fit import ShapeFit, domain_totals, shape_fit
+from topology.outcome import Assignment, DomainChoice, Infeasible, Placement
+from topology.request import GangRequest, PodShape
+from topology.snapshot import Snapshot
+from topology.trial import Trial
+
+#: Candidate domains tried per constrained part (and per level, for a preferred key) before giving up.
+DEFAULT_MAX_TRIES = 16
+
+Scope = IntArray | None  # node indices a part is confined to; None means every node
+
+
+@dataclass(slots=True)
+class _Failure:
+    """Why a part could not be placed: ``text`` names the part, ``summary`` says the same without the
+    name, for use inside the sentence of an enclosing part that tried a domain."""
+
+    text: str
+    shape: ShapeFit | None = None
+    unresolvable: bool = False
+    summary: str = ""
+
+    def __post_init__(self) -> None:
+        self.summary = self.summary or self.text
+
+
+@dataclass(eq=False, slots=True)
+class _Part:
+    """Search state of one node of the request tree."""
+
+    request: GangRequest
+    label: str
+    children: list[_Part]
+    shapes: list[ShapeFit] = field(default_factory=list)
+    #: Per shape, the member keys still unplaced, in reverse order (placement pops from the end).
+    pending: list[list[str]] = field(default_factory=list)
+    #: Node indices of members already running, for this leaf only.
+    pinned: list[int] = field(default_factory=list)
+    placed: list[tuple[str, int, int]] = field(default_factory=list)  # (pod, node index, shape index)
+    satisfied: bool = False
+    scope: Scope = None
+    outer: Scope = None
+    path: tuple[str, ...] = ()
+    where: str = "the cluster"
+    domain: DomainChoice | None = None
+    difficulty: float = 0.0
+
+    def leaves(self) -> list[_Part]:
+        if not self.children:
+            return [self]
+        return [leaf for child in self.children for leaf in child.leaves()]
+
+    def pinned_nodes(self) -> list[int]:
+        return [node for leaf in self.leaves() for node in leaf.pinned]
+
+    def pod_count(self) -> int:
+        return sum(len(leaf.placed) + len(leaf.pinned) for leaf in self.leaves())
+
+
+def place(snapshot: Snapshot, request: GangRequest, *, max_tries: int = DEFAULT_MAX_TRIES) -> Placement | Infeasible:
+    """Place ``request`` all-or-nothing, or explain why it cannot be placed now.
+
+    The snapshot is left exactly as it was; commit a placement with ``snapshot.assume_placement``.
+    Deterministic: the same snapshot and request give the same answer.
+    """
+    if max_tries < 1:
+        raise ValueError("max_tries must be at least 1")
+    search = _Search(snapshot, request, max_tries)
+    try:
+        return search.run()
+    finally:
+        search.trial.rollback()
+
+
+class _Search:
+    def __init__(self, snapshot: Snapshot, request: GangRequest, max_tries: int) -> None:
+        self.snapshot = snapshot
+        self.max_tries = max_tries
+        self.trial = Trial(snapshot)
+        self.tries = 0
+        self.pruned = 0
+        self._shapes: dict[PodShape, ShapeFit] = {}
+        self.root = self._build(request, f"Gang {request.key}")
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def _build(self, request: GangRequest, label: str) -> _Part:
+        children = [self._build(child, f"part {child.key}") for child in request.children]
+        part = _Part(request=request, label=label, children=children)
+        if request.is_leaf:
+            by_shape: dict[PodShape, list[str]] = {}
+            for member in request.pods:
+                if member.node is None:
+                    by_shape.setdefault(member.shape, []).append(member.key)
+                else:
+                    row = self.snapshot.index_of(member.node)
+                    if row is not None:  # a member on a node that is gone counts for nothing
+                        part.pinned.append(row)
+            for shape, keys in by_shape.items():
+                part.shapes.append(self._shape(shape))
+                part.pending.append(list(reversed(keys)))
+            biggest = max((fit.size for fit in part.shapes), default=0.0)
+            part.difficulty = max(0, request.min_pods - len(part.pinned)) * min(biggest, 1e9)
+        else:
+            part.difficulty = sum(child.difficulty for child in children)
+            # Hardest first: big children claim room before small ones fragment it. Stable for ties.
+            part.children = sorted(children, key=lambda child: -child.difficulty)
+        return part
+
+    def _shape(self, shape: PodShape) -> ShapeFit:
+        fit = self._shapes.get(shape)
+        if fit is None:
+            fit = self._shapes[shape] = shape_fit(self.snapshot, shape)
+        return fit
+
+    # -- the search ----------------------------------------------------------------------------
+
+    def run(self) -> Placement | Infeasible:
+        failure = self._satisfy(self.root, None, (), "the cluster")
+        if failure is not None:
+            return self._infeasible(failure)
+        self._extras(self.root)
+        return self._placement()
+
+    def _satisfy(self, part: _Part, scope: Scope, path: tuple[str, ...], where: str) -> _Failure | None:
+        """Place the minimum of ``part`` inside ``scope``, or change nothing and say why not.
+
+        ``where`` names the scope in messages ("the cluster", "rack r7").
+        """
+        request = part.request
+        if request.required is not None and request.required not in path:
+            return self._in_best_domain(part, scope, path, request.required, required=True)
+        if request.preferred is not None and request.preferred not in path:
+            for key in self.snapshot.topology.widening(request.preferred):
+                if key in path:
+                    break  # an ancestor already keeps the whole part inside one such domain
+                if self._in_best_domain(part, scope, path, key, required=False) is None:
+                    return None
+        return self._inside(part, scope, path, choice=None, where=where)
+
+    def _in_best_domain(
+        self, part: _Part, scope: Scope, path: tuple[str, ...], key: str, *, required: bool
+    ) -> _Failure | None:
+        """Phases 1 and 2: prune the domains of ``key``, then try the rest tightest first."""
+        domains = self.snapshot.domains((*path, key))
+        what = self._what(part)
+        if domains.n_domains == 0:
+            return _Failure(
+                f"{part.label} needs {what} in one {key}, but no node has the label {key}.",
+                self._first_shape(part),
+                unresolvable=True,
+            )
+        ok, capacity, pods = self._bounds(part, domains, scope)
+        pinned_domains = np.unique(domains.ids[part.pinned_nodes()])
+        if len(pinned_domains) and (len(pinned_domains) > 1 or pinned_domains[0] < 0):
+            if not required:
+                return _Failure("members already run in several domains")
+            spread = plural(len(pinned_domains), short_name(key))
+            return _Failure(
+                f"{part.label} already runs in {spread} or on nodes without {key}; it cannot be kept in one.",
+                self._first_shape(part),
+                unresolvable=True,
+            )
+        candidates = np.flatnonzero(ok)
+        present = self._present(domains, scope)
+        self.pruned += int(np.count_nonzero(present & ~ok))
+        if len(pinned_domains):
+            candidates = candidates[candidates == pinned_domains[0]]
+        if not len(candidates):
+            return _Failure(
+                f"{part.label} needs {what} in one {key}; {self._largest(part, domains, scope, pods)}",
+                self._first_shape(part),
+            )
+        candidates = candidates[np.lexsort((candidates, capacity[candidates]))]
+        first_failure: _Failure | None = None
+        tried = 0
+        for domain in candidates[: self.max_tries].tolist():
+            tried += 1
+            self.tries += 1
+            members = domains.members(domain)
+            inner = members if scope is None else np.intersect1d(scope, members, assume_unique=True)
+            choice = DomainChoice(gang=part.request.key, key=key, value=domains.label(domain), required=required)
+            failure = self._inside(
+                part, inner, (*path, key), choice=choice, where=f"{short_name(key)} {choice.value}", outer=scope
+            )
+            if failure is None:
+                return None
+            first_failure = first_failure or failure
+        assert first_failure is not None
+        tightest = domains.label(int(candidates[0]))
+        return _Failure(
+            f"{part.label} needs {what} in one {key}; none of the {plural(tried, short_name(key))} "
+            f"with room holds them together (in {short_name(key)} {tightest}, {first_failure.summary})",
+            first_failure.shape,
+        )
+
+    def _inside(
+        self,
+        part: _Part,
+        scope: Scope,
+        path: tuple[str, ...],
+        *,
+        choice: DomainChoice | None,
+        where: str,
+        outer: Scope = None,
+    ) -> _Failure | None:
+        """Phase 3: the minimum of ``part`` within ``scope`` (already confined to its domain)."""
+        mark = self.trial.mark()
+        if part.request.is_leaf:
+            failure = self._leaf_minimum(part, scope, where)
+        else:
+            failure = self._group_minimum(part, scope, path, where)
+        if failure is not None:
+            self.trial.rollback(mark)
+            return failure
+        previous = (part.satisfied, part.scope, part.outer, part.path, part.where, part.domain)
+        part.satisfied, part.scope, part.outer, part.path, part.where, part.domain = (
+            True,
+            scope,
+            outer,
+            path,
+            where,
+            choice,
+        )
+
+        def undo() -> None:
+            part.satisfied, part.scope, part.outer, part.path, part.where, part.domain = previous
+
+        self.trial.record(undo)
+        return None
+
+    def _leaf_minimum(self, part: _Part, scope: Scope, where: str) -> _Failure | None:
+        need = max(0, part.request.min_pods - len(part.pinned))
+        waiting = sum(len(keys) for keys in part.pending)
+        if need > waiting:
+            exist = len(part.pinned) + waiting
+            return _Failure(
+                f"{part.label} needs {part.request.min_pods} pods but only {exist} exist.", self._first_shape(part)
+            )
+        if need == 0:
+            return None
+        active = [i for i, keys in enumerate(part.pending) if keys]
+        more = " more" if part.pinned else ""
+        wanted = plural(need, "more pod" if part.pinned else "pod")
+        if len(active) == 1:
+            fit = self._fit(part.shapes[active[0]], scope)
+            total = int(fit.sum())
+            if total < need:
+                return _Failure(
+                    f"{part.label} needs {wanted}; {where} fits {total}.",
+                    part.shapes[active[0]],
+                    summary=f"only {total} of its {need}{more} pods fit",
+                )
+            self._fill(part, active[0], scope, need, fit)
+            return None
+        mark = self.trial.mark()
+        placed = 0
+        for i in sorted(active, key=lambda i: -part.shapes[i].size):
+            placed += self._fill(part, i, scope, min(need - placed, len(part.pending[i])))
+            if placed == need:
+                return None
+        self.trial.rollback(mark)
+        if self._exact(part, scope, need):
+            return None
+        biggest = max(active, key=lambda i: part.shapes[i].size)
+        return _Failure(
+            f"{part.label} needs {wanted} of {len(active)} shapes; {where} fits {placed} of them together.",
+            part.shapes[biggest],
+            summary=f"only {placed} of its {need}{more} pods fit together",
+        )
+
+    def _group_minimum(self, part: _Part, scope: Scope, path: tuple[str, ...], where: str) -> _Failure | None:
+        request = part.request
+        satisfied = 0
+        failures: list[_Failure] = []
+        for child in part.children:
+            if satisfied >= request.min_children:
+                break
+            failure = self._satisfy(child, scope, path, where)
+            if failure is None:
+                satisfied += 1
+            else:
+                failures.append(failure)
+        if satisfied < request.min_children:
+            cause = failures[0]
+            return _Failure(
+                f"{part.label} needs {request.min_children} of its {plural(len(part.children), 'part')} "
+                f"placed together; {satisfied} fit: {cause.text}",
+                cause.shape,
+                cause.unresolvable,
+                summary=f"only {satisfied} of its {len(part.children)} parts fit together: {cause.text}",
+            )
+        if request.min_pods:
+            missing = self._top_up(part, request.min_pods - part.pod_count(), scope, path, where)
+            if missing > 0:
+                return _Failure(
+                    f"{part.label} needs {request.min_pods} pods across its parts; {request.min_pods - missing} fit.",
+                    self._first_shape(part),
+                    summary=f"only {request.min_pods - missing} of its {request.min_pods} pods fit",
+                )
+        return None
+
+    def _top_up(self, part: _Part, missing: int, scope: Scope, path: tuple[str, ...], where: str) -> int:
+        """Place up to ``missing`` more pods in the subtree (more children, then more pods); returns
+        how many are still missing."""
+        for child in part.children:
+            if missing <= 0:
+                break
+            if not child.satisfied:
+                before = child.pod_count()
+                if self._satisfy(child, scope, path, where) is None:
+                    missing -= child.pod_count() - before
+        for child in part.children:
+            if missing <= 0:
+                break
+            if child.satisfied:
+                if child.request.is_leaf:
+                    missing -= self._fill_extras(child, missing, child.scope)
+                else:
+                    missing = self._top_up(child, missing, child.scope, child.path, child.where)
+        return missing
+
+    def _extras(self, part: _Part) -> None:
+        """Phase 4: whatever else fits, inside the domains each part already uses."""
+        if part.request.is_leaf:
+            self._fill_extras(part, None, part.scope)
+            if part.domain is not None and not part.domain.required and any(part.pending):
+                self._fill_extras(part, None, part.outer)  # a preference may widen for extras too
+            return
+        for child in part.children:
+            if not child.satisfied:
+                self._satisfy(child, part.scope, part.path, part.where)
+        for child in part.children:
+            if child.satisfied:
+                self._extras(child)
+
+    # -- filling nodes -------------------------------------------------------------------------
+
+    def _fit(self, shape: ShapeFit, scope: Scope) -> IntArray:
+        fit = self.trial.fit(shape)
+        return fit if scope is None else fit[scope]
+
+    def _fill_extras(self, part: _Part, limit: int | None, scope: Scope) -> int:
+        placed = 0
+        for i in sorted(range(len(part.shapes)), key=lambda i: -part.shapes[i].size):
+            want = len(part.pending[i]) if limit is None else min(len(part.pending[i]), limit - placed)
+            if want > 0:
+                placed += self._fill(part, i, scope, want)
+        return placed
+
+    def _fill(self, part: _Part, shape_index: int, scope: Scope, want: int, fit: IntArray | None = None) -> int:
+        """Place up to ``want`` pending pods of one shape; returns how many were placed.
+
+        Node order: partly used nodes first, then the fewest free copies, then node index (which
+        follows the topology), and each node is filled before the next is opened.
+        """
+        shape = part.shapes[shape_index]
+        if fit is None:
+            fit = self._fit(shape, scope)
+        positions = np.flatnonzero(fit)
+        if not len(positions) or want <= 0:
+            return 0
+        copies = fit[positions]
+        nodes = positions if scope is None else scope[positions]
+        fresh = copies >= shape.empty_fit[nodes]
+        key = (fresh.astype(np.int64) << 62) | (copies << 32) | positions
+        if len(key) > want:
+            top = np.argpartition(key, want - 1)[:want]
+            order = top[np.argsort(key[top])]
+        else:
+            order = np.argsort(key)
+        cumulative = np.cumsum(copies[order])
+        last = int(np.searchsorted(cumulative, want))
+        if last == len(order):  # fewer copies fit than wanted: take them all
+            last -= 1
+        counts = copies[order[: last + 1]].copy()
+        taken = int(cumulative[last])
+        if taken > want:
+            counts[-1] -= taken - want
+            taken = want
+        self._take(part, shape_index, nodes[order[: last + 1]], counts)
+        return taken
+
+    def _take(self, part: _Part, shape_index: int, nodes: IntArray, counts: IntArray) -> None:
+        self.trial.take(part.shapes[shape_index], nodes, counts)
+        pending = part.pending[shape_index]
+        placed = [(pending.pop(), node, shape_index) for node in np.repeat(nodes, counts).tolist()]
+        part.placed.extend(placed)
+
+        def undo() -> None:
+            del part.placed[-len(placed) :]
+            pending.extend(pod for pod, _, _ in reversed(placed))
+
+        self.trial.record(undo)
+
+    def _exact(self, part: _Part, scope: Scope, need: int) -> bool:
+        """Settle a small several-shape leaf exhaustively (see ``topology.exact``)."""
+        active = sorted((i for i, keys in enumerate(part.pending) if keys), key=lambda i: -part.shapes[i].size)
+        if sum(len(part.pending[i]) for i in active) > exact.MAX_PODS:
+            return False
+        fits = [self._fit(part.shapes[i], scope) for i in active]
+        positions = np.flatnonzero(np.logical_or.reduce([fit > 0 for fit in fits]))
+        if len(positions) > exact.MAX_NODES:
+            return False
+        nodes = positions if scope is None else scope[positions]
+        columns = np.unique(np.concatenate([part.shapes[i].columns for i in active]))
+        demand = []
+        for i in active:
+            row = np.zeros(len(columns), dtype=np.int64)
+            row[np.searchsorted(columns, part.shapes[i].columns)] = part.shapes[i].quotas
+            demand.append(row.tolist())
+        leaf = exact.SmallLeaf(
+            free=self.trial.free[np.ix_(nodes, columns)].tolist(),
+            demand=demand,
+            # a shape asking for a resource no node offers fits nowhere, whatever its columns say
+            allowed=[(part.shapes[i].eligibility.mask[nodes] & (not part.shapes[i].missing)).tolist() for i in active],
+            pending=[len(part.pending[i]) for i in active],
+        )
+        solution = exact.solve(leaf, need)
+        if solution is None:
+            return False
+        for slot, i in enumerate(active):
+            chosen = [node for shape, node in solution if shape == slot]
+            if chosen:
+                where, counts = np.unique(np.asarray(chosen, dtype=np.int64), return_counts=True)
+                self._take(part, i, nodes[where], counts.astype(np.int64))
+        return True
+
+    # -- phase 1: bounds -----------------------------------------------------------------------
+
+    def _bounds(self, part: _Part, domains: Domains, scope: Scope) -> tuple[BoolArray, IntArray, IntArray]:
+        """Per domain: can the part's minimum possibly fit, a capacity for best-fit ordering, and
+        the most pods of the part that could be there. Necessary conditions only."""
+        memo: dict[tuple[int, tuple[str, ...]], IntArray] = {}
+        return self._bound(part, domains, scope, memo)
+
+    def _bound(
+        self, part: _Part, domains: Domains, scope: Scope, memo: dict[tuple[int, tuple[str, ...]], IntArray]
+    ) -> tuple[BoolArray, IntArray, IntArray]:
+        request = part.request
+        if request.required is not None and request.required not in domains.path:
+            finer = self.snapshot.domains((*domains.path, request.required))
+            ok, capacity, pods = self._bound_here(part, finer, scope, memo)
+            return (
+                _any_by(finer.parent, ok, domains.n_domains),
+                _max_by(finer.parent, np.where(ok, capacity, 0), domains.n_domains),
+                _max_by(finer.parent, pods, domains.n_domains),
+            )
+        return self._bound_here(part, domains, scope, memo)
+
+    def _bound_here(
+        self, part: _Part, domains: Domains, scope: Scope, memo: dict[tuple[int, tuple[str, ...]], IntArray]
+    ) -> tuple[BoolArray, IntArray, IntArray]:
+        n_domains = domains.n_domains
+        request = part.request
+        if request.is_leaf:
+            capacity = np.zeros(n_domains, dtype=np.int64)
+            pods = np.zeros(n_domains, dtype=np.int64)
+            for shape, pending in zip(part.shapes, part.pending, strict=True):
+                if not pending:
+                    continue
+                totals = memo.get((id(shape), domains.path))
+                if totals is None:
+                    ids = domains.ids if scope is None else domains.ids[scope]
+                    totals = memo[(id(shape), domains.path)] = domain_totals(ids, self._fit(shape, scope), n_domains)
+                capacity += totals
+                pods += np.minimum(totals, len(pending))
+            need = max(0, request.min_pods - len(part.pinned))
+            return pods >= need, capacity, pods + len(part.pinned)
+        satisfiable = np.zeros(n_domains, dtype=np.int64)
+        capacity = np.zeros(n_domains, dtype=np.int64)
+        pods = np.zeros(n_domains, dtype=np.int64)
+        for child in part.children:
+            child_ok, child_capacity, child_pods = self._bound(child, domains, scope, memo)
+            satisfiable += child_ok
+            capacity += child_capacity
+            pods += child_pods
+        return (satisfiable >= request.min_children) & (pods >= request.min_pods), capacity, pods
+
+    def _largest(self, part: _Part, domains: Domains, scope: Scope, pods: IntArray) -> str:
+        """How close the roomiest domain comes, for the message of a part no domain can hold."""
+        short = short_name(domains.path[-1])
+        if part.request.is_leaf:
+            return f"the largest {short} fits {int(pods.max())}."
+        shape = self._first_shape(part)
+        room = 0
+        if shape is not None:
+            ids = domains.ids if scope is None else domains.ids[scope]
+            room = int(domain_totals(ids, self._fit(shape, scope), domains.n_domains).max())
+        return (
+            f"no {short} has room for them together "
+            f"(they need at least {_minimum_pods(part)} pods; the largest {short} fits {room})."
+        )
+
+    def _present(self, domains: Domains, scope: Scope) -> BoolArray:
+        ids = domains.ids if scope is None else domains.ids[scope]
+        ids = ids[ids >= 0]
+        return np.bincount(ids, minlength=domains.n_domains) > 0
+
+    # -- results -------------------------------------------------------------------------------
+
+    def _what(self, part: _Part) -> str:
+        if part.request.is_leaf:
+            need = max(0, part.request.min_pods - len(part.pinned))
+            return plural(need, "more pod" if part.pinned else "pod")
+        return f"{part.request.min_children} of its {plural(len(part.children), 'part')}"
+
+    def _first_shape(self, part: _Part) -> ShapeFit | None:
+        for leaf in part.leaves():
+            if leaf.shapes:
+                return max(leaf.shapes, key=lambda shape: shape.size)
+        return None
+
+    def _infeasible(self, failure: _Failure) -> Infeasible:
+        shape = failure.shape or self._first_shape(self.root)
+        reasons: tuple[tuple[str, int], ...] = ()
+        available = self.snapshot.n_nodes
+        if shape is not None:
+            reasons, available = node_reasons(self.snapshot, shape)
+        return Infeasible(
+            gang=self.root.request.key,
+            reason=failure.text,
+            node_reasons=reasons,
+            available=available,
+            total=self.snapshot.n_nodes,
+            tries=self.tries,
+            pruned=self.pruned,
+            unresolvable=failure.unresolvable,
+        )
+
+    def _placement(self) -> Placement:
+        names = self.snapshot.names
+        assignments: list[Assignment] = []
+        domains: list[DomainChoice] = []
+        unplaced: list[str] = []
+        stack = [self.root]
+        while stack:
+            part = stack.pop()
+            if part.domain is not None and part.satisfied:
+                domains.append(part.domain)
+            for pod, node, shape_index in part.placed:
+                assignments.append(Assignment(pod=pod, node=names[node], shape=part.shapes[shape_index].shape))
+            for keys in part.pending:
+                unplaced.extend(reversed(keys))
+            stack.extend(reversed(part.children))
+        return Placement(
+            gang=self.root.request.key,
+            assignments=tuple(assignments),
+            domains=tuple(domains),
+            unplaced=tuple(unplaced),
+            tries=self.tries,
+            pruned=self.pruned,
+        )
+
+
+def _minimum_pods(part: _Part) -> int:
+    """The fewest new pods that can satisfy ``part``."""
+    if part.request.is_leaf:
+        return max(0, part.request.min_pods - len(part.pinned))
+    smallest = sorted(_minimum_pods(child) for child in part.children)[: part.request.min_children]
+    return max(sum(smallest), part.request.min_pods - len(part.pinned_nodes()))
+
+
+def _any_by(parent: IdArray, flags: BoolArray, n_groups: int) -> BoolArray:
+    result = np.zeros(n_groups, dtype=np.bool_)
+    result[parent[flags]] = True
+    return result
+
+
+def _max_by(parent: IdArray, values: IntArray, n_groups: int) -> IntArray:
+    result = np.zeros(n_groups, dtype=np.int64)
+    np.maximum.at(result, parent, values)
+    return result
