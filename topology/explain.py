@@ -38,8 +38,9 @@ def node_reasons(snapshot: Snapshot, shape: ShapeFit) -> tuple[tuple[tuple[str, 
     eligible = allowed.mask
     n_eligible = int(eligible.sum())
     if shape.missing:
-        for name in shape.missing:
-            counts[f"Insufficient {name}"] = n_eligible
+        if n_eligible:
+            for name in shape.missing:
+                counts[_insufficient(name)] = n_eligible
         return _ordered(counts), 0
     short_any = np.zeros(snapshot.n_nodes, dtype=np.bool_)
     free = snapshot.free
@@ -48,10 +49,14 @@ def node_reasons(snapshot: Snapshot, shape: ShapeFit) -> tuple[tuple[tuple[str, 
         short = eligible & (free[:, column] < quota)
         n_short = int(short.sum())
         if n_short:
-            name = resources[column]
-            counts[TOO_MANY_PODS if name == PODS else f"Insufficient {name}"] = n_short
+            counts[_insufficient(resources[column])] = n_short
             short_any |= short
     return _ordered(counts), int((eligible & ~short_any).sum())
+
+
+def _insufficient(resource: str) -> str:
+    """NodeResourcesFit's wording for a node short of ``resource``."""
+    return TOO_MANY_PODS if resource == PODS else f"Insufficient {resource}"
 
 
 def _ordered(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:

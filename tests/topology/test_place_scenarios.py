@@ -381,3 +381,22 @@ def test_placement_is_deterministic() -> None:
         return placed_nodes(place(snapshot, composite_service()))
 
     assert run() == run()
+
+
+def test_an_empty_cluster_explains_itself() -> None:
+    result = infeasible(Snapshot([], topology=LEVELS), gang("team-a/job", 2, required=RACK))
+    assert result.message == (
+        "0/0 nodes are available. Gang team-a/job needs 2 pods in one example.com/rack, "
+        "but no node has the label example.com/rack."
+    )
+    assert infeasible(Snapshot([], topology=LEVELS), gang("team-a/job", 2)).reason == (
+        "Gang team-a/job needs 2 pods; the cluster fits 0."
+    )
+
+
+def test_preferred_keys_widen_through_the_configured_levels_only() -> None:
+    levels = Topology(levels=(ZONE, BLOCK, RACK, HOST))
+    assert levels.widening(RACK) == (RACK, BLOCK, ZONE)
+    assert levels.widening("example.com/superpod") == ("example.com/superpod",)
+    with pytest.raises(ValueError, match="distinct"):
+        Topology(levels=(RACK, RACK))

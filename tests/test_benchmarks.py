@@ -1,0 +1,26 @@
+"""The benchmark scripts keep running and keep their output shape (their figures are not asserted here)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_placement_quick_json_has_every_scenario() -> None:
+    completed = subprocess.run(
+        [sys.executable, "scripts/bench_placement.py", "--quick", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    report = json.loads(completed.stdout)
+    for scenario in ("basic_3pod_5k", "rack_4pod_5k", "block_1000pod_20k", "block_1000pod_20k_fit"):
+        assert {"pods_per_s", "ms_per_gang_p50", "ms_per_gang_p99"} <= report[scenario].keys()
+    assert report["growth"]["nodes"] == [1280, 5120, 20480]
+    assert report["block_1000pod_20k"]["note"].startswith("infeasible: Gang team/g0 needs 1000 pods in one")
+    assert report["block_1000pod_20k_fit"]["note"].startswith("placed in")
+    assert "machine:" in completed.stderr and "command: scripts/bench_placement.py --quick --json" in completed.stderr
