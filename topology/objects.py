@@ -181,8 +181,8 @@ def pod_shape(pod: Mapping[str, Any]) -> PodShape:
     return PodShape.of(pod_requests(pod), node_constraints(pod))
 
 
-def unsupported_constraints(pod: Mapping[str, Any]) -> tuple[str, ...]:
-    """Hard constraints of the pod that Phalanx does not implement, in words.
+def unsupported_constraints(pod: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """Hard constraints of the pod that Phalanx does not implement, as ``(field, what it asks)`` pairs.
 
     The scheduler refuses such pods with an Event rather than placing them as if the constraint were
     not there: a silently ignored anti-affinity is worse than a pending pod.
@@ -190,18 +190,27 @@ def unsupported_constraints(pod: Mapping[str, Any]) -> tuple[str, ...]:
     spec = _mapping(pod.get("spec"), "spec")
     affinity = _mapping(spec.get("affinity"), "spec.affinity")
     found = []
-    for kind, words in (("podAffinity", "inter-pod affinity"), ("podAntiAffinity", "inter-pod anti-affinity")):
+    for kind, words in (
+        ("podAffinity", "required inter-pod affinity"),
+        ("podAntiAffinity", "required inter-pod anti-affinity"),
+    ):
         rules = _mapping(affinity.get(kind), f"spec.affinity.{kind}")
         if rules.get("requiredDuringSchedulingIgnoredDuringExecution"):
-            found.append(f"spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution (required {words})")
+            found.append((f"spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution", words))
     for i, constraint in enumerate(_list(spec.get("topologySpreadConstraints"), "spec.topologySpreadConstraints")):
         if isinstance(constraint, Mapping) and constraint.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule":
-            found.append(f"spec.topologySpreadConstraints[{i}] with whenUnsatisfiable: DoNotSchedule")
+            found.append(
+                (
+                    f"spec.topologySpreadConstraints[{i}]",
+                    "topology spread constraints with whenUnsatisfiable: DoNotSchedule",
+                )
+            )
     if spec.get("resourceClaims"):
-        found.append("spec.resourceClaims (dynamic resource allocation)")
+        found.append(("spec.resourceClaims", "dynamic resource allocation (resource claims)"))
     for key in ("containers", "initContainers"):
         for i, container in enumerate(_list(spec.get(key), f"spec.{key}")):
             ports = _list(_mapping(container, f"spec.{key}[{i}]").get("ports"), f"spec.{key}[{i}].ports")
-            if any(isinstance(port, Mapping) and port.get("hostPort") for port in ports):
-                found.append(f"spec.{key}[{i}].ports[].hostPort (host port conflicts are not checked)")
+            for j, port in enumerate(ports):
+                if isinstance(port, Mapping) and port.get("hostPort"):
+                    found.append((f"spec.{key}[{i}].ports[{j}].hostPort", "host ports (conflicts are not checked)"))
     return tuple(found)

@@ -154,7 +154,11 @@ def test_unsupported_hard_constraints_are_reported_not_ignored() -> None:
             ],
         )
     )
-    assert len(found) == 2
-    assert "podAntiAffinity" in found[0]
-    assert "topologySpreadConstraints[1]" in found[1]
+    assert found == (
+        (
+            "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+            "required inter-pod anti-affinity",
+        ),
+        ("spec.topologySpreadConstraints[1]", "topology spread constraints with whenUnsatisfiable: DoNotSchedule"),
+    )
     assert unsupported_constraints(pod_spec()) == ()

@@ -1,0 +1,39 @@
+"""Gang sources: every way people describe gangs, compiled to one tree (DESIGN section 3).
+
+Feed a :class:`GangIndex` pod and group-object events; it answers with :class:`GangSpec` values
+(a ``topology.GangRequest`` plus priority, timeout and origin) or :class:`GangError` values that say
+exactly what to fix.
+"""
+
+from scheduler.gangs.index import GangIndex
+from scheduler.gangs.model import (
+    GangError,
+    GangKey,
+    GangResult,
+    GangSpec,
+    ObjectRef,
+    PodKey,
+    Problem,
+    Source,
+    Timeout,
+    gang_key,
+)
+from scheduler.gangs.precheck import min_resources_problem
+from scheduler.gangs.settings import GangSettings, SettingsError
+
+__all__ = [
+    "GangError",
+    "GangIndex",
+    "GangKey",
+    "GangResult",
+    "GangSettings",
+    "GangSpec",
+    "ObjectRef",
+    "PodKey",
+    "Problem",
+    "SettingsError",
+    "Source",
+    "Timeout",
+    "gang_key",
+    "min_resources_problem",
+]

@@ -1,0 +1,153 @@
+"""What every gang source needs while compiling: member pods with their shapes, topology keys merged
+from every place they may be written, priority and the timeout."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from scheduler.gangs.fields import SpecProblem, present, topology_key
+from scheduler.gangs.model import ObjectRef, Timeout
+from scheduler.gangs.pods import TOPOLOGY_PREFERRED, TOPOLOGY_REQUIRED, PodInfo
+from scheduler.gangs.settings import GangSettings
+from topology import GangRequest, Member, PodShape, SpecError, pod_shape, unsupported_constraints
+
+
+@dataclass(slots=True)
+class Context:
+    """Shared state of one index: settings, priority classes, and pod shapes cached by pod key."""
+
+    settings: GangSettings
+    priority_classes: dict[str, int] = field(default_factory=dict)
+    _shapes: dict[str, tuple[int, PodShape | SpecProblem]] = field(default_factory=dict)
+
+    def shape(self, pod: PodInfo) -> PodShape:
+        """The pod's shape, or a SpecProblem naming the pod and field (cached per pod object)."""
+        cached = self._shapes.get(pod.key)
+        if cached is None or cached[0] != id(pod.raw):
+            cached = (id(pod.raw), _shape_or_problem(pod))
+            self._shapes[pod.key] = cached
+        result = cached[1]
+        if isinstance(result, SpecProblem):
+            raise result
+        return result
+
+    def forget(self, pod: str) -> None:
+        self._shapes.pop(pod, None)
+
+    def members(self, pods: Iterable[PodInfo]) -> tuple[Member, ...]:
+        return tuple(Member(key=pod.key, shape=self.shape(pod), node=pod.node) for pod in pods)
+
+    def timeout(self, seconds: float | None = None) -> Timeout:
+        """A group's own timeout (or the default), never above the configured limit."""
+        chosen = self.settings.default_timeout_seconds if seconds is None else seconds
+        return Timeout(
+            seconds=min(chosen, self.settings.timeout_limit_seconds),
+            jitter_seconds=self.settings.timeout_jitter_seconds,
+        )
+
+    def priority(self, subject: ObjectRef, spec: Mapping[str, object], pods: Iterable[PodInfo]) -> int:
+        """A group's ``spec.priority``, else its ``spec.priorityClassName``, else its pods' highest."""
+        value = spec.get("priority")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        class_name = spec.get("priorityClassName")
+        if isinstance(class_name, str) and class_name:
+            if class_name not in self.priority_classes:
+                raise SpecProblem(
+                    subject,
+                    "spec.priorityClassName",
+                    class_name,
+                    "no PriorityClass has that name; create it or remove the field",
+                )
+            return self.priority_classes[class_name]
+        return max((pod.priority for pod in pods), default=0)
+
+
+def _shape_or_problem(pod: PodInfo) -> PodShape | SpecProblem:
+    try:
+        unsupported = unsupported_constraints(pod.raw)
+        if unsupported:
+            where, what = unsupported[0]
+            return SpecProblem(
+                pod.ref,
+                where,
+                present(),
+                f"Phalanx does not implement {what}; remove it, or leave this pod to another scheduler",
+            )
+        return pod_shape(pod.raw)
+    except SpecError as error:
+        return SpecProblem(pod.ref, error.field, error.value, error.problem)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A topology request found somewhere: which key, and where it was written (for messages)."""
+
+    key: str
+    where: str
+
+
+def topology(
+    subject: ObjectRef,
+    *,
+    required: Sequence[Placement] = (),
+    preferred: Sequence[Placement] = (),
+) -> tuple[str | None, str | None]:
+    """Merge topology keys written in several places (group fields, annotations, member pods).
+
+    Every key must be a valid label key, and all places that state a required (or a preferred) key
+    must state the same one.
+    """
+    chosen: list[str | None] = []
+    for kind, found in (("required", required), ("preferred", preferred)):
+        keys: dict[str, str] = {}
+        for item in found:
+            keys.setdefault(topology_key(subject, item.key, item.where), item.where)
+        if len(keys) > 1:
+            (first, where_first), (second, where_second) = list(keys.items())[:2]
+            raise SpecProblem(
+                subject,
+                where_second,
+                second,
+                f"it disagrees with {first!r} in {where_first}; a gang has one {kind} topology key",
+            )
+        chosen.append(next(iter(keys), None))
+    return chosen[0], chosen[1]
+
+
+def annotated(annotations: Mapping[str, str], *, owner: str = "") -> tuple[list[Placement], list[Placement]]:
+    """The Phalanx topology annotations of one object; ``owner`` names it when it is not the subject
+    of the messages (a member pod of a group)."""
+    found: tuple[list[Placement], list[Placement]] = ([], [])
+    for place, annotation in zip(found, (TOPOLOGY_REQUIRED, TOPOLOGY_PREFERRED), strict=True):
+        if annotation in annotations:
+            where = f"metadata.annotations[{annotation}]"
+            place.append(Placement(annotations[annotation], f"{owner} {where}" if owner else where))
+    return found
+
+
+def member_topology(pods: Iterable[PodInfo]) -> tuple[list[Placement], list[Placement]]:
+    """Topology annotations of member pods, each a place that must agree with the others."""
+    required: list[Placement] = []
+    preferred: list[Placement] = []
+    for pod in pods:
+        pod_required, pod_preferred = annotated(pod.annotations, owner=f"pod {pod.key}")
+        required += pod_required
+        preferred += pod_preferred
+    return required, preferred
+
+
+def earliest(*times: float) -> float:
+    known = [time for time in times if time]
+    return min(known) if known else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """A compiled group object: its request subtree and what it says about the whole gang."""
+
+    request: GangRequest
+    priority: int
+    timeout: Timeout
+    min_resources: Mapping[str, int] = field(default_factory=dict)

@@ -1,0 +1,126 @@
+"""One event changes exactly the gang it touches; the others are not even compiled again."""
+
+from typing import Any
+
+from scheduler.gangs import GangIndex, GangSettings, GangSpec
+from tests.gangs.support import (
+    LEVELS,
+    composite,
+    pfn_pod,
+    plugins_group,
+    plugins_pod,
+    upstream_group,
+    upstream_pod,
+    volcano_group,
+    volcano_pod,
+)
+
+PFN_KEY, PLUGINS_KEY, VOLCANO_KEY = "pfn:ns/g", "scheduler-plugins:ns/etl", "volcano:ns/job"
+
+
+def cluster_with_three_gangs() -> GangIndex:
+    index = GangIndex(GangSettings(levels=LEVELS))
+    for document in (
+        pfn_pod("a0"),
+        pfn_pod("a1"),
+        plugins_group("etl", minMember=2),
+        plugins_pod("b0", "etl"),
+        plugins_pod("b1", "etl"),
+        volcano_group("job", minMember=1),
+        volcano_pod("c0", "job"),
+        volcano_pod("c1", "job"),
+    ):
+        (index.upsert_pod if document["kind"] == "Pod" else index.upsert_group)(document)
+    assert index.take_changed() == {PFN_KEY, PLUGINS_KEY, VOLCANO_KEY}
+    return index
+
+
+def members(index: GangIndex, key: str) -> set[str]:
+    result = index.get(key)  # type: ignore[arg-type]
+    assert result is not None
+    return {pod.split("/")[1] for pod in result.pods}
+
+
+def with_phase(document: dict[str, Any], phase: str) -> dict[str, Any]:
+    return {**document, "status": {"phase": phase}}
+
+
+def test_adding_finishing_and_deleting_members_changes_only_their_gang() -> None:
+    index = cluster_with_three_gangs()
+    before = {key: index.get(key) for key in (PFN_KEY, PLUGINS_KEY, VOLCANO_KEY)}  # type: ignore[arg-type]
+
+    index.upsert_pod(pfn_pod("a2"))
+    assert index.take_changed() == {PFN_KEY}
+    assert members(index, PFN_KEY) == {"a0", "a1", "a2"}
+    assert index.get(PLUGINS_KEY) is before[PLUGINS_KEY]  # type: ignore[arg-type]
+    assert index.get(VOLCANO_KEY) is before[VOLCANO_KEY]  # type: ignore[arg-type]
+
+    index.upsert_pod(with_phase(plugins_pod("b1", "etl"), "Succeeded"))
+    assert index.take_changed() == {PLUGINS_KEY}
+    assert members(index, PLUGINS_KEY) == {"b0"}
+    assert index.gang_of("ns/b1") is None
+
+    index.delete_pod("ns", "c0")
+    assert index.take_changed() == {VOLCANO_KEY}
+    assert members(index, VOLCANO_KEY) == {"c1"}
+
+    being_deleted = volcano_pod("c1", "job")
+    being_deleted["metadata"]["deletionTimestamp"] = "2026-11-21T10:00:00Z"
+    index.upsert_pod(being_deleted)
+    assert index.take_changed() == {VOLCANO_KEY}
+    assert index.get(VOLCANO_KEY) is None  # type: ignore[arg-type]  # no members left: no gang
+
+
+def test_status_only_updates_and_other_schedulers_pods_change_nothing() -> None:
+    index = cluster_with_three_gangs()
+    index.upsert_pod(with_phase(pfn_pod("a0"), "Running"))
+    foreign = plugins_pod("x", "etl")
+    foreign["spec"]["schedulerName"] = "default-scheduler"
+    index.upsert_pod(foreign)
+    assert index.take_changed() == set()
+
+
+def test_binding_a_member_recompiles_its_gang_with_the_member_pinned() -> None:
+    index = cluster_with_three_gangs()
+    bound = pfn_pod("a0")
+    bound["spec"]["nodeName"] = "node-1"
+    index.upsert_pod(bound)
+    assert index.take_changed() == {PFN_KEY}
+    spec = index.get(PFN_KEY)  # type: ignore[arg-type]
+    assert isinstance(spec, GangSpec)
+    assert {member.key: member.node for member in spec.request.members()} == {"ns/a0": "node-1", "ns/a1": None}
+
+
+def test_a_group_object_change_recompiles_its_gang_only() -> None:
+    index = cluster_with_three_gangs()
+    index.upsert_group(plugins_group("etl", minMember=1))
+    assert index.take_changed() == {PLUGINS_KEY}
+    spec = index.get(PLUGINS_KEY)  # type: ignore[arg-type]
+    assert isinstance(spec, GangSpec) and spec.request.min_pods == 1
+
+
+def test_joining_and_leaving_a_composite_moves_a_group_between_gangs() -> None:
+    index = GangIndex(GangSettings(levels=LEVELS))
+    for document in (
+        composite("svc", schedulingPolicy={"gang": {"minGroupCount": 1}}),
+        upstream_group("r0", parentCompositePodGroupName="svc", schedulingPolicy={"gang": {"minCount": 1}}),
+        upstream_pod("p0", "r0"),
+        upstream_group("r1", schedulingPolicy={"gang": {"minCount": 1}}),
+        upstream_pod("p1", "r1"),
+    ):
+        (index.upsert_pod if document["kind"] == "Pod" else index.upsert_group)(document)
+    assert index.take_changed() == {"composite:ns/svc", "podgroup:ns/r1"}
+
+    index.upsert_group(
+        upstream_group("r1", parentCompositePodGroupName="svc", schedulingPolicy={"gang": {"minCount": 1}})
+    )
+    assert index.take_changed() == {"composite:ns/svc", "podgroup:ns/r1"}
+    assert index.get("podgroup:ns/r1") is None  # type: ignore[arg-type]
+    assert members(index, "composite:ns/svc") == {"p0", "p1"}
+    assert index.gang_of("ns/p1") == "composite:ns/svc"
+
+    index.delete_group(composite("svc"))
+    assert index.take_changed() == {"composite:ns/svc"}
+    waiting = index.get("composite:ns/svc")  # type: ignore[arg-type]
+    assert waiting is not None and not isinstance(waiting, GangSpec)
+    assert "does not exist yet" in waiting.message

@@ -1,0 +1,82 @@
+"""PFN's configuration keys in both spellings, and the minResources fail-fast check."""
+
+import pytest
+
+from scheduler.gangs import GangSettings, SettingsError, min_resources_problem
+from tests.builders import GI, cluster, fill
+from topology import Snapshot
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {
+            "gangScheduleTimeoutSecondLimit": 50,
+            "gangScheduleDefaultTimeoutSecond": 10,
+            "gangScheduleTimeoutJitterSecond": 5,
+        },
+        {
+            "gangScheduleTimeoutSecondsLimit": 50,
+            "gangScheduleDefaultTimeoutSeconds": 10,
+            "gangScheduleTimeoutJitterSeconds": 5,
+        },
+        {
+            "gangScheduleTimeoutSecondLimit": 50,
+            "gangScheduleTimeoutSecondsLimit": 50,
+            "gangScheduleDefaultTimeoutSeconds": 10,
+            "gangScheduleTimeoutJitterSecond": 5,
+        },
+    ],
+    ids=["plugin spelling", "README spelling", "both, agreeing"],
+)
+def test_timeouts_are_read_in_either_spelling(args: dict[str, object]) -> None:
+    settings = GangSettings.from_plugin_args({"gangAnnotationPrefix": "example.com/gang", **args})
+    assert (settings.timeout_limit_seconds, settings.default_timeout_seconds, settings.timeout_jitter_seconds) == (
+        50,
+        10,
+        5,
+    )
+    assert settings.annotation_prefix == "example.com/gang"
+
+
+def test_defaults_are_pfns() -> None:
+    settings = GangSettings.from_plugin_args({})
+    assert (settings.timeout_limit_seconds, settings.default_timeout_seconds, settings.timeout_jitter_seconds) == (
+        100,
+        30,
+        30,
+    )
+    assert settings.annotation_prefix == "gang-scheduling.preferred.jp/gang"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            {"gangScheduleTimeoutSecondLimit": 50, "gangScheduleTimeoutSecondsLimit": 60},
+            "gangScheduleTimeoutSecondLimit and gangScheduleTimeoutSecondsLimit are the same setting but were given "
+            "different values",
+        ),
+        (
+            {"gangScheduleDefaultTimeoutSeconds": "ten"},
+            "gangScheduleDefaultTimeoutSeconds must be a number of seconds, got 'ten'",
+        ),
+        ({"gangScheduleTimeoutJitterSeconds": -1}, "gangScheduleTimeoutJitterSecond must not be negative, got -1"),
+        ({"gangScheduleTimeoutLimit": 5}, "unknown gang plugin setting(s): gangScheduleTimeoutLimit"),
+    ],
+)
+def test_bad_settings_name_the_key(args: dict[str, object], message: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        GangSettings.from_plugin_args(args)
+    assert str(raised.value) == message
+
+
+def test_min_resources_beyond_the_clusters_free_capacity_fail_fast() -> None:
+    snapshot = Snapshot(cluster(1, 1, 2))  # 16 GPUs, 128 cores, 1Ti
+    fill(snapshot, "b0-r0-n00", 8)
+    assert min_resources_problem("team/etl", {"nvidia.com/gpu": 8, "cpu": 64_000}, snapshot) is None
+    assert min_resources_problem("team/etl", {"nvidia.com/gpu": 9, "memory": 2048 * GI}, snapshot) == (
+        "Gang team/etl declares minResources the cluster does not have free in total: "
+        "memory 2Ti (free: 1Ti), nvidia.com/gpu 9 (free: 8)."
+    )
+    assert "example.com/fpga 1 (free: 0)" in (min_resources_problem("x", {"example.com/fpga": 1}, snapshot) or "")
