@@ -24,3 +24,19 @@ def test_bench_placement_quick_json_has_every_scenario() -> None:
     assert report["block_1000pod_20k"]["note"].startswith("infeasible: Gang team/g0 needs 1000 pods in one")
     assert report["block_1000pod_20k_fit"]["note"].startswith("placed in")
     assert "machine:" in completed.stderr and "command: scripts/bench_placement.py --quick --json" in completed.stderr
+
+
+def test_bench_simcluster_quick_json_has_every_scenario() -> None:
+    completed = subprocess.run(
+        [sys.executable, "scripts/bench_simcluster.py", "--quick", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    report = json.loads(completed.stdout)
+    for scenario in ("in_process", "http_watch", "http_create"):
+        assert {"objects", "seconds", "objects_per_s"} <= report[scenario].keys()
+    assert report["in_process"]["objects"] == 2048 + 10_000
+    assert "machine:" in completed.stderr

@@ -1,0 +1,298 @@
+"""SimCluster over HTTP, in the Kubernetes REST wire format, so that real clients talk to it.
+
+Serves discovery (``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/<group>[/<version>]``) and
+every enabled resource at its usual path, namespaced or not, with the ``status`` and ``binding``
+subresources. Lists take ``labelSelector``, ``fieldSelector``, ``limit`` and ``continue``; watches
+(``?watch=1``) stream newline-delimited JSON events and take ``resourceVersion``,
+``allowWatchBookmarks`` and ``timeoutSeconds``. Errors are ``Status`` objects with the right code.
+
+A watch from a compacted resource version gets ``200`` and an ``ERROR`` event holding a 410
+``Status``, exactly as from a real API server; clients relist. Faults (``scheduler.sim.faults``) are
+applied to every request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from scheduler.sim.errors import ApiError
+from scheduler.sim.faults import Faults
+from scheduler.sim.resources import Resource
+from scheduler.sim.selectors import selector
+from scheduler.sim.store import Store, Watch
+
+_VERBS_COLLECTION = ["create", "delete", "get", "list", "patch", "update", "watch"]
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(text=json.dumps(data), status=status, content_type="application/json")
+
+
+def _error(error: ApiError) -> web.Response:
+    response = _json(error.status(), error.code)
+    if error.retry_after is not None:
+        response.headers["Retry-After"] = str(error.retry_after)
+    return response
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    resource: Resource
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+
+class SimServer:
+    """An aiohttp application serving one :class:`Store`. Use :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, store: Store, *, faults: Faults | None = None, bookmark_interval: float = 60.0) -> None:
+        self.store = store
+        self.faults = faults or Faults()
+        self.bookmark_interval = bookmark_interval
+        self.app = web.Application(client_max_size=64 * 1024 * 1024)
+        self.app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner: web.AppRunner | None = None
+        self._streams: set[Watch] = set()
+        self.url = ""
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Listen and return the base URL (``http://127.0.0.1:<port>``)."""
+        self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        await web.SockSite(self._runner, listener).start()
+        self.url = f"http://{host}:{listener.getsockname()[1]}"
+        return self.url
+
+    async def stop(self) -> None:
+        """Stop listening; open watches end at once (their clients see the stream close)."""
+        for stream in list(self._streams):
+            stream.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- routing -------------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._route(request)
+        except ApiError as error:
+            return _error(error)
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        parts = [part for part in request.path.split("/") if part]
+        if parts == ["version"]:
+            return _json({"major": "1", "minor": "37", "gitVersion": "v1.37.0-phalanx-sim", "platform": "linux/amd64"})
+        if parts == ["api"]:
+            return _json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+        if parts == ["apis"]:
+            return _json(
+                {
+                    "kind": "APIGroupList",
+                    "apiVersion": "v1",
+                    "groups": [self._group(g) for g in self.store.catalog.groups()],
+                }
+            )
+        if parts[:1] == ["api"] and len(parts) >= 2:
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts[:1] == ["apis"] and len(parts) >= 2:
+            if len(parts) == 2:
+                if parts[1] not in self.store.catalog.groups():
+                    raise ApiError(404, f"the server could not find the requested resource (group {parts[1]})")
+                return _json({"kind": "APIGroup", "apiVersion": "v1", **self._group(parts[1])})
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise ApiError(404, "the server could not find the requested resource")
+        if not rest:
+            return self._resource_list(group, version)
+        return await self._serve(request, self._target(group, version, rest))
+
+    def _group(self, group: str) -> dict[str, Any]:
+        versions = [
+            {"groupVersion": f"{group}/{version}", "version": version} for version in self.store.catalog.versions(group)
+        ]
+        return {"name": group, "versions": versions, "preferredVersion": versions[0]}
+
+    def _resource_list(self, group: str, version: str) -> web.Response:
+        resources = [r for r in self.store.catalog.resources if r.group == group and r.version == version]
+        if not resources:
+            raise ApiError(404, f"the server could not find the requested resource ({group}/{version})")
+        entries: list[dict[str, Any]] = []
+        for resource in resources:
+            entries.append(
+                {
+                    "name": resource.plural,
+                    "singularName": resource.kind.lower(),
+                    "namespaced": resource.namespaced,
+                    "kind": resource.kind,
+                    "verbs": _VERBS_COLLECTION,
+                    "shortNames": list(resource.short_names),
+                }
+            )
+            for sub in sorted(resource.subresources):
+                kind, verbs = (
+                    ("Binding", ["create"]) if sub == "binding" else (resource.kind, ["get", "patch", "update"])
+                )
+                entries.append(
+                    {
+                        "name": f"{resource.plural}/{sub}",
+                        "singularName": "",
+                        "namespaced": resource.namespaced,
+                        "kind": kind,
+                        "verbs": verbs,
+                    }
+                )
+        group_version = f"{group}/{version}" if group else version
+        return _json(
+            {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": entries}
+        )
+
+    def _target(self, group: str, version: str, rest: list[str]) -> _Target:
+        catalog = self.store.catalog
+        if rest[0] == "namespaces" and len(rest) >= 3 and catalog.by_path(group, version, rest[2]):
+            resource = catalog.by_path(group, version, rest[2])
+            namespace, tail = rest[1], rest[3:]
+        else:
+            resource = catalog.by_path(group, version, rest[0])
+            namespace, tail = None, rest[1:]
+        if resource is None or len(tail) > 2:
+            raise ApiError(404, "the server could not find the requested resource")
+        return _Target(resource, namespace, tail[0] if tail else None, tail[1] if len(tail) > 1 else None)
+
+    # -- verbs ---------------------------------------------------------------------------------
+
+    async def _serve(self, request: web.Request, target: _Target) -> web.StreamResponse:
+        method, query = request.method, request.query
+        if method == "GET" and target.name is None:
+            verb = "watch" if query.get("watch") in ("1", "true", "True") else "list"
+        else:
+            verb = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
+                method, "unknown"
+            )
+        if target.subresource == "binding" and method == "POST":
+            verb = "bind"
+        if verb == "unknown":
+            raise ApiError(405, f"the server does not allow the method {method} here")
+        key = f"{target.namespace}/{target.name}" if target.namespace else str(target.name)
+        delay, failure = self.faults.decide(verb, target.resource.plural, key)
+        if delay:
+            await asyncio.sleep(delay)
+        if failure is not None:
+            raise failure
+        if verb == "watch":
+            return await self._watch(request, target)
+        store, resource, namespace = self.store, target.resource, target.namespace
+        if resource.namespaced and target.name is not None and namespace is None and resource.kind != "Namespace":
+            raise ApiError(404, "the server could not find the requested resource")
+        if verb == "list":
+            chosen = selector(query.get("labelSelector"), query.get("fieldSelector"), kind=resource.kind)
+            limit = int(query["limit"]) if query.get("limit", "").isdigit() else None
+            items, version, token = store.list(
+                resource, namespace, chosen, limit=limit, continue_token=query.get("continue")
+            )
+            metadata: dict[str, Any] = {"resourceVersion": str(version)}
+            if token:
+                metadata["continue"] = token
+            return _json(
+                {
+                    "kind": f"{resource.kind}List",
+                    "apiVersion": resource.api_version,
+                    "metadata": metadata,
+                    "items": items,
+                }
+            )
+        name = str(target.name)
+        if verb == "get":
+            return _json(store.get(resource, namespace, name))
+        if verb == "bind":
+            store.bind(str(namespace), name, await self._body(request))
+            return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
+        if verb == "create":
+            if target.name is not None:
+                raise ApiError(405, "POST is for collections")
+            return _json(store.create(resource, namespace, await self._body(request)), 201)
+        if verb == "update":
+            return _json(
+                store.update(resource, namespace, name, await self._body(request), subresource=target.subresource)
+            )
+        if verb == "patch":
+            patch_type = request.content_type
+            return _json(
+                store.patch(
+                    resource,
+                    namespace,
+                    name,
+                    await self._body(request, any_json=True),
+                    patch_type,
+                    subresource=target.subresource,
+                )
+            )
+        options = await self._body(request) if request.can_read_body else {}
+        preconditions = options.get("preconditions") or {}
+        return _json(
+            store.delete(
+                resource,
+                namespace,
+                name,
+                uid=preconditions.get("uid"),
+                resource_version=preconditions.get("resourceVersion"),
+            )
+        )
+
+    async def _body(self, request: web.Request, *, any_json: bool = False) -> Any:
+        try:
+            body = json.loads(await request.read() or b"{}")
+        except ValueError:
+            raise ApiError(400, "the request body is not valid JSON") from None
+        if not any_json and not isinstance(body, Mapping):
+            raise ApiError(400, "the request body must be a JSON object")
+        return body
+
+    async def _watch(self, request: web.Request, target: _Target) -> web.StreamResponse:
+        query = request.query
+        chosen = selector(query.get("labelSelector"), query.get("fieldSelector"), kind=target.resource.kind)
+        timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds", "").isdigit() else None
+        bookmarks = query.get("allowWatchBookmarks") in ("1", "true", "True")
+        response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        expired = self.faults.take_expired_watch()
+        try:
+            if expired:
+                raise ApiError(410, "too old resource version (injected)", reason="Expired")
+            stream = self.store.watch(
+                target.resource,
+                target.namespace,
+                chosen,
+                query.get("resourceVersion"),
+                bookmark_interval=self.bookmark_interval if bookmarks else None,
+                timeout=timeout,
+            )
+        except ApiError as error:
+            await response.write(json.dumps({"type": "ERROR", "object": error.status()}).encode() + b"\n")
+            return response
+        sent = 0
+        self._streams.add(stream)
+        try:
+            async for event in stream:
+                await response.write(json.dumps({"type": event.type, "object": event.object}).encode() + b"\n")
+                sent += 1
+                if self.faults.drop_watch_after is not None and sent >= self.faults.drop_watch_after:
+                    self.faults.injected["watch dropped"] += 1
+                    break
+        except ConnectionResetError:
+            pass  # the client went away: nothing more to send
+        finally:
+            stream.close()
+            self._streams.discard(stream)
+        return response
