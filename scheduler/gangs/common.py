@@ -42,8 +42,8 @@ class Context:
         """A group's own timeout (or the default), never above the configured limit."""
         chosen = self.settings.default_timeout_seconds if seconds is None else seconds
         return Timeout(
-            seconds=min(chosen, self.settings.timeout_limit_seconds),
-            jitter_seconds=self.settings.timeout_jitter_seconds,
+            seconds=float(min(chosen, self.settings.timeout_limit_seconds)),
+            jitter_seconds=float(self.settings.timeout_jitter_seconds),
         )
 
     def priority(self, subject: ObjectRef, spec: Mapping[str, object], pods: Iterable[PodInfo]) -> int:

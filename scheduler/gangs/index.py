@@ -167,6 +167,10 @@ class GangIndex:
     def pod(self, key: str) -> PodInfo | None:
         return self._pods.get(PodKey(key))
 
+    def group(self, ref: ObjectRef) -> GroupObject | None:
+        """A group object as last seen (read-only)."""
+        return self._groups.get(ref)
+
     # -- membership ----------------------------------------------------------------------------
 
     def _is_member(self, pod: PodInfo) -> bool:

@@ -1,0 +1,191 @@
+"""The scheduler process: one task group running everything (DESIGN section 5).
+
+Started in this order, each reporting readiness before the next starts:
+
+1. API discovery: which group/versions this cluster serves; an optional API that is missing (a CRD
+   not installed) is logged once and not watched;
+2. the health and metrics server;
+3. one informer per watched resource, each started once its first list is applied;
+4. leader election; while leading: the binding cycle, the reporter and the scheduling loop.
+
+Losing the lease cancels the leader's tasks at once and drops every reservation (the new leader starts
+from what the API says); the informers keep running. Cancelling the whole group (SIGTERM) releases the
+lease on the way out.
+"""
+
+from __future__ import annotations
+
+import random
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from scheduler.binding import Binder
+from scheduler.cache import ClusterState
+from scheduler.clock import Clock, SystemClock
+from scheduler.cycle import Scheduler
+from scheduler.errors import PortError
+from scheduler.gangs import GangKey
+from scheduler.health import HealthServer
+from scheduler.informers import Informer
+from scheduler.leader import LeaderElector
+from scheduler.metrics import Metrics
+from scheduler.permit import Permit
+from scheduler.port import NODES, PODS, PRIORITY_CLASSES, ApiResource, ClusterPort
+from scheduler.queue import GangQueue
+from scheduler.ratelimit import TokenBucket
+from scheduler.reporting import Reporter
+from scheduler.settings import Settings
+
+log = structlog.get_logger("phalanx.app")
+
+#: Group-object resources Phalanx can read, most preferred version first within each (group, plural).
+OPTIONAL: tuple[tuple[ApiResource, ...], ...] = (
+    (PRIORITY_CLASSES,),
+    (ApiResource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup"),),
+    (ApiResource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup"),),
+    tuple(ApiResource("scheduling.k8s.io", v, "podgroups", "PodGroup") for v in ("v1beta1", "v1alpha3", "v1alpha2")),
+    tuple(
+        ApiResource("scheduling.k8s.io", v, "workloads", "Workload")
+        for v in ("v1beta1", "v1alpha3", "v1alpha2", "v1alpha1")
+    ),
+    tuple(
+        ApiResource("scheduling.k8s.io", v, "compositepodgroups", "CompositePodGroup") for v in ("v1beta1", "v1alpha3")
+    ),
+    (ApiResource("scheduling.phalanx.dev", "v1alpha1", "compositepodgroups", "CompositePodGroup"),),
+)
+
+
+def choose_resources(served: set[tuple[str, str, str]]) -> tuple[list[ApiResource], list[str]]:
+    """Resources to watch (pods and nodes always) and the optional APIs that are missing."""
+    chosen = [PODS, NODES]
+    missing = []
+    for candidates in OPTIONAL:
+        found = next((r for r in candidates if (r.group, r.version, r.plural) in served), None)
+        if found is None:
+            missing.append(f"{candidates[0].plural}.{candidates[0].group}")
+        else:
+            chosen.append(found)
+    return chosen, missing
+
+
+class Phalanx:
+    """One scheduler instance on one cluster port."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        port: ClusterPort,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        serve: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.port = port
+        self.clock = clock or SystemClock()
+        self.rng = rng or random.Random()
+        self.serve = serve
+        self.metrics = Metrics()
+        self.state = ClusterState(settings, self.clock)
+        self.queue = GangQueue(settings.queue, self.clock, random.Random(self.rng.random()))
+        self.permit = Permit(settings.permit, self.clock, random.Random(self.rng.random()))
+        self.limiter = TokenBucket(settings.binding.writes_per_second, settings.binding.burst, self.clock)
+        self.reporter = Reporter(
+            port=port,
+            state=self.state,
+            settings=settings.reporting,
+            clock=self.clock,
+            limiter=self.limiter,
+            metrics=self.metrics,
+            identity=settings.identity,
+        )
+        self.binder = Binder(
+            port=port,
+            state=self.state,
+            settings=settings.binding,
+            clock=self.clock,
+            limiter=self.limiter,
+            reporter=self.reporter,
+            metrics=self.metrics,
+            replace=self._place_again,
+        )
+        self.scheduler = Scheduler(
+            settings=settings,
+            state=self.state,
+            queue=self.queue,
+            permit=self.permit,
+            binder=self.binder,
+            reporter=self.reporter,
+            clock=self.clock,
+            metrics=self.metrics,
+        )
+        self.elector = LeaderElector(port, settings.leader_election, settings.identity, self.clock, self.metrics)
+        self.informers: list[Informer] = []
+        self.health: HealthServer | None = None
+        self.watched: list[ApiResource] = []
+
+    def _place_again(self, gang: GangKey, why: str) -> None:
+        self.scheduler.replace(gang, why)
+
+    def ready(self) -> tuple[bool, str]:
+        if not self.informers or not all(informer.synced for informer in self.informers):
+            return False, "informers have not listed everything yet"
+        unhealthy = [str(informer.resource) for informer in self.informers if not informer.healthy]
+        if unhealthy:
+            return False, f"not in touch with the API server for {', '.join(unhealthy)}"
+        return True, "ok"
+
+    @property
+    def leading(self) -> bool:
+        return self.elector.leading if self.settings.leader_election.enabled else True
+
+    async def _discover(self) -> set[tuple[str, str, str]]:
+        delay = self.settings.informers.initial_backoff_seconds
+        while True:
+            try:
+                return await self.port.served()
+            except PortError as error:
+                log.warning("API discovery failed; retrying", error=str(error)[:200], retry_in_s=round(delay, 2))
+                await anyio.sleep(delay)
+                delay = min(delay * 2, self.settings.informers.max_backoff_seconds)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled; ``task_status.started()`` once every informer has listed."""
+        async with anyio.create_task_group() as group:
+            if self.serve:
+                self.health = HealthServer(self.settings.server.address, self.metrics, self.ready)
+                await group.start(self.health.run)
+            self.watched, missing = choose_resources(await self._discover())
+            for name in missing:
+                log.info("optional API not served; its gangs are not read", api=name)
+            for resource in self.watched:
+                informer = Informer(
+                    port=self.port,
+                    resource=resource,
+                    state=self.state,
+                    settings=self.settings.informers,
+                    poke=self.scheduler.poke,
+                    rng=random.Random(self.rng.random()),
+                )
+                self.informers.append(informer)
+                await group.start(informer.run)
+            log.info("informers synced", resources=[str(r) for r in self.watched], nodes=self.state.snapshot.n_nodes)
+            task_status.started()
+            if self.settings.leader_election.enabled:
+                await self.elector.run(self._lead)
+            else:
+                await self._lead()
+
+    async def _lead(self) -> None:
+        try:
+            for key in list(self.state.index.results()):
+                self.scheduler._requeue(key)
+            async with anyio.create_task_group() as group:
+                await group.start(self.binder.run)
+                await group.start(self.reporter.run)
+                await group.start(self.scheduler.run)
+        finally:
+            self.state.forget_assumptions()
+            self.permit.waiting.clear()

@@ -1,0 +1,205 @@
+"""The binding cycle: one ``pods/binding`` request per pod, many in flight, never half a gang by mistake.
+
+A permitted gang arrives as a :class:`BindJob`. For each job:
+
+1. Right before binding, its nodes are checked against the latest state: if another scheduler used
+   them meanwhile (a node's bound and assumed requests now exceed allocatable), or a member is gone,
+   nothing is bound; the gang's reservations are released and it is placed again.
+2. The first pod is bound alone. If the API refuses it for a reason that is not transient (RBAC, an
+   admission webhook), nothing of the gang is bound, and the gang backs off with an Event. A
+   systematic refusal therefore never leaves a gang half bound.
+3. The others are bound concurrently, under ``binding.concurrency`` requests in flight and the shared
+   write rate limit. Transient failures (429, 5xx, timeouts) are retried with backoff (``Retry-After``
+   respected) for as long as the pod exists. A pod deleted meanwhile is dropped and the gang is
+   re-evaluated: bound members stay bound (Phalanx never deletes or evicts pods), the rest is placed
+   again around them.
+
+A 409 on a retry is checked against the pod itself: if it is bound where we asked (an earlier attempt
+succeeded but its answer was lost), that is success.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectSendStream
+
+from scheduler.cache import ClusterState
+from scheduler.clock import Clock
+from scheduler.errors import Conflict, NotFound, PortError, Throttled
+from scheduler.gangs import GangKey
+from scheduler.metrics import Metrics
+from scheduler.port import PODS, ClusterPort
+from scheduler.ratelimit import TokenBucket
+from scheduler.reporting import Reporter
+from scheduler.settings import BindingSettings
+
+log = structlog.get_logger("phalanx.binding")
+
+_FIRST_RETRY = 0.2
+_LAST_RETRY = 10.0
+
+
+class Outcome(Enum):
+    BOUND = "bound"
+    GONE = "gone"  # deleted, recreated, or bound elsewhere by someone else
+    REFUSED = "refused"  # not transient: configuration or a bug
+
+
+@dataclass(frozen=True, slots=True)
+class BindJob:
+    gang: GangKey
+    pods: tuple[tuple[str, str], ...]  # (pod, node)
+    created: float  # the gang's first creation (wall seconds), for end-to-end latency
+
+
+class Binder:
+    def __init__(
+        self,
+        *,
+        port: ClusterPort,
+        state: ClusterState,
+        settings: BindingSettings,
+        clock: Clock,
+        limiter: TokenBucket,
+        reporter: Reporter,
+        metrics: Metrics,
+        replace: Callable[[GangKey, str], None],
+    ) -> None:
+        """``replace(gang, why)`` hands a gang back to the scheduling cycle to be placed again."""
+        self.port = port
+        self.state = state
+        self.settings = settings
+        self.clock = clock
+        self.limiter = limiter
+        self.reporter = reporter
+        self.metrics = metrics
+        self.replace = replace
+        self._send: MemoryObjectSendStream[BindJob] | None = None
+        self._slots = anyio.Semaphore(settings.concurrency)
+        self.in_flight = 0
+
+    def submit(self, job: BindJob) -> None:
+        """Queue a permitted gang for binding (only while :meth:`run` runs, i.e. while leading)."""
+        if not job.pods:
+            return
+        if self._send is None:
+            raise RuntimeError("the binder is not running")
+        self.in_flight += 1
+        self._send.send_nowait(job)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        send, receive = anyio.create_memory_object_stream[BindJob](math.inf)
+        with send, receive:
+            self._send = send
+            try:
+                async with anyio.create_task_group() as group:
+                    task_status.started()
+                    async for job in receive:
+                        group.start_soon(self._bind_gang, job)
+            finally:
+                self._send = None
+                self.in_flight = 0
+
+    async def _bind_gang(self, job: BindJob) -> None:
+        try:
+            await self._bind_gang_steps(job)
+        finally:
+            self.in_flight -= 1
+
+    async def _bind_gang_steps(self, job: BindJob) -> None:
+        state = self.state
+        crowded = state.overcommitted({node for _, node in job.pods})
+        gone = [pod for pod, _ in job.pods if not state.exists(pod) or pod not in state.assumed]
+        if crowded or gone:
+            why = f"nodes {', '.join(sorted(crowded))} no longer have room" if crowded else f"{gone[0]} is gone"
+            self._release(job, why)
+            return
+        first, rest = job.pods[0], job.pods[1:]
+        outcome = await self._bind_one(*first)
+        if outcome is not Outcome.BOUND:
+            self._release(job, f"binding {first[0]} was {outcome.value}")
+            return
+        outcomes = [Outcome.BOUND]
+        if rest:
+            results: dict[int, Outcome] = {}
+
+            async def bind(i: int, pod: str, node: str) -> None:
+                results[i] = await self._bind_one(pod, node)
+
+            async with anyio.create_task_group() as group:
+                for i, (pod, node) in enumerate(rest):
+                    group.start_soon(bind, i, pod, node)
+            outcomes += [results[i] for i in range(len(rest))]
+        for (pod, node), outcome in zip(job.pods, outcomes, strict=True):
+            if outcome is Outcome.BOUND:
+                self.reporter.scheduled(pod, node)
+            else:
+                state.unreserve(pod)
+        if all(outcome is Outcome.BOUND for outcome in outcomes):
+            self.metrics.gang_latency.observe(max(0.0, self.clock.wall() - job.created))
+        else:
+            self.replace(job.gang, "members were lost while binding; the rest is placed again around the bound ones")
+
+    def _release(self, job: BindJob, why: str) -> None:
+        for pod, _ in job.pods:
+            self.state.unreserve(pod)
+        log.info("gang not bound; placing it again", gang=job.gang, why=why)
+        self.replace(job.gang, why)
+
+    async def _bind_one(self, pod: str, node: str) -> Outcome:
+        namespace, name = pod.split("/", 1)
+        delay = _FIRST_RETRY
+        while True:
+            uid = self.state.uid(pod)
+            if uid is None or pod not in self.state.assumed:
+                return Outcome.GONE  # deleted, or released (e.g. leadership lost) while waiting
+            await self.limiter.take()
+            async with self._slots:
+                started = self.clock.monotonic()
+                try:
+                    await self.port.bind(namespace, name, uid, node)
+                except NotFound:
+                    self.metrics.bind_errors.labels("404").inc()
+                    return Outcome.GONE
+                except Conflict:
+                    self.metrics.bind_errors.labels("409").inc()
+                    return await self._after_conflict(pod, node)
+                except PortError as error:
+                    self.metrics.bind_errors.labels(str(error.code)).inc()
+                    if not error.transient:
+                        log.error("bind refused", pod=pod, node=node, code=error.code, error=str(error)[:300])
+                        self.reporter.event(
+                            self.reporter.pod_subject(pod),
+                            "FailedBinding",
+                            f"Binding to {node} was refused: {str(error)[:300]}",
+                            action="Binding",
+                        )
+                        return Outcome.REFUSED
+                    wait = max(delay, error.retry_after) if isinstance(error, Throttled) else delay
+                else:
+                    self.metrics.bind_duration.observe(self.clock.monotonic() - started)
+                    self.metrics.api_writes.labels("bind").inc()
+                    self.state.binding_done(pod)
+                    return Outcome.BOUND
+            await anyio.sleep(wait)
+            delay = min(delay * 2, _LAST_RETRY)
+
+    async def _after_conflict(self, pod: str, node: str) -> Outcome:
+        namespace, name = pod.split("/", 1)
+        try:
+            current = await self.port.get(PODS, namespace, name)
+        except PortError:
+            return Outcome.GONE
+        if (current.get("spec") or {}).get("nodeName") == node and (current.get("metadata") or {}).get("uid") == (
+            self.state.uid(pod)
+        ):
+            self.state.binding_done(pod)
+            return Outcome.BOUND
+        return Outcome.GONE

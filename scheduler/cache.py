@@ -1,0 +1,291 @@
+"""ClusterState: the single source of truth inside the process (DESIGN section 5).
+
+Informers apply watch events here; the scheduling cycle reads the snapshot and the gang index and
+reserves capacity; the binding cycle confirms or releases what was reserved. Everything runs on one
+event loop and no method awaits, so each call is atomic with respect to the others.
+
+How a pod's capacity is counted::
+
+                      reserve                  bind succeeded            watch shows nodeName
+    pending ──────────────────────▶ assumed ─────────────────▶ bound, unconfirmed ──────────────▶ bound
+       ▲                              │                           │                               │
+       │ unreserve (permit timeout,   │                           │ not confirmed within          │ deleted or
+       │ bind failure, lost node)     ▼                           │ binding.assumeTimeoutSeconds  │ finished
+       └───────────────────────────── ◀───────────────────────────┘ (expired)                     ▼
+                                                                                               gone
+
+    A pod another scheduler binds goes straight from pending to bound when the watch shows it.
+    Placeholders reserved for gang members that do not exist yet are assumed entries without a pod.
+
+Invariants:
+
+- a pod (or placeholder) counts on at most one node, once;
+- ``snapshot.free[n] == allocatable[n] - requests of bound and assumed pods on n``;
+- an assumption with no deadline never expires: its binding is still in flight or in permit.
+
+Costs: every pod event is O(resources) here plus the gang index's incremental work; node events that
+change nothing placement reads (status heartbeats) cost a comparison.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import structlog
+
+from scheduler.clock import Clock
+from scheduler.gangs import GangIndex, GangKey
+from scheduler.port import NODES, PODS, ApiResource, Change
+from scheduler.settings import Settings
+from topology import Assignment, PodShape, Snapshot, SpecError, Topology, node_record, pod_requests
+
+log = structlog.get_logger("phalanx.cache")
+
+FINISHED = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(slots=True)
+class Assumption:
+    """Capacity held for a pod (or a placeholder) before the watch confirms it bound."""
+
+    node: str
+    requests: dict[str, int]
+    gang: GangKey
+    shape: PodShape
+    deadline: float | None = None
+
+
+@dataclass(slots=True)
+class _Pod:
+    uid: str
+    node: str | None
+    finished: bool
+    spec: Any  # the raw spec last counted, to skip re-reading requests when it did not change
+    requests: dict[str, int]
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
+class ClusterState:
+    """Nodes, pods, group objects and reservations (see the module docstring for the pod states)."""
+
+    def __init__(self, settings: Settings, clock: Clock) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.snapshot = Snapshot(topology=Topology(levels=settings.levels))
+        self.index = GangIndex(settings.gang_settings())
+        self.assumed: dict[str, Assumption] = {}
+        self._pods: dict[str, _Pod] = {}
+        self._groups: dict[ApiResource, set[tuple[str, str]]] = {}
+        self.unreadable_nodes: dict[str, str] = {}
+        self._freed: set[str] = set()
+        self._nodes_changed = False
+
+    # -- informer side ----------------------------------------------------------------------------
+
+    def apply(self, resource: ApiResource, change: Change) -> None:
+        """Apply one watch event (ADDED, MODIFIED or DELETED) of any watched resource."""
+        if change.type == "BOOKMARK":
+            return
+        if resource == PODS:
+            self._apply_pod(change)
+        elif resource == NODES:
+            self._apply_node(change)
+        else:
+            self._apply_group(resource, change)
+
+    def replace(self, resource: ApiResource, items: Iterable[Mapping[str, Any]]) -> None:
+        """A (re)list: everything listed is applied, and what was known but is not listed is deleted."""
+        items = list(items)
+        listed = {_key(item) for item in items}
+        if resource == PODS:
+            known: set[tuple[str, str]] = {tuple(key.split("/", 1)) for key in self._pods}  # type: ignore[misc]
+        elif resource == NODES:
+            known = {("", name) for name in self.snapshot.names} | {("", name) for name in self.unreadable_nodes}
+        else:
+            known = set(self._groups.get(resource, set()))
+        for namespace, name in known - listed:
+            stub = {
+                "apiVersion": resource.api_version,
+                "kind": resource.kind,
+                "metadata": {"namespace": namespace, "name": name},
+            }
+            self.apply(resource, Change("DELETED", stub))
+        for item in items:
+            self.apply(resource, Change("ADDED", item))
+
+    def _apply_pod(self, change: Change) -> None:
+        obj = change.object
+        namespace, name = _key(obj)
+        key = f"{namespace}/{name}"
+        if change.type == "DELETED":
+            self._drop_pod(key)
+            self.index.delete_pod(namespace, name)
+            return
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        node = spec.get("nodeName") or None
+        finished = status.get("phase") in FINISHED
+        previous = self._pods.get(key)
+        counted_before = previous is not None and previous.node is not None and not previous.finished
+        unchanged = previous is not None and previous.spec == spec
+        requests = previous.requests if unchanged and previous is not None else self._requests(obj)
+        if finished or node is None:
+            if counted_before and key not in self.assumed:
+                self.snapshot.forget(key)
+                self._freed.add(str(previous.node))  # type: ignore[union-attr]
+            if finished:
+                self.unreserve(key)
+        else:
+            assumption = self.assumed.pop(key, None)
+            if assumption is not None and assumption.node != node:
+                self._freed.add(assumption.node)  # bound elsewhere than assumed (by someone else)
+            self.snapshot.assume(key, node, requests)
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        self._pods[key] = _Pod(uid=uid, node=node, finished=finished, spec=spec, requests=requests)
+        self.index.upsert_pod(obj)
+
+    @staticmethod
+    def _requests(obj: Mapping[str, Any]) -> dict[str, int]:
+        try:
+            return pod_requests(obj)
+        except SpecError:
+            return {"pods": 1}  # the API rejects such pods; if one exists anyway it still takes a slot
+
+    def _drop_pod(self, key: str) -> None:
+        previous = self._pods.pop(key, None)
+        assumption = self.assumed.pop(key, None)
+        if previous is not None and previous.node is not None and not previous.finished:
+            self._freed.add(previous.node)
+        if assumption is not None:
+            self._freed.add(assumption.node)
+        self.snapshot.forget(key)
+
+    def _apply_node(self, change: Change) -> None:
+        _, name = _key(change.object)
+        if change.type == "DELETED":
+            self.unreadable_nodes.pop(name, None)
+            if self.snapshot.node(name) is not None:
+                self.snapshot.remove_node(name)
+                self._nodes_changed = True
+            return
+        try:
+            record = node_record(change.object)
+        except SpecError as error:
+            if self.unreadable_nodes.get(name) != str(error):
+                log.warning("node skipped: it cannot be read", node=name, problem=str(error))
+            self.unreadable_nodes[name] = str(error)
+            if self.snapshot.node(name) is not None:
+                self.snapshot.remove_node(name)
+                self._nodes_changed = True
+            return
+        self.unreadable_nodes.pop(name, None)
+        old = self.snapshot.node(name)
+        if old == record:
+            return
+        self.snapshot.set_node(record)
+        if old is None or old.static_key() != record.static_key():
+            self._nodes_changed = True
+        elif any(record.allocatable.get(r, 0) > amount for r, amount in old.allocatable.items()) or (
+            set(record.allocatable) - set(old.allocatable)
+        ):
+            self._freed.add(name)
+
+    def _apply_group(self, resource: ApiResource, change: Change) -> None:
+        obj = change.object
+        if "apiVersion" not in obj or "kind" not in obj:
+            obj = {**obj, "apiVersion": resource.api_version, "kind": resource.kind}
+        known = self._groups.setdefault(resource, set())
+        if change.type == "DELETED":
+            known.discard(_key(obj))
+            self.index.delete_group(obj)
+        else:
+            known.add(_key(obj))
+            self.index.upsert_group(obj)
+
+    def take_signals(self) -> tuple[set[str], bool]:
+        """Nodes where capacity was freed, and whether the node set or node labels changed, since the
+        last call (what may wake gangs that failed for lack of room)."""
+        freed, changed = self._freed, self._nodes_changed
+        self._freed, self._nodes_changed = set(), False
+        return freed, changed
+
+    # -- scheduling side --------------------------------------------------------------------------
+
+    def uid(self, pod: str) -> str | None:
+        record = self._pods.get(pod)
+        return record.uid if record is not None else None
+
+    def bound_node(self, pod: str) -> str | None:
+        """The node the watch says the pod runs on (None while pending, or once finished)."""
+        record = self._pods.get(pod)
+        return None if record is None or record.finished else record.node
+
+    def placed_node(self, pod: str) -> str | None:
+        """Where the pod is: bound, or assumed there by us."""
+        bound = self.bound_node(pod)
+        if bound is not None:
+            return bound
+        assumption = self.assumed.get(pod)
+        return assumption.node if assumption is not None else None
+
+    def exists(self, pod: str) -> bool:
+        return pod in self._pods
+
+    def reserve(self, gang: GangKey, assignments: Iterable[Assignment]) -> None:
+        """Assume each assignment: its capacity is taken at once for every later placement."""
+        for assignment in assignments:
+            requests = dict(assignment.shape.requests)
+            self.assumed[assignment.pod] = Assumption(assignment.node, requests, gang, assignment.shape)
+            self.snapshot.assume(assignment.pod, assignment.node, requests)
+
+    def unreserve(self, pod: str) -> None:
+        """Release what was assumed for a pod or placeholder (idempotent). A pod the watch already shows
+        bound keeps counting: it is bound, whatever happened to our assumption."""
+        assumption = self.assumed.pop(pod, None)
+        if assumption is None:
+            return
+        record = self._pods.get(pod)
+        if record is not None and record.node == assumption.node and not record.finished:
+            return
+        self.snapshot.forget(pod)
+        self._freed.add(assumption.node)
+
+    def binding_done(self, pod: str) -> None:
+        """The bind call succeeded: the assumption now waits for the watch, but not forever."""
+        assumption = self.assumed.get(pod)
+        if assumption is not None:
+            assumption.deadline = self.clock.monotonic() + self.settings.binding.assume_timeout_seconds
+
+    def expire(self) -> list[str]:
+        """Forget assumptions whose bind the watch never confirmed in time; returns the pods."""
+        now = self.clock.monotonic()
+        late = [pod for pod, a in self.assumed.items() if a.deadline is not None and a.deadline <= now]
+        for pod in late:
+            log.warning(
+                "assumed pod was never confirmed bound; releasing its capacity", pod=pod, node=self.assumed[pod].node
+            )
+            self.unreserve(pod)
+        return late
+
+    def forget_assumptions(self) -> None:
+        """Drop every reservation (on losing leadership: another replica schedules now)."""
+        for pod in list(self.assumed):
+            self.unreserve(pod)
+
+    def overcommitted(self, nodes: Iterable[str]) -> list[str]:
+        """Nodes among ``nodes`` whose bound and assumed requests exceed allocatable for some resource."""
+        names = list(nodes)
+        rows = [self.snapshot.index_of(name) for name in names]
+        found = [name for name, row in zip(names, rows, strict=True) if row is None]
+        known = [(name, row) for name, row in zip(names, rows, strict=True) if row is not None]
+        if known:
+            free = self.snapshot.free[np.array([row for _, row in known])]
+            found += [name for (name, _), short in zip(known, (free < 0).any(axis=1), strict=True) if short]
+        return found

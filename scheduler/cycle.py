@@ -1,0 +1,400 @@
+"""The scheduling cycle: pick a gang, place it whole, reserve, permit (DESIGN section 5).
+
+One cycle, for the best gang in the queue, all synchronous (it never awaits the API while it holds the
+snapshot):
+
+1. read the gang from the index; an invalid gang, or one waiting for an object, gets its condition
+   and Event and leaves the queue until an object changes;
+2. a gang holding a reservation gives each newly arrived member a placeholder's place; once none is
+   missing it is permitted;
+3. otherwise its members that are already bound or assumed are pinned where they are, placeholders
+   are added for members not created yet, and ``topology.place`` decides;
+4. a placement is assumed at once (every later gang sees it), then either held (placeholders: the gang
+   waits for its members, up to its timeout) or handed to the binding cycle; an infeasible gang gets
+   the explanation as its condition and Event and backs off until an event could change the answer.
+
+:class:`Scheduler.run` interleaves cycles with the informers and the binder: it folds cluster news
+into the queue (gangs changed, capacity freed, nodes changed), expires what must expire, runs a batch
+of cycles, and yields.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import anyio
+import numpy as np
+import structlog
+from anyio.abc import TaskStatus
+
+from scheduler.binding import Binder, BindJob
+from scheduler.cache import ClusterState
+from scheduler.clock import Clock
+from scheduler.gangs import GangError, GangKey, GangSpec, Problem, min_resources_problem
+from scheduler.metrics import Metrics
+from scheduler.permit import Permit, Placeholder, Reservation, is_placeholder, placeholder_requests, with_placeholders
+from scheduler.queue import GangQueue, Wake
+from scheduler.reporting import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
+from scheduler.settings import Settings
+from topology import Assignment, GangRequest, Infeasible, Member, PodShape, place
+from topology.fit import pods_per_node, shape_fit
+
+log = structlog.get_logger("phalanx.cycle")
+
+GANG_WAITING = "GangWaiting"
+#: Cycles run back to back before the loop yields to informers and binders.
+BATCH = 64
+
+
+class Scheduler:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        state: ClusterState,
+        queue: GangQueue,
+        permit: Permit,
+        binder: Binder,
+        reporter: Reporter,
+        clock: Clock,
+        metrics: Metrics,
+    ) -> None:
+        self.settings = settings
+        self.state = state
+        self.queue = queue
+        self.permit = permit
+        self.binder = binder
+        self.reporter = reporter
+        self.clock = clock
+        self.metrics = metrics
+        self._poke = anyio.Event()
+        self.cycles = 0
+
+    def poke(self) -> None:
+        """Something changed (informers call this after applying events): run soon."""
+        self._poke.set()
+
+    def replace(self, gang: GangKey, why: str) -> None:
+        """The binder gives a gang back: place it again now."""
+        self._requeue(gang)
+        self.poke()
+
+    # -- folding cluster news into the queue ------------------------------------------------------
+
+    def sync(self) -> None:
+        state, queue = self.state, self.queue
+        for key in state.index.take_changed():
+            self._requeue(key)
+        state.expire()
+        for reservation in self.permit.expired():
+            self._timeout(reservation)
+        freed, nodes_changed = state.take_signals()
+        if nodes_changed:
+            queue.wake_nodes()
+        if freed:
+            queue.wake_capacity(lambda shape: self._fits_somewhere(shape, freed))
+        self._gauges()
+
+    def _requeue(self, key: GangKey) -> None:
+        result = self.state.index.get(key)
+        if result is None:
+            self.queue.remove(key)
+            self._release(key)
+            return
+        if isinstance(result, GangError):
+            self.queue.remove(key)
+            self._release(key)
+            self._report_problem(result)
+            return
+        if key in self.permit.waiting or self._unplaced(result):
+            self.queue.add(key, result.priority, result.created)
+        else:
+            self.queue.done(key)
+
+    def _fits_somewhere(self, shape: PodShape, nodes: Iterable[str]) -> bool:
+        snapshot = self.state.snapshot
+        rows = np.array([row for row in (snapshot.index_of(name) for name in nodes) if row is not None], dtype=np.int64)
+        if not len(rows):
+            return False
+        return bool(pods_per_node(snapshot.free, shape_fit(snapshot, shape), rows).any())
+
+    def _gauges(self) -> None:
+        for name, count in self.queue.depth().items():
+            self.metrics.queue_depth.labels(name).set(count)
+        self.metrics.waiting_gangs.set(len(self.permit.waiting))
+        for name, amount in self.permit.held().items():
+            self.metrics.reserved.labels(name).set(amount)
+
+    # -- one cycle ------------------------------------------------------------------------------
+
+    def cycle(self) -> bool:
+        """Try the best ready gang; False when none is ready."""
+        key = self.queue.pop()
+        if key is None:
+            return False
+        self.cycles += 1
+        result = self.state.index.get(GangKey(key))
+        if result is None:
+            self.queue.remove(key)
+        elif isinstance(result, GangError):
+            self.queue.remove(key)
+            self._report_problem(result)
+        else:
+            started = time.perf_counter()
+            self._schedule(result)
+            log.debug("cycle", gang=key, ms=round((time.perf_counter() - started) * 1000, 3))
+        return True
+
+    def _unplaced(self, spec: GangSpec) -> list[Member]:
+        return [member for member in spec.request.members() if self.state.placed_node(member.key) is None]
+
+    def _schedule(self, spec: GangSpec) -> None:
+        reservation = self.permit.waiting.get(spec.key)
+        if reservation is not None:
+            if self._fill(spec, reservation):
+                return
+            self._release(spec.key)
+        unplaced = self._unplaced(spec)
+        if not unplaced:
+            self.queue.done(spec.key)
+            return
+        request, leaves = with_placeholders(spec, self._pinned(spec.request))
+        wake = Wake(nodes=True, shapes=frozenset(member.shape for member in unplaced))
+        if leaves:
+            totals = self._allocatable()
+            if not self.permit.can_hold(placeholder_requests(request), totals):
+                self._fail(
+                    spec,
+                    unplaced,
+                    wake,
+                    UNSCHEDULABLE,
+                    f"Gang {spec.key} waits for {len(leaves)} member(s) that do not exist yet, and room held "
+                    f"for waiting gangs is at its limit ({self.settings.permit.max_reserved_share:.0%} of the "
+                    "cluster).",
+                )
+                return
+        problem = min_resources_problem(spec.key, spec.min_resources, self.state.snapshot)
+        if problem is not None:
+            self._fail(spec, unplaced, wake, UNSCHEDULABLE, problem)
+            return
+        started = time.perf_counter()
+        outcome = place(self.state.snapshot, request, max_tries=self.settings.placement.max_domain_tries)
+        self.metrics.placement_duration.observe(time.perf_counter() - started)
+        if isinstance(outcome, Infeasible):
+            self._fail(spec, unplaced, wake, UNSCHEDULABLE, outcome.message)
+            return
+        self.state.reserve(spec.key, outcome.assignments)
+        placeholders = [Placeholder(leaves[a.pod], a) for a in outcome.assignments if is_placeholder(a.pod)]
+        real = [a for a in outcome.assignments if not is_placeholder(a.pod)]
+        log.info(
+            "placed",
+            gang=spec.key,
+            pods=len(real),
+            placeholders=len(placeholders),
+            nodes=len({a.node for a in outcome.assignments}),
+            domains={choice.gang: f"{choice.key}={choice.value}" for choice in outcome.domains},
+            unplaced=len(outcome.unplaced),
+        )
+        if placeholders:
+            self._hold(spec, placeholders)
+            return
+        if not real:
+            # The minimum already runs; the extra members still find no room inside the gang's domains.
+            self._fail(
+                spec,
+                unplaced,
+                wake,
+                UNSCHEDULABLE,
+                f"Gang {spec.key} runs with its minimum; {len(outcome.unplaced)} extra member(s) wait for room "
+                "inside the domains the gang already uses.",
+            )
+            return
+        self.metrics.attempts.labels("scheduled").inc()
+        self.binder.submit(BindJob(spec.key, tuple((a.pod, a.node) for a in real), spec.created))
+        self.reporter.group(
+            spec, scheduled=True, bound=len(spec.pods) - len(outcome.unplaced), message=f"{len(real)} pod(s) placed"
+        )
+        if outcome.unplaced:
+            # Extras that did not fit wait, inside the gang's domains, for room: fill the running gang later.
+            self.queue.failed(spec.key, wake)
+        else:
+            self.queue.done(spec.key)
+
+    def _pinned(self, request: GangRequest) -> GangRequest:
+        """The request with every member that is bound or assumed pinned to its node."""
+        if request.is_leaf:
+            members = tuple(
+                Member(key=member.key, shape=member.shape, node=self.state.placed_node(member.key))
+                for member in request.pods
+            )
+            return GangRequest(
+                key=request.key,
+                pods=members,
+                min_pods=request.min_pods,
+                required=request.required,
+                preferred=request.preferred,
+            )
+        return GangRequest(
+            key=request.key,
+            children=tuple(self._pinned(child) for child in request.children),
+            min_pods=request.min_pods,
+            min_children=request.min_children,
+            required=request.required,
+            preferred=request.preferred,
+        )
+
+    def _allocatable(self) -> dict[str, int]:
+        snapshot = self.state.snapshot
+        totals = snapshot.allocatable.sum(axis=0)
+        return {name: int(total) for name, total in zip(snapshot.resources, totals, strict=True)}
+
+    # -- permit -------------------------------------------------------------------------------
+
+    def _hold(self, spec: GangSpec, placeholders: list[Placeholder]) -> None:
+        reservation = self.permit.hold(spec, placeholders)
+        self.metrics.attempts.labels("waiting").inc()
+        missing = len(placeholders)
+        message = (
+            f"Gang {spec.key} holds room for {missing} member(s) that do not exist yet; it binds when they "
+            f"arrive, or releases the room in {reservation.deadline - self.clock.monotonic():.0f}s."
+        )
+        self.reporter.pending([m.key for m in spec.request.members()], GANG_WAITING, message)
+        for ref in spec.objects[:1] or ():
+            self.reporter.event(self.reporter.group_subject(ref), GANG_WAITING, message, type="Normal")
+        if not spec.objects:
+            self.reporter.event(self.reporter.pod_subject(spec.pods[0]), GANG_WAITING, message, type="Normal")
+        self.queue.remove(spec.key)  # a member's arrival changes the gang, which brings it back
+
+    def _fill(self, spec: GangSpec, reservation: Reservation) -> bool:
+        """Give arrived members their placeholders' places; False if they do not match (start over)."""
+        leaf_of = {member.key: leaf.key for leaf in spec.request.walk() if leaf.is_leaf for member in leaf.pods}
+        arrivals = self._unplaced(spec)
+        moves: list[tuple[str, Member]] = []
+        free = dict(reservation.placeholders)
+        for member in arrivals:
+            match = next(
+                (
+                    key
+                    for key, held in free.items()
+                    if held.leaf == leaf_of.get(member.key) and held.assignment.shape == member.shape
+                ),
+                None,
+            )
+            if match is None:
+                return False
+            moves.append((match, member))
+            del free[match]
+        for placeholder, member in moves:
+            held = reservation.placeholders.pop(placeholder)
+            self.state.unreserve(placeholder)
+            self.state.reserve(spec.key, [Assignment(pod=member.key, node=held.assignment.node, shape=member.shape)])
+        if reservation.placeholders:
+            self.queue.remove(spec.key)
+            return True
+        self.permit.release(spec.key)
+        assumed = [
+            (m.key, self.state.assumed[m.key].node) for m in spec.request.members() if m.key in self.state.assumed
+        ]
+        self.metrics.attempts.labels("scheduled").inc()
+        log.info("permitted", gang=spec.key, pods=len(assumed))
+        self.binder.submit(BindJob(spec.key, tuple(assumed), spec.created))
+        self.reporter.group(spec, scheduled=True, bound=len(spec.pods), message="all members placed")
+        self.queue.done(spec.key)
+        return True
+
+    def _timeout(self, reservation: Reservation) -> None:
+        key = reservation.gang
+        missing = len(reservation.placeholders)
+        self._release(key)
+        spec = self.state.index.get(key)
+        message = (
+            f"Gang {key} timed out waiting for {missing} of its members to be created; the room it held is "
+            "released and it will be tried again."
+        )
+        log.info("gang timed out", gang=key, missing=missing)
+        if isinstance(spec, GangSpec):
+            self.reporter.pending([m.key for m in spec.request.members()], UNSCHEDULABLE, message)
+            subject = (
+                self.reporter.group_subject(spec.objects[0])
+                if spec.objects
+                else self.reporter.pod_subject(spec.pods[0])
+            )
+            self.reporter.event(subject, "GangTimeout", message)
+            self.queue.add(key, spec.priority, spec.created)
+            self.queue.failed(key, Wake(nodes=True))
+
+    def _release(self, key: GangKey) -> None:
+        """Drop a gang's reservation and whatever it assumed that is not bound."""
+        reservation = self.permit.release(key)
+        if reservation is not None:
+            for placeholder in reservation.placeholders:
+                self.state.unreserve(placeholder)
+        for pod, assumption in list(self.state.assumed.items()):
+            if assumption.gang == key and assumption.deadline is None:
+                self.state.unreserve(pod)
+
+    # -- reporting ----------------------------------------------------------------------------
+
+    def _fail(self, spec: GangSpec, unplaced: list[Member], wake: Wake, reason: str, message: str) -> None:
+        self.metrics.attempts.labels("unschedulable").inc()
+        backoff = self.queue.failed(spec.key, wake)
+        log.info("unschedulable", gang=spec.key, pods=len(unplaced), backoff_s=round(backoff, 2), reason=message)
+        pods = [member.key for member in unplaced if not is_placeholder(member.key)]
+        self.reporter.pending(pods, reason, message)
+        for pod in pods:
+            self.reporter.event(self.reporter.pod_subject(pod), "FailedScheduling", message)
+        for ref in spec.objects[:1]:
+            self.reporter.event(self.reporter.group_subject(ref), "FailedScheduling", message)
+        placed = len(spec.pods) - len(unplaced)
+        self.reporter.group(spec, scheduled=self._meets_minimum(spec.request), bound=placed, message=message)
+
+    def _meets_minimum(self, part: GangRequest) -> bool:
+        """Whether the members already bound or assumed satisfy every minimum of ``part``."""
+        placed = sum(1 for member in part.members() if self.state.placed_node(member.key) is not None)
+        if part.is_leaf:
+            return placed >= part.min_pods
+        children = sum(1 for child in part.children if self._meets_minimum(child))
+        return children >= part.min_children and placed >= part.min_pods
+
+    def _report_problem(self, error: GangError) -> None:
+        waiting = error.problem is Problem.WAITING
+        self.metrics.attempts.labels("waiting" if waiting else "invalid").inc()
+        reason = GANG_WAITING if waiting else "InvalidGang"
+        self.reporter.pending(error.pods, GANG_WAITING if waiting else SCHEDULER_ERROR, error.message)
+        for pod in error.pods:
+            self.reporter.event(
+                self.reporter.pod_subject(pod), reason, error.message, type="Normal" if waiting else "Warning"
+            )
+        if error.subject.kind != "Pod":
+            self.reporter.event(
+                self.reporter.group_subject(error.subject),
+                reason,
+                error.message,
+                type="Normal" if waiting else "Warning",
+            )
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            self.sync()
+            done = 0
+            while done < BATCH and self.cycle():
+                done += 1
+            if done:
+                await anyio.sleep(0)  # let informers and binders run between batches
+                continue
+            await self._idle()
+
+    async def _idle(self) -> None:
+        """Wait for a poke, or for the next moment something is due (a backoff, a permit timeout)."""
+        deadlines = [d for d in (self.queue.next_ready(), self.permit.next_deadline()) if d is not None]
+        if any(a.deadline is not None for a in self.state.assumed.values()):
+            deadlines.append(self.clock.monotonic() + 1.0)
+        timeout = max(0.0, min(deadlines) - self.clock.monotonic()) if deadlines else 5.0
+        if not self._poke.is_set():
+            with anyio.move_on_after(timeout):
+                await self._poke.wait()
+        self._poke = anyio.Event()

@@ -1,0 +1,49 @@
+"""Prometheus metrics of one scheduler instance (its own registry, so that tests can run several)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+_FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.attempts = Counter(
+            "phalanx_schedule_attempts",
+            "Scheduling attempts by result: scheduled, waiting, unschedulable, invalid, error",
+            ["result"],
+            registry=r,
+        )
+        self.gang_latency = Histogram(
+            "phalanx_gang_e2e_latency_seconds",
+            "From a gang's first member's creation to its last bind",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.placement_duration = Histogram(
+            "phalanx_placement_duration_seconds",
+            "Time to place one gang (topology.place)",
+            buckets=_FAST_BUCKETS,
+            registry=r,
+        )
+        self.bind_duration = Histogram(
+            "phalanx_bind_duration_seconds", "Time of one pods/binding request", buckets=_FAST_BUCKETS, registry=r
+        )
+        self.bind_errors = Counter("phalanx_bind_errors", "Failed binding requests by HTTP code", ["code"], registry=r)
+        self.queue_depth = Gauge("phalanx_queue_depth", "Gangs in the queue by state", ["state"], registry=r)
+        self.reserved = Gauge(
+            "phalanx_reserved",
+            "Requests held for members of waiting gangs, by resource (base units)",
+            ["resource"],
+            registry=r,
+        )
+        self.waiting_gangs = Gauge("phalanx_waiting_gangs", "Gangs holding a reservation", registry=r)
+        self.leader = Gauge("phalanx_leader", "1 while this instance holds the leader lease", registry=r)
+        self.api_writes = Counter("phalanx_api_writes", "Writes to the API by kind", ["kind"], registry=r)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,187 @@
+"""GangQueue: which gang the scheduling cycle tries next, and when a failed gang is tried again.
+
+Three sub-queues, as in kube-scheduler:
+
+- **active**: ready now, ordered by :func:`order` (priority, then creation time, then key);
+- **backoff**: failed, waiting out an exponential backoff with jitter (initial and maximum from
+  settings) before being tried again;
+- a gang in backoff is moved to active *early* only by a cluster event that could change its answer,
+  recorded against why it failed (:class:`Wake`): nodes were added or changed, or capacity was freed on
+  a node where a pod of one of its shapes now fits. Events that cannot help leave it alone, so a
+  cluster with thousands of waiting gangs is not re-evaluated on every pod event (and there are no
+  requeue storms), while no gang sleeps through the event that would have helped it.
+
+A gang whose definition changes (a member added, its group object edited) is re-added to active at
+once by whoever notices; the queue only orders.
+
+Everything takes the time from an injected clock; nothing here sleeps.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from scheduler.clock import Clock
+from scheduler.settings import QueueSettings
+from topology import PodShape
+
+#: Backoff is multiplied by a factor drawn from this range, so that gangs failing together do not
+#: come back together.
+JITTER = (0.75, 1.25)
+
+
+def order(priority: int, created: float, key: str) -> tuple[int, float, str]:
+    """Higher priority first, then older first, then by key (deterministic)."""
+    return -priority, created, key
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """What could make a failed gang fit: node changes, and room for one of these shapes."""
+
+    nodes: bool = True
+    shapes: frozenset[PodShape] = frozenset()
+
+
+@dataclass(slots=True)
+class _Entry:
+    key: str
+    priority: int
+    created: float
+    attempts: int = 0
+    until: float = 0.0
+    wake: Wake = field(default_factory=Wake)
+    state: str = "active"  # active | backoff
+    version: int = 0  # bumps on every move, so stale heap entries are skipped
+
+
+class GangQueue:
+    def __init__(self, settings: QueueSettings, clock: Clock, rng: random.Random | None = None) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.rng = rng or random.Random(0)
+        self._entries: dict[str, _Entry] = {}
+        self._active: list[tuple[tuple[int, float, str], int, str]] = []
+        self._backoff: list[tuple[float, int, str]] = []
+        self._by_shape: dict[PodShape, set[str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def add(self, key: str, priority: int, created: float) -> None:
+        """Make the gang ready now (new, or its definition changed). Keeps its failure count."""
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = _Entry(key, priority, created)
+        entry.priority, entry.created = priority, created
+        self._activate(entry)
+
+    def remove(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._unindex(entry)
+
+    def done(self, key: str) -> None:
+        """The gang needs nothing more (fully placed): forget it and its failures."""
+        self.remove(key)
+
+    def failed(self, key: str, wake: Wake) -> float:
+        """Back the gang off after a failed attempt; returns the backoff in seconds."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return 0.0
+        entry.attempts += 1
+        growth: float = 2.0 ** (entry.attempts - 1)
+        base = min(self.settings.initial_backoff_seconds * growth, self.settings.max_backoff_seconds)
+        delay = min(base * self.rng.uniform(*JITTER), self.settings.max_backoff_seconds)
+        self._unindex(entry)
+        entry.state, entry.until, entry.wake = "backoff", self.clock.monotonic() + delay, wake
+        entry.version += 1
+        heapq.heappush(self._backoff, (entry.until, entry.version, key))
+        for shape in wake.shapes:
+            self._by_shape.setdefault(shape, set()).add(key)
+        return delay
+
+    def pop(self) -> str | None:
+        """The best ready gang (removed from active; it stays known until done, failed or removed)."""
+        self._expire_backoffs()
+        while self._active:
+            _, version, key = heapq.heappop(self._active)
+            entry = self._entries.get(key)
+            if entry is not None and entry.version == version and entry.state == "active":
+                entry.state = "popped"
+                return key
+        return None
+
+    def retry_later(self, key: str) -> None:
+        """Put a popped gang back in active without counting a failure (e.g. it must wait its turn)."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._activate(entry)
+
+    def wake_nodes(self) -> int:
+        """Nodes were added or changed: every gang waiting on nodes becomes ready. Returns how many."""
+        woken = [entry for entry in self._entries.values() if entry.state == "backoff" and entry.wake.nodes]
+        for entry in woken:
+            self._activate(entry)
+        return len(woken)
+
+    def wake_capacity(self, fits: Callable[[PodShape], bool]) -> int:
+        """Capacity was freed: wake gangs waiting for a shape that ``fits`` says now fits somewhere
+        freed. ``fits`` is asked once per distinct shape, not once per gang."""
+        woken = 0
+        for shape, keys in list(self._by_shape.items()):
+            if keys and fits(shape):
+                for key in list(keys):
+                    entry = self._entries.get(key)
+                    if entry is not None and entry.state == "backoff":
+                        self._activate(entry)
+                        woken += 1
+        return woken
+
+    def next_ready(self) -> float | None:
+        """When the earliest backoff ends (monotonic seconds), or None."""
+        while self._backoff:
+            until, version, key = self._backoff[0]
+            entry = self._entries.get(key)
+            if entry is not None and entry.version == version and entry.state == "backoff":
+                return until
+            heapq.heappop(self._backoff)
+        return None
+
+    def depth(self) -> dict[str, int]:
+        found = {"active": 0, "backoff": 0, "in_flight": 0}
+        for entry in self._entries.values():
+            found["in_flight" if entry.state == "popped" else entry.state] += 1
+        return found
+
+    def waiting_shapes(self) -> Iterable[PodShape]:
+        return [shape for shape, keys in self._by_shape.items() if keys]
+
+    def _expire_backoffs(self) -> None:
+        now = self.clock.monotonic()
+        while self._backoff and self._backoff[0][0] <= now:
+            _, version, key = heapq.heappop(self._backoff)
+            entry = self._entries.get(key)
+            if entry is not None and entry.version == version and entry.state == "backoff":
+                self._activate(entry)
+
+    def _activate(self, entry: _Entry) -> None:
+        self._unindex(entry)
+        entry.state = "active"
+        entry.version += 1
+        heapq.heappush(self._active, (order(entry.priority, entry.created, entry.key), entry.version, entry.key))
+
+    def _unindex(self, entry: _Entry) -> None:
+        for shape in entry.wake.shapes:
+            keys = self._by_shape.get(shape)
+            if keys is not None:
+                keys.discard(entry.key)
+                if not keys:
+                    del self._by_shape[shape]

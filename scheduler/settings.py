@@ -1,0 +1,285 @@
+"""Phalanx's configuration: one YAML file, validated at start, overridable from the command line.
+
+Every key is camelCase in YAML (``binding.writesPerSecond``) and snake_case here. Unknown keys, wrong
+types and out-of-range values are errors that name the key, so a typo never silently falls back to a
+default. The schema and defaults are documented in the README.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import yaml
+
+from scheduler.gangs.settings import GangSettings, SettingsError
+
+DEFAULT_LEVELS = ("topology.kubernetes.io/zone", "example.com/block", "example.com/rack", "kubernetes.io/hostname")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueSettings:
+    initial_backoff_seconds: float = 1.0
+    """First wait after a failed attempt; it doubles on each failure (with jitter) up to the maximum."""
+    max_backoff_seconds: float = 60.0
+    """Longest wait between attempts when no cluster event could change the answer."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlacementSettings:
+    max_domain_tries: int = 16
+    """Candidate domains tried per constrained part of a gang before the attempt fails."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PermitSettings:
+    max_reserved_share: float = 0.5
+    """At most this share of the cluster's allocatable (per resource) may be held for members of
+    waiting gangs that do not exist yet, so that waiting gangs cannot starve or deadlock the rest."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BindingSettings:
+    concurrency: int = 64
+    """Binding requests in flight at once."""
+    writes_per_second: float = 500.0
+    """Client-side rate limit of API writes (binds, status, Events), as kube-scheduler's QPS."""
+    burst: int = 1000
+    """Writes allowed at once above the rate, as kube-scheduler's burst."""
+    assume_timeout_seconds: float = 30.0
+    """A bound pod the watch has not confirmed after this long is forgotten and its capacity released."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderSettings:
+    enabled: bool = True
+    """Only the holder of the Lease schedules; the others keep their caches warm."""
+    namespace: str = "phalanx-system"
+    name: str = "phalanx-scheduler"
+    identity: str = ""
+    """This replica's name in the Lease; defaults to the host name (the pod name in a Deployment)."""
+    lease_duration_seconds: float = 15.0
+    renew_deadline_seconds: float = 10.0
+    retry_period_seconds: float = 2.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSettings:
+    address: str = "0.0.0.0:10251"
+    """Where /metrics, /healthz and /readyz are served."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportingSettings:
+    event_interval_seconds: float = 30.0
+    """The same Event on the same object is written at most this often (its series count is kept)."""
+    status_interval_seconds: float = 1.0
+    """Pod conditions and group status are written in batches this often, latest value only."""
+    controller: str = "phalanx.dev/scheduler"
+    """``reportingController`` of the Events Phalanx writes."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InformerSettings:
+    watch_timeout_seconds: float = 300.0
+    """Each watch request ends after this long and resumes from the last resource version."""
+    initial_backoff_seconds: float = 0.5
+    max_backoff_seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    scheduler_names: tuple[str, ...] = ("phalanx",)
+    """Pods with one of these ``spec.schedulerName`` values are Phalanx's."""
+    levels: tuple[str, ...] = DEFAULT_LEVELS
+    """Topology levels as node label keys, broad to narrow (``topology.levels`` in YAML)."""
+    gangs: GangSettings = field(default_factory=GangSettings)
+    queue: QueueSettings = field(default_factory=QueueSettings)
+    placement: PlacementSettings = field(default_factory=PlacementSettings)
+    permit: PermitSettings = field(default_factory=PermitSettings)
+    binding: BindingSettings = field(default_factory=BindingSettings)
+    leader_election: LeaderSettings = field(default_factory=LeaderSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
+    reporting: ReportingSettings = field(default_factory=ReportingSettings)
+    informers: InformerSettings = field(default_factory=InformerSettings)
+
+    def gang_settings(self) -> GangSettings:
+        return replace(self.gangs, scheduler_names=frozenset(self.scheduler_names), levels=self.levels)
+
+    @property
+    def identity(self) -> str:
+        return self.leader_election.identity or socket.gethostname()
+
+
+_SECTIONS: dict[str, type] = {
+    "queue": QueueSettings,
+    "placement": PlacementSettings,
+    "permit": PermitSettings,
+    "binding": BindingSettings,
+    "leaderElection": LeaderSettings,
+    "server": ServerSettings,
+    "reporting": ReportingSettings,
+    "informers": InformerSettings,
+}
+_TOP = ("schedulerNames", "topology", "gangs", *_SECTIONS)
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _unknown(where: str, key: object, known: list[str]) -> SettingsError:
+    close = difflib.get_close_matches(str(key), known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
+    return SettingsError(f"{where}{key}: unknown setting{hint}")
+
+
+def _coerce(where: str, value: object, kind: Any) -> object:
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise SettingsError(f"{where}: must be true or false, got {value!r}")
+    if kind in (int, float):
+        if isinstance(value, str):
+            try:
+                value = kind(value)
+            except ValueError:
+                raise SettingsError(f"{where}: must be a number, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and isinstance(value, float)):
+            raise SettingsError(f"{where}: must be {'a whole number' if kind is int else 'a number'}, got {value!r}")
+        if value < 0:
+            raise SettingsError(f"{where}: must not be negative, got {value}")
+        return kind(value)
+    if kind is str:
+        if not isinstance(value, str):
+            raise SettingsError(f"{where}: must be a string, got {value!r}")
+        return value
+    raise SettingsError(f"{where}: unsupported setting type")
+
+
+def _section(cls: type, raw: object, where: str) -> Any:
+    if raw is None:
+        return cls()
+    if not isinstance(raw, Mapping):
+        raise SettingsError(f"{where.rstrip('.')}: must be a mapping of settings")
+    hints = get_type_hints(cls)
+    names = {_camel(item.name): item.name for item in fields(cls)}
+    values = {}
+    for key, value in raw.items():
+        if key not in names:
+            raise _unknown(where, key, sorted(names))
+        values[names[key]] = _coerce(f"{where}{key}", value, hints[names[key]])
+    return cls(**values)
+
+
+def _strings(raw: object, where: str, *, allow_empty: bool = False) -> tuple[str, ...]:
+    if isinstance(raw, str):
+        raw = [item.strip() for item in raw.split(",") if item.strip()]
+    if not isinstance(raw, list) or not all(isinstance(item, str) and item for item in raw):
+        raise SettingsError(f"{where}: must be a list of strings")
+    if not raw and not allow_empty:
+        raise SettingsError(f"{where}: must not be empty")
+    return tuple(raw)
+
+
+def parse_settings(raw: object) -> Settings:
+    """Settings from a parsed YAML document (a mapping), with every problem named by its key."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise SettingsError("the configuration must be a mapping of settings")
+    for key in raw:
+        if key not in _TOP:
+            raise _unknown("", key, list(_TOP))
+    values: dict[str, Any] = {}
+    if "schedulerNames" in raw:
+        values["scheduler_names"] = _strings(raw["schedulerNames"], "schedulerNames")
+    topology = raw.get("topology")
+    if topology is not None:
+        if not isinstance(topology, Mapping) or set(topology) - {"levels"}:
+            raise SettingsError("topology: must be a mapping with one key, levels")
+        values["levels"] = _strings(topology.get("levels", []), "topology.levels", allow_empty=True)
+        if len(set(values["levels"])) != len(values["levels"]):
+            raise SettingsError(f"topology.levels: must not repeat a key, got {list(values['levels'])}")
+    gangs = raw.get("gangs")
+    if gangs is not None:
+        if not isinstance(gangs, Mapping):
+            raise SettingsError("gangs: must be a mapping of settings")
+        plugin_args = {
+            ("gangAnnotationPrefix" if key == "annotationPrefix" else key): value for key, value in gangs.items()
+        }
+        try:
+            values["gangs"] = GangSettings.from_plugin_args(plugin_args)
+        except SettingsError as error:
+            raise SettingsError(f"gangs.{error}") from None
+    for name, cls in _SECTIONS.items():
+        if name in raw:
+            values[_snake(name)] = _section(cls, raw[name], f"{name}.")
+    settings = Settings(**values)
+    _check(settings)
+    return settings
+
+
+def _check(settings: Settings) -> None:
+    if not 0 < settings.permit.max_reserved_share <= 1:
+        share = settings.permit.max_reserved_share
+        raise SettingsError(f"permit.maxReservedShare: must be above 0 and at most 1, got {share}")
+    if settings.queue.initial_backoff_seconds > settings.queue.max_backoff_seconds:
+        raise SettingsError("queue.initialBackoffSeconds: must not exceed queue.maxBackoffSeconds")
+    if settings.binding.concurrency < 1 or settings.binding.burst < 1 or settings.binding.writes_per_second <= 0:
+        raise SettingsError("binding: concurrency, burst and writesPerSecond must be positive")
+    leader = settings.leader_election
+    if not leader.retry_period_seconds < leader.renew_deadline_seconds < leader.lease_duration_seconds:
+        raise SettingsError(
+            "leaderElection: retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds must hold, got "
+            f"{leader.retry_period_seconds}, {leader.renew_deadline_seconds}, {leader.lease_duration_seconds}"
+        )
+    _, _, port = settings.server.address.rpartition(":")
+    if not port.isdigit() or int(port) > 65535:
+        raise SettingsError(f"server.address: must be host:port, got {settings.server.address!r}")
+
+
+def load_settings(path: str | Path | None = None, overrides: list[str] | None = None) -> Settings:
+    """Read a YAML file (or start from defaults) and apply ``key.path=value`` overrides in order."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            text = Path(path).read_text()
+        except OSError as error:
+            raise SettingsError(f"{path}: {error.strerror or error}") from None
+        try:
+            raw = yaml.safe_load(text) or {}
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise SettingsError(f"{path}: not valid YAML{where}") from None
+        if not isinstance(raw, dict):
+            raise SettingsError(f"{path}: the configuration must be a mapping of settings")
+    for override in overrides or []:
+        key, sep, value = override.partition("=")
+        if not sep or not key:
+            raise SettingsError(f"--set {override!r}: use key.path=value, e.g. binding.concurrency=32")
+        target = raw
+        parts = key.split(".")
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise SettingsError(f"--set {override!r}: {part} is not a section")
+        target[parts[-1]] = yaml.safe_load(value) if value else ""
+    try:
+        return parse_settings(raw)
+    except SettingsError as error:
+        source = f"{path}: " if path is not None else ""
+        raise SettingsError(f"{source}{error}") from None

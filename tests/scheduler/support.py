@@ -1,0 +1,150 @@
+"""A cluster served over HTTP, Phalanx processes attached to it through kubernetes_asyncio, and helpers
+that wait on conditions (never on time)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import anyio
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from scheduler.app import Phalanx
+from scheduler.gangs.settings import GangSettings
+from scheduler.kube import KubeCluster
+from scheduler.settings import (
+    BindingSettings,
+    InformerSettings,
+    LeaderSettings,
+    QueueSettings,
+    ReportingSettings,
+    ServerSettings,
+    Settings,
+)
+from scheduler.sim import ClusterShape, Faults, SimServer, Store, load, read_manifest_file
+
+FAST = Settings(
+    queue=QueueSettings(initial_backoff_seconds=0.05, max_backoff_seconds=0.5),
+    reporting=ReportingSettings(event_interval_seconds=0.2, status_interval_seconds=0.05),
+    informers=InformerSettings(watch_timeout_seconds=30, initial_backoff_seconds=0.05, max_backoff_seconds=0.5),
+    leader_election=LeaderSettings(enabled=False, identity="test"),
+    binding=BindingSettings(assume_timeout_seconds=5),
+    server=ServerSettings(address="127.0.0.1:0"),
+    gangs=GangSettings(default_timeout_seconds=30, timeout_jitter_seconds=0),
+)
+
+
+@dataclass
+class Cluster:
+    store: Store
+    server: SimServer
+    url: str
+
+    def pods(self) -> dict[str, dict[str, Any]]:
+        return {
+            f"{p['metadata']['namespace']}/{p['metadata']['name']}": p
+            for p in self.store.objects(self.store.resource("v1", "Pod"))
+        }
+
+    def bound(self) -> dict[str, str]:
+        return {key: pod["spec"]["nodeName"] for key, pod in self.pods().items() if pod.get("spec", {}).get("nodeName")}
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        namespace = (obj.get("metadata") or {}).get("namespace")
+        resource = self.store.resource(obj["apiVersion"], obj["kind"])
+        if namespace:
+            self.store.ensure_namespace(namespace)
+        return self.store.create(resource, namespace, obj)
+
+    def events(self, reason: str | None = None) -> list[dict[str, Any]]:
+        found = list(self.store.objects(self.store.resource("events.k8s.io/v1", "Event")))
+        return [event for event in found if reason is None or event["reason"] == reason]
+
+    def condition(self, pod: str) -> dict[str, Any] | None:
+        conditions = (self.pods()[pod].get("status") or {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "PodScheduled"), None)
+
+
+@contextlib.asynccontextmanager
+async def cluster(
+    shape: str = "blocks=1,racks=2,nodes=4,gpus=8",
+    *,
+    faults: Faults | None = None,
+    nodes: list[dict[str, Any]] | None = None,
+) -> AsyncIterator[Cluster]:
+    store = Store(seed=1)
+    load(store, nodes if nodes is not None else ClusterShape.parse(shape).node_manifests())
+    server = SimServer(store, faults=faults, bookmark_interval=0.2)
+    url = await server.start()
+    try:
+        yield Cluster(store, server, url)
+    finally:
+        await server.stop()
+
+
+@contextlib.asynccontextmanager
+async def phalanx(where: Cluster, settings: Settings = FAST, **changes: Any) -> AsyncIterator[Phalanx]:
+    """A Phalanx process on the cluster, through KubeCluster over HTTP; stopped (cancelled) on exit."""
+    port = KubeCluster(ApiClient(Configuration(host=where.url)), request_timeout=10)
+    app = Phalanx(replace(settings, **changes), port)
+    try:
+        async with anyio.create_task_group() as group:
+            await group.start(app.run)
+            yield app
+            group.cancel_scope.cancel()
+    finally:
+        await port.close()
+
+
+async def eventually(check: Callable[[], Any], *, timeout: float = 5.0, what: str = "") -> Any:
+    """Wait until ``check()`` is truthy (returning it), or fail after ``timeout`` seconds."""
+    with anyio.move_on_after(timeout):
+        while not (result := check()):
+            await anyio.sleep(0.01)
+        return result
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
+
+
+def gpu_pod(
+    name: str,
+    namespace: str = "team",
+    gpus: int = 8,
+    *,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    scheduler: str = "phalanx",
+    **spec: Any,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}, "labels": labels or {}},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [{"name": "main", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+            **spec,
+        },
+    }
+
+
+def pfn(gang: str, size: int, timeout: int | None = None) -> dict[str, str]:
+    prefix = "gang-scheduling.preferred.jp/gang"
+    found = {f"{prefix}-name": gang, f"{prefix}-size": str(size)}
+    if timeout is not None:
+        found[f"{prefix}-schedule-timeout-seconds"] = str(timeout)
+    return found
+
+
+def create_manifests(where: Cluster, path: str) -> list[dict[str, Any]]:
+    """Create every object of an examples/ manifest file, as ``kubectl create -f`` would."""
+    created = []
+    for obj in read_manifest_file(path):
+        created.append(where.create(obj))
+    return created
+
+
+def labels_of(where: Cluster, nodes: Any, key: str) -> set[str]:
+    records = {n["metadata"]["name"]: n for n in where.store.objects(where.store.resource("v1", "Node"))}
+    return {records[node]["metadata"]["labels"].get(key) for node in nodes}

@@ -1,0 +1,122 @@
+"""The scheduler end to end: kubernetes_asyncio over HTTP against SimCluster, asserting end states and Events."""
+
+import anyio
+
+from scheduler.sim.builders import node_manifest
+from tests.scheduler.invariants import check_invariants
+from tests.scheduler.support import cluster, eventually, gpu_pod, pfn, phalanx
+
+
+def capacity_node(name: str, rack: str = "b0-r0", block: str = "b0") -> dict:  # type: ignore[type-arg]
+    return node_manifest(
+        name,
+        labels={"example.com/block": block, "example.com/rack": rack},
+        capacity={"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"},
+    )
+
+
+async def test_a_gang_of_four_where_three_fit_binds_nothing_then_all_within_two_seconds_of_a_new_node() -> None:
+    async with cluster(nodes=[capacity_node(f"n{i}") for i in range(3)]) as where, phalanx(where):
+        for i in range(4):
+            where.create(gpu_pod(f"w{i}", annotations=pfn("train", 4)))
+        condition = await eventually(lambda: where.condition("team/w0"), what="PodScheduled condition")
+        assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+        assert condition["message"] == ("3/3 nodes are available. Gang team/train needs 4 pods; the cluster fits 3.")
+        await eventually(lambda: where.events("FailedScheduling"), what="FailedScheduling Event")
+        assert where.bound() == {}
+        where.store.restore(where.store.resource("v1", "Node"), capacity_node("n3"))
+        with anyio.fail_after(2):
+            await eventually(lambda: len(where.bound()) == 4, timeout=2, what="all four bound")
+        check_invariants(where)
+
+
+async def test_a_partial_gang_holds_room_and_binds_when_its_last_member_arrives() -> None:
+    async with cluster(nodes=[capacity_node(f"n{i}") for i in range(4)]) as where, phalanx(where) as app:
+        for i in range(3):
+            where.create(gpu_pod(f"w{i}", annotations=pfn("train", 4)))
+        await eventually(lambda: app.permit.waiting, what="a reservation")
+        waiting = await eventually(lambda: where.events("GangWaiting"), what="GangWaiting Event")
+        assert "holds room for 1 member(s) that do not exist yet" in waiting[0]["note"]
+        where.create(gpu_pod("other", annotations=pfn("other", 1)))  # the held room is not free for others
+        await eventually(lambda: where.condition("team/other"), what="the other gang pending")
+        assert where.bound() == {}
+        where.create(gpu_pod("w3", annotations=pfn("train", 4)))
+        bound = await eventually(lambda: len(where.bound()) == 4 and where.bound(), what="the gang bound")
+        assert set(bound) == {f"team/w{i}" for i in range(4)}
+        check_invariants(where)
+
+
+async def test_a_partial_gang_times_out_and_releases_the_room_it_held() -> None:
+    async with cluster(nodes=[capacity_node(f"n{i}") for i in range(4)]) as where, phalanx(where) as app:
+        for i in range(3):
+            where.create(gpu_pod(f"w{i}", annotations=pfn("train", 4, timeout=1)))
+        await eventually(lambda: app.permit.waiting, what="a reservation")
+        for i in range(2):
+            where.create(gpu_pod(f"other-{i}", annotations=pfn("other", 2)))
+        timeout = await eventually(lambda: where.events("GangTimeout"), timeout=5, what="GangTimeout Event")
+        assert timeout[0]["note"].startswith("Gang pfn:team/train timed out waiting for 1 of its members to be created")
+        await eventually(
+            lambda: {"team/other-0", "team/other-1"} <= set(where.bound()),
+            what="the other gang bound in the released room",
+        )
+        check_invariants(where)
+
+
+def plugins_group(name: str, min_member: int) -> dict:  # type: ignore[type-arg]
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "team"},
+        "spec": {"minMember": min_member},
+    }
+
+
+async def test_a_scheduler_plugins_group_of_five_with_min_three_binds_the_three_that_fit() -> None:
+    async with cluster(nodes=[capacity_node(f"n{i}") for i in range(3)]) as where, phalanx(where):
+        where.create(plugins_group("etl", 3))
+        for i in range(5):
+            where.create(gpu_pod(f"etl-{i}", labels={"scheduling.x-k8s.io/pod-group": "etl"}))
+        await eventually(lambda: len(where.bound()) == 3, what="three bound")
+        pending = [f"team/etl-{i}" for i in range(5)]
+        await eventually(
+            lambda: sum(1 for pod in pending if (where.condition(pod) or {}).get("status") == "False") == 2,
+            what="two pending",
+        )
+        groups = where.store.resource("scheduling.x-k8s.io/v1alpha1", "PodGroup")
+        status = await eventually(lambda: where.store.get(groups, "team", "etl").get("status"), what="group status")
+        assert status == {"phase": "Scheduled", "scheduled": 3}
+        check_invariants(where)
+
+
+async def test_pods_of_other_schedulers_use_capacity_and_are_never_touched() -> None:
+    async with cluster(nodes=[capacity_node(f"n{i}") for i in range(2)]) as where, phalanx(where):
+        foreign = gpu_pod("theirs", scheduler="default-scheduler", nodeName="n0")
+        where.create(foreign)
+        where.create(gpu_pod("pending-theirs", scheduler="default-scheduler"))
+        for i in range(2):
+            where.create(gpu_pod(f"w{i}", annotations=pfn("train", 2)))
+        await eventually(lambda: where.condition("team/w0"), what="the gang pending")
+        assert set(where.bound()) == {"team/theirs"}
+        where.store.delete(where.store.resource("v1", "Pod"), "team", "theirs")
+        await eventually(lambda: {"team/w0", "team/w1"} <= set(where.bound()), what="the gang bound once room is freed")
+        assert "team/pending-theirs" not in where.bound()
+        check_invariants(where)
+
+
+async def test_an_invalid_gang_stays_pending_with_its_reason_while_others_bind() -> None:
+    async with cluster(nodes=[capacity_node(f"n{i}") for i in range(2)]) as where, phalanx(where):
+        bad = pfn("broken", 2)
+        bad["gang-scheduling.preferred.jp/gang-size"] = "two"
+        where.create(gpu_pod("bad", annotations=bad))
+        where.create(gpu_pod("good", annotations=pfn("fine", 1)))
+        await eventually(lambda: "team/good" in where.bound(), what="the valid gang bound")
+        condition = await eventually(lambda: where.condition("team/bad"), what="the invalid pod's condition")
+        assert (condition["reason"], condition["message"]) == (
+            "SchedulerError",
+            "Pod team/bad: metadata.annotations[gang-scheduling.preferred.jp/gang-size] is 'two'; "
+            "the gang size must be an integer of at least 1",
+        )
+        event = await eventually(lambda: where.events("InvalidGang"), what="InvalidGang Event")
+        assert event[0]["type"] == "Warning" and event[0]["regarding"]["name"] == "bad"
+        assert "team/bad" not in where.bound()
+        check_invariants(where)
