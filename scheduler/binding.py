@@ -2,9 +2,10 @@
 
 A permitted gang arrives as a :class:`BindJob`. For each job:
 
-1. Right before binding, its nodes are checked against the latest state: if another scheduler used
-   them meanwhile (a node's bound and assumed requests now exceed allocatable), or a member is gone,
-   nothing is bound; the gang's reservations are released and it is placed again.
+1. Before binding, and again right before each request is sent (with the latest state), the nodes are
+   checked: if another scheduler used one meanwhile (its bound and assumed requests now exceed
+   allocatable), or a member is gone, that pod is not bound; the gang's unbound reservations are
+   released and it is placed again (around any member already bound).
 2. The first pod is bound alone. If the API refuses it for a reason that is not transient (RBAC, an
    admission webhook), nothing of the gang is bound, and the gang backs off with an Event. A
    systematic refusal therefore never leaves a gang half bound.
@@ -49,6 +50,7 @@ _LAST_RETRY = 10.0
 class Outcome(Enum):
     BOUND = "bound"
     GONE = "gone"  # deleted, recreated, or bound elsewhere by someone else
+    CROWDED = "crowded"  # another scheduler used the node meanwhile: place again
     REFUSED = "refused"  # not transient: configuration or a bug
 
 
@@ -162,6 +164,8 @@ class Binder:
                 return Outcome.GONE  # deleted, or released (e.g. leadership lost) while waiting
             await self.limiter.take()
             async with self._slots:
+                if self.state.overcommitted([node]):
+                    return Outcome.CROWDED  # checked at the last moment, with the latest state
                 started = self.clock.monotonic()
                 try:
                     await self.port.bind(namespace, name, uid, node)

@@ -141,9 +141,7 @@ class Scheduler:
             self.queue.remove(key)
             self._report_problem(result)
         else:
-            started = time.perf_counter()
             self._schedule(result)
-            log.debug("cycle", gang=key, ms=round((time.perf_counter() - started) * 1000, 3))
         return True
 
     def _unplaced(self, spec: GangSpec) -> list[Member]:
@@ -180,9 +178,10 @@ class Scheduler:
             return
         started = time.perf_counter()
         outcome = place(self.state.snapshot, request, max_tries=self.settings.placement.max_domain_tries)
-        self.metrics.placement_duration.observe(time.perf_counter() - started)
+        placement_ms = round((time.perf_counter() - started) * 1000, 3)
+        self.metrics.placement_duration.observe(placement_ms / 1000)
         if isinstance(outcome, Infeasible):
-            self._fail(spec, unplaced, wake, UNSCHEDULABLE, outcome.message)
+            self._fail(spec, unplaced, wake, UNSCHEDULABLE, outcome.message, placement_ms=placement_ms)
             return
         self.state.reserve(spec.key, outcome.assignments)
         placeholders = [Placeholder(leaves[a.pod], a) for a in outcome.assignments if is_placeholder(a.pod)]
@@ -195,6 +194,7 @@ class Scheduler:
             nodes=len({a.node for a in outcome.assignments}),
             domains={choice.gang: f"{choice.key}={choice.value}" for choice in outcome.domains},
             unplaced=len(outcome.unplaced),
+            placement_ms=placement_ms,
         )
         if placeholders:
             self._hold(spec, placeholders)
@@ -336,10 +336,26 @@ class Scheduler:
 
     # -- reporting ----------------------------------------------------------------------------
 
-    def _fail(self, spec: GangSpec, unplaced: list[Member], wake: Wake, reason: str, message: str) -> None:
+    def _fail(
+        self,
+        spec: GangSpec,
+        unplaced: list[Member],
+        wake: Wake,
+        reason: str,
+        message: str,
+        *,
+        placement_ms: float = 0.0,
+    ) -> None:
         self.metrics.attempts.labels("unschedulable").inc()
         backoff = self.queue.failed(spec.key, wake)
-        log.info("unschedulable", gang=spec.key, pods=len(unplaced), backoff_s=round(backoff, 2), reason=message)
+        log.info(
+            "unschedulable",
+            gang=spec.key,
+            pods=len(unplaced),
+            backoff_s=round(backoff, 2),
+            reason=message,
+            placement_ms=placement_ms,
+        )
         pods = [member.key for member in unplaced if not is_placeholder(member.key)]
         self.reporter.pending(pods, reason, message)
         for pod in pods:

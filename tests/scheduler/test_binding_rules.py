@@ -1,0 +1,94 @@
+"""What the binding cycle does when the API or the cluster does not cooperate."""
+
+from dataclasses import replace
+
+import anyio
+
+from scheduler.settings import BindingSettings, PermitSettings
+from scheduler.sim import FaultRule, Faults
+from tests.scheduler.invariants import check_invariants
+from tests.scheduler.support import FAST, cluster, eventually, gpu_pod, pfn, phalanx
+
+
+async def test_transient_bind_failures_are_retried_and_never_bind_half_a_gang() -> None:
+    faults = Faults(seed=1, rules=[FaultRule(verbs=frozenset({"bind"}), error_rate=1.0, codes=(500, 429))])
+    async with cluster("blocks=1,racks=1,nodes=3,gpus=8", faults=faults) as where, phalanx(where):
+        for i in range(3):
+            where.create(gpu_pod(f"w{i}", annotations=pfn("train", 3)))
+        await eventually(lambda: sum(faults.injected.values()) >= 3, what="bind failures injected")
+        assert where.bound() == {}  # the first bind of the gang failed: nothing else was sent
+        faults.rules.clear()
+        await eventually(lambda: len(where.bound()) == 3, timeout=15, what="the gang bound once the API recovers")
+        check_invariants(where)
+
+
+async def test_a_refused_first_bind_binds_nothing_and_says_why() -> None:
+    faults = Faults(seed=1)
+    async with cluster("blocks=1,racks=1,nodes=2,gpus=8", faults=faults) as where, phalanx(where):
+        faults.bind_failures.update({"team/w0": 403, "team/w1": 403})
+        for i in range(2):
+            where.create(gpu_pod(f"w{i}", annotations=pfn("train", 2)))
+        event = await eventually(lambda: where.events("FailedBinding"), what="FailedBinding Event")
+        assert "was refused" in event[0]["note"]
+        assert where.bound() == {}
+        faults.bind_failures.clear()
+        await eventually(lambda: len(where.bound()) == 2, timeout=10, what="bound after the refusal is lifted")
+        check_invariants(where)
+
+
+async def test_a_member_deleted_while_its_gang_binds_is_dropped_and_the_rest_bound() -> None:
+    slow = Faults(seed=2, rules=[FaultRule(verbs=frozenset({"bind"}), latency=0.3)])
+    settings = replace(FAST, binding=BindingSettings(concurrency=1, assume_timeout_seconds=5))
+    async with cluster("blocks=1,racks=1,nodes=4,gpus=8", faults=slow) as where, phalanx(where, settings):
+        for i in range(3):
+            where.create(gpu_pod(f"w{i}", annotations=pfn("train", 3)))
+        await eventually(lambda: len(where.bound()) == 1, what="the first member bound")
+        unbound = next(pod for pod in ("team/w1", "team/w2") if pod not in where.bound())
+        where.store.delete(where.store.resource("v1", "Pod"), "team", unbound.split("/")[1])
+        await eventually(lambda: len(where.bound()) == 2, timeout=5, what="the remaining member bound")
+        where.create(gpu_pod("w3", annotations=pfn("train", 3)))  # the replacement joins the running gang
+        await eventually(lambda: "team/w3" in where.bound(), timeout=5, what="the replacement bound")
+        check_invariants(where, user_deleted=True)
+
+
+async def test_a_gang_is_placed_again_when_another_scheduler_takes_its_node_before_its_bind() -> None:
+    slow = Faults(seed=4, rules=[FaultRule(verbs=frozenset({"bind"}), latency=0.5)])
+    settings = replace(FAST, binding=BindingSettings(concurrency=1, assume_timeout_seconds=5))
+    async with cluster("blocks=1,racks=1,nodes=3,gpus=8", faults=slow) as where, phalanx(where, settings) as app:
+        where.create(gpu_pod("first", annotations=pfn("first", 1)))  # its slow bind holds the only slot
+        await eventually(lambda: "team/first" in app.state.assumed, what="the first pod assumed")
+        where.create(gpu_pod("second", annotations=pfn("second", 1)))
+        await eventually(lambda: "team/second" in app.state.assumed, what="the second pod assumed, waiting to bind")
+        planned = app.state.assumed["team/second"].node
+        where.create(gpu_pod("intruder", scheduler="other", nodeName=planned))
+        await eventually(lambda: "team/second" in where.bound(), timeout=5, what="the second pod bound")
+        assert where.bound()["team/second"] != planned
+        check_invariants(where, foreign_bound={"team/intruder"})
+
+
+async def test_repeated_failures_are_one_event_per_object_with_a_series_count() -> None:
+    async with cluster("blocks=1,racks=1,nodes=1,gpus=8") as where, phalanx(where):
+        for i in range(2):
+            where.create(gpu_pod(f"w{i}", annotations=pfn("train", 2)))
+
+        def counted() -> list[dict]:  # type: ignore[type-arg]
+            return [e for e in where.events("FailedScheduling") if (e.get("series") or {}).get("count", 1) >= 3]
+
+        await eventually(counted, timeout=8, what="a series count of at least 3")
+        per_pod = [e["regarding"]["name"] for e in where.events("FailedScheduling")]
+        assert sorted(per_pod) == ["w0", "w1"]
+
+
+async def test_waiting_gangs_cannot_hold_more_than_their_share_of_the_cluster() -> None:
+    settings = replace(FAST, permit=PermitSettings(max_reserved_share=0.5))
+    async with cluster("blocks=1,racks=1,nodes=4,gpus=8") as where, phalanx(where, settings) as app:
+        where.create(gpu_pod("a0", annotations=pfn("a", 2)))  # holds 1 node for its missing member: 25%
+        await eventually(lambda: app.permit.waiting, what="the first reservation")
+        where.create(gpu_pod("b0", annotations=pfn("b", 3)))  # would hold 2 more nodes: 75% in all
+        condition = await eventually(lambda: where.condition("team/b0"), what="the second gang refused a reservation")
+        assert "room held for waiting gangs is at its limit (50% of the cluster)" in condition["message"]
+        assert list(app.permit.waiting) == ["pfn:team/a"]
+        with anyio.fail_after(5):
+            where.create(gpu_pod("a1", annotations=pfn("a", 2)))
+            await eventually(lambda: {"team/a0", "team/a1"} <= set(where.bound()), what="the first gang bound")
+        check_invariants(where)

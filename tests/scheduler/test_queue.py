@@ -1,0 +1,85 @@
+"""The queue orders gangs, backs failures off with jitter, and wakes them only for events that can help."""
+
+import random
+
+from scheduler.clock import ManualClock
+from scheduler.queue import GangQueue, Wake
+from scheduler.settings import QueueSettings
+from topology import PodShape
+
+
+def queue(clock: ManualClock) -> GangQueue:
+    return GangQueue(QueueSettings(initial_backoff_seconds=1, max_backoff_seconds=60), clock, random.Random(5))
+
+
+def drain(gangs: GangQueue) -> list[str]:
+    found = []
+    while (key := gangs.pop()) is not None:
+        found.append(key)
+    return found
+
+
+def test_higher_priority_first_then_older_first() -> None:
+    gangs = queue(ManualClock())
+    gangs.add("young-low", priority=0, created=20)
+    gangs.add("old-low", priority=0, created=10)
+    gangs.add("young-high", priority=100, created=30)
+    assert drain(gangs) == ["young-high", "old-low", "young-low"]
+
+
+def test_failures_back_off_exponentially_with_jitter_up_to_the_maximum() -> None:
+    clock = ManualClock()
+    gangs = queue(clock)
+    gangs.add("g", 0, 0)
+    delays = []
+    for _ in range(10):
+        assert gangs.pop() == "g"
+        delays.append(gangs.failed("g", Wake()))
+        assert gangs.pop() is None  # not ready during its backoff
+        clock.advance(delays[-1])
+    for attempt, delay in enumerate(delays[:6]):
+        assert 0.75 * 2**attempt <= delay <= min(1.25 * 2**attempt, 60)
+    assert all(delay <= 60 for delay in delays) and delays[-1] >= 45
+
+
+def test_node_changes_wake_gangs_that_wait_on_nodes_only() -> None:
+    gangs = queue(ManualClock())
+    for key, wake in (("nodes", Wake(nodes=True)), ("room-only", Wake(nodes=False, shapes=frozenset({PodShape.of()})))):
+        gangs.add(key, 0, 0)
+        gangs.pop()
+        gangs.failed(key, wake)
+    assert gangs.wake_nodes() == 1
+    assert drain(gangs) == ["nodes"]
+
+
+def test_freed_capacity_asks_once_per_shape_not_once_per_gang() -> None:
+    gangs = queue(ManualClock())
+    shapes = [PodShape.of({"nvidia.com/gpu": gpus}) for gpus in (1, 2, 4, 8)]
+    for i in range(10_000):
+        key = f"g{i}"
+        gangs.add(key, 0, float(i))
+        gangs.pop()
+        gangs.failed(key, Wake(nodes=False, shapes=frozenset({shapes[i % 4]})))
+    asked: list[PodShape] = []
+
+    def fits(shape: PodShape) -> bool:
+        asked.append(shape)
+        return shape == shapes[0]
+
+    assert gangs.wake_capacity(fits) == 2500
+    assert len(asked) == 4
+    assert gangs.depth() == {"active": 2500, "backoff": 7500, "in_flight": 0}
+
+
+def test_a_changed_gang_is_ready_at_once_and_removed_gangs_are_gone() -> None:
+    clock = ManualClock()
+    gangs = queue(clock)
+    gangs.add("g", 0, 0)
+    gangs.pop()
+    gangs.failed("g", Wake())
+    gangs.add("g", 0, 0)  # e.g. a member was added: try again now
+    assert gangs.pop() == "g"
+    gangs.remove("g")
+    clock.advance(120)
+    assert gangs.pop() is None and len(gangs) == 0
+    assert gangs.next_ready() is None

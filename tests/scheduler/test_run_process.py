@@ -1,0 +1,122 @@
+"""``phalanx run`` as a real process: a kubeconfig, a gang bound, /readyz and /metrics, a clean SIGTERM."""
+
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import aiohttp
+import anyio
+import yaml
+
+from tests.scheduler.support import cluster, eventually, gpu_pod, pfn
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "sim", "cluster": {"server": server}}],
+                "users": [{"name": "sim", "user": {}}],
+                "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
+                "current-context": "sim",
+            }
+        )
+    )
+    return path
+
+
+async def get(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return response.status, await response.text()
+
+
+async def test_phalanx_run_schedules_reports_health_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    async with cluster("blocks=1,racks=1,nodes=2,gpus=8") as where:
+        where.store.ensure_namespace("phalanx-system")
+        config = tmp_path / "phalanx.yaml"
+        config.write_text(
+            "leaderElection:\n  leaseDurationSeconds: 3\n  renewDeadlineSeconds: 2\n"
+            "  retryPeriodSeconds: 0.5\nqueue:\n  initialBackoffSeconds: 0.1\n"
+        )
+        port = free_port()
+        command = [
+            sys.executable,
+            "-m",
+            "scheduler.cli",
+            "run",
+            "--config",
+            str(config),
+            "--kubeconfig",
+            str(kubeconfig(tmp_path / "kubeconfig", where.url)),
+            "--metrics-address",
+            f"127.0.0.1:{port}",
+            "--set",
+            "leaderElection.identity=proc",
+        ]
+        async with await anyio.open_process(command) as process:
+            try:
+
+                async def ready() -> bool:
+                    try:
+                        return (await get(f"http://127.0.0.1:{port}/readyz"))[0] == 200
+                    except aiohttp.ClientError:
+                        return False
+
+                with anyio.fail_after(15):
+                    while not await ready():
+                        await anyio.sleep(0.05)
+                for i in range(2):
+                    where.create(gpu_pod(f"w{i}", annotations=pfn("train", 2)))
+                await eventually(lambda: len(where.bound()) == 2, timeout=10, what="the gang bound by the process")
+                status, metrics = await get(f"http://127.0.0.1:{port}/metrics")
+                assert status == 200
+                assert 'phalanx_api_writes_total{kind="bind"} 2.0' in metrics
+                assert "phalanx_leader 1.0" in metrics
+                assert (await get(f"http://127.0.0.1:{port}/healthz")) == (200, "ok\n")
+            finally:
+                process.send_signal(signal.SIGTERM)
+                with anyio.fail_after(10):
+                    code = await process.wait()
+        assert code == 0
+        lease = where.store.get(
+            where.store.resource("coordination.k8s.io/v1", "Lease"), "phalanx-system", "phalanx-scheduler"
+        )
+        assert lease["spec"]["holderIdentity"] == ""  # released on the way out
+
+
+async def test_phalanx_run_with_an_unreachable_cluster_is_not_ready(tmp_path: Path) -> None:
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "scheduler.cli",
+        "run",
+        "--kubeconfig",
+        str(kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{free_port()}")),
+        "--metrics-address",
+        f"127.0.0.1:{port}",
+        "--no-leader-elect",
+    ]
+    async with await anyio.open_process(command) as process:
+        try:
+            with anyio.fail_after(15):
+                while True:
+                    try:
+                        status, text = await get(f"http://127.0.0.1:{port}/readyz")
+                        break
+                    except aiohttp.ClientError:
+                        await anyio.sleep(0.05)
+            assert status == 503 and text == "informers have not listed everything yet\n"
+        finally:
+            process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(10):
+                assert await process.wait() == 0

@@ -1,0 +1,96 @@
+"""One YAML file, validated at start: every problem names its key."""
+
+from pathlib import Path
+
+import pytest
+
+from scheduler.gangs import SettingsError
+from scheduler.settings import Settings, load_settings, parse_settings
+
+FULL = """
+schedulerNames: [phalanx, phalanx-gpu]
+topology:
+  levels: [example.com/block, example.com/rack, kubernetes.io/hostname]
+gangs:
+  annotationPrefix: example.com/gang
+  gangScheduleTimeoutSecondLimit: 120
+  gangScheduleDefaultTimeoutSeconds: 20
+  gangScheduleTimeoutJitterSecond: 10
+queue: {initialBackoffSeconds: 2, maxBackoffSeconds: 30}
+placement: {maxDomainTries: 8}
+permit: {maxReservedShare: 0.25}
+binding: {concurrency: 32, writesPerSecond: 200, burst: 400, assumeTimeoutSeconds: 60}
+leaderElection: {enabled: false, namespace: sched, name: lead, leaseDurationSeconds: 20, renewDeadlineSeconds: 15,
+                 retryPeriodSeconds: 3}
+server: {address: "0.0.0.0:9090"}
+reporting: {eventIntervalSeconds: 60, statusIntervalSeconds: 2}
+informers: {watchTimeoutSeconds: 600}
+"""
+
+
+def test_a_full_configuration_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "phalanx.yaml"
+    path.write_text(FULL)
+    settings = load_settings(path)
+    assert settings.scheduler_names == ("phalanx", "phalanx-gpu")
+    assert settings.levels == ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
+    assert (settings.gangs.annotation_prefix, settings.gangs.timeout_limit_seconds) == ("example.com/gang", 120)
+    assert (settings.gangs.default_timeout_seconds, settings.gangs.timeout_jitter_seconds) == (20, 10)
+    assert settings.binding.concurrency == 32 and settings.permit.max_reserved_share == 0.25
+    assert settings.leader_election.namespace == "sched" and not settings.leader_election.enabled
+    gang_settings = settings.gang_settings()
+    assert gang_settings.scheduler_names == frozenset({"phalanx", "phalanx-gpu"})
+    assert gang_settings.tiers == ("example.com/rack", "example.com/block")
+
+
+def test_defaults_are_documented_values() -> None:
+    settings = parse_settings({})
+    assert settings == Settings()
+    assert (settings.queue.initial_backoff_seconds, settings.queue.max_backoff_seconds) == (1.0, 60.0)
+    assert (settings.binding.concurrency, settings.binding.writes_per_second, settings.binding.burst) == (64, 500, 1000)
+    assert settings.permit.max_reserved_share == 0.5
+    leader = settings.leader_election
+    assert (leader.lease_duration_seconds, leader.renew_deadline_seconds, leader.retry_period_seconds) == (15, 10, 2)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("bindings: {}", "bindings: unknown setting; did you mean 'binding'?"),
+        ("binding: {concurency: 3}", "binding.concurency: unknown setting; did you mean 'concurrency'?"),
+        ("binding: {concurrency: many}", "binding.concurrency: must be a number, got 'many'"),
+        ("binding: {concurrency: 2.5}", "binding.concurrency: must be a whole number, got 2.5"),
+        ("queue: {maxBackoffSeconds: -1}", "queue.maxBackoffSeconds: must not be negative, got -1"),
+        ("permit: {maxReservedShare: 2}", "permit.maxReservedShare: must be above 0 and at most 1, got 2.0"),
+        ("leaderElection: {enabled: maybe}", "leaderElection.enabled: must be true or false, got 'maybe'"),
+        (
+            "leaderElection: {renewDeadlineSeconds: 20}",
+            "leaderElection: retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds must hold, "
+            "got 2.0, 20.0, 15.0",
+        ),
+        ("topology: {levels: [a, a]}", "topology.levels: must not repeat a key, got ['a', 'a']"),
+        ("server: {address: nowhere}", "server.address: must be host:port, got 'nowhere'"),
+        (
+            "gangs: {gangScheduleTimeoutSecondLimit: 1, gangScheduleTimeoutSecondsLimit: 2}",
+            "gangs.gangScheduleTimeoutSecondLimit and gangScheduleTimeoutSecondsLimit are the same setting "
+            "but were given different values",
+        ),
+        ("- a list", "the configuration must be a mapping of settings"),
+    ],
+)
+def test_a_bad_setting_is_named(tmp_path: Path, yaml_text: str, message: str) -> None:
+    path = tmp_path / "phalanx.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(SettingsError) as raised:
+        load_settings(path)
+    assert str(raised.value) == f"{path}: {message}"
+
+
+def test_command_line_overrides_apply_after_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "phalanx.yaml"
+    path.write_text("binding: {concurrency: 8}\n")
+    settings = load_settings(path, ["binding.concurrency=16", "schedulerNames=[a,b]", "leaderElection.enabled=false"])
+    assert settings.binding.concurrency == 16 and settings.scheduler_names == ("a", "b")
+    assert not settings.leader_election.enabled
+    with pytest.raises(SettingsError, match=r"use key\.path=value"):
+        load_settings(None, ["binding.concurrency"])
