@@ -29,6 +29,7 @@ change nothing placement reads (status heartbeats) cost a comparison.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +64,6 @@ class _Pod:
     uid: str
     node: str | None
     finished: bool
-    spec: Any  # the raw spec last counted, to skip re-reading requests when it did not change
     requests: dict[str, int]
 
 
@@ -81,7 +81,9 @@ class ClusterState:
         self.snapshot = Snapshot(topology=Topology(levels=settings.levels))
         self.index = GangIndex(settings.gang_settings())
         self.assumed: dict[str, Assumption] = {}
+        self._expiries: list[tuple[float, str]] = []  # heap of (deadline, pod); stale entries are skipped
         self._pods: dict[str, _Pod] = {}
+        self._interned: dict[tuple[tuple[str, int], ...], dict[str, int]] = {}
         self._groups: dict[ApiResource, set[tuple[str, str]]] = {}
         self.unreadable_nodes: dict[str, str] = {}
         self._freed: set[str] = set()
@@ -101,9 +103,19 @@ class ClusterState:
             self._apply_group(resource, change)
 
     def replace(self, resource: ApiResource, items: Iterable[Mapping[str, Any]]) -> None:
-        """A (re)list: everything listed is applied, and what was known but is not listed is deleted."""
-        items = list(items)
-        listed = {_key(item) for item in items}
+        """A complete (re)list: everything listed is applied, and what was known but not listed is deleted."""
+        self.prune(resource, self.apply_listed(resource, items))
+
+    def apply_listed(self, resource: ApiResource, items: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
+        """Apply one page of a list; returns the (namespace, name) of what it held."""
+        listed = set()
+        for item in items:
+            listed.add(_key(item))
+            self.apply(resource, Change("ADDED", item))
+        return listed
+
+    def prune(self, resource: ApiResource, listed: set[tuple[str, str]]) -> None:
+        """After the last page of a list: delete what is known but was not listed."""
         if resource == PODS:
             known: set[tuple[str, str]] = {tuple(key.split("/", 1)) for key in self._pods}  # type: ignore[misc]
         elif resource == NODES:
@@ -117,8 +129,6 @@ class ClusterState:
                 "metadata": {"namespace": namespace, "name": name},
             }
             self.apply(resource, Change("DELETED", stub))
-        for item in items:
-            self.apply(resource, Change("ADDED", item))
 
     def _apply_pod(self, change: Change) -> None:
         obj = change.object
@@ -134,8 +144,7 @@ class ClusterState:
         finished = status.get("phase") in FINISHED
         previous = self._pods.get(key)
         counted_before = previous is not None and previous.node is not None and not previous.finished
-        unchanged = previous is not None and previous.spec == spec
-        requests = previous.requests if unchanged and previous is not None else self._requests(obj)
+        requests = self._requests(obj)
         if finished or node is None:
             if counted_before and key not in self.assumed:
                 self.snapshot.forget(key)
@@ -148,15 +157,17 @@ class ClusterState:
                 self._freed.add(assumption.node)  # bound elsewhere than assumed (by someone else)
             self.snapshot.assume(key, node, requests)
         uid = str((obj.get("metadata") or {}).get("uid") or "")
-        self._pods[key] = _Pod(uid=uid, node=node, finished=finished, spec=spec, requests=requests)
+        self._pods[key] = _Pod(uid=uid, node=node, finished=finished, requests=requests)
         self.index.upsert_pod(obj)
 
-    @staticmethod
-    def _requests(obj: Mapping[str, Any]) -> dict[str, int]:
+    def _requests(self, obj: Mapping[str, Any]) -> dict[str, int]:
+        """The pod's effective request, one shared dict per distinct request (most pods repeat a few)."""
         try:
-            return pod_requests(obj)
+            requests = pod_requests(obj)
         except SpecError:
-            return {"pods": 1}  # the API rejects such pods; if one exists anyway it still takes a slot
+            requests = {"pods": 1}  # the API rejects such pods; if one exists anyway it still takes a slot
+        key = tuple(sorted(requests.items()))
+        return self._interned.setdefault(key, requests)
 
     def _drop_pod(self, key: str) -> None:
         previous = self._pods.pop(key, None)
@@ -262,11 +273,28 @@ class ClusterState:
         assumption = self.assumed.get(pod)
         if assumption is not None:
             assumption.deadline = self.clock.monotonic() + self.settings.binding.assume_timeout_seconds
+            heapq.heappush(self._expiries, (assumption.deadline, pod))
+
+    def _is_current(self, entry: tuple[float, str]) -> bool:
+        assumption = self.assumed.get(entry[1])
+        return assumption is not None and assumption.deadline == entry[0]
+
+    def next_expiry(self) -> float | None:
+        """When the earliest unconfirmed bind's assumption runs out, if any is waiting for the watch."""
+        while self._expiries and not self._is_current(self._expiries[0]):
+            heapq.heappop(self._expiries)
+        return self._expiries[0][0] if self._expiries else None
 
     def expire(self) -> list[str]:
-        """Forget assumptions whose bind the watch never confirmed in time; returns the pods."""
+        """Forget assumptions whose bind the watch never confirmed in time; returns the pods.
+
+        A heap keeps this proportional to what expires, not to the thousands of binds in flight."""
         now = self.clock.monotonic()
-        late = [pod for pod, a in self.assumed.items() if a.deadline is not None and a.deadline <= now]
+        late = []
+        while self._expiries and self._expiries[0][0] <= now:
+            entry = heapq.heappop(self._expiries)
+            if self._is_current(entry):
+                late.append(entry[1])
         for pod in late:
             log.warning(
                 "assumed pod was never confirmed bound; releasing its capacity", pod=pod, node=self.assumed[pod].node

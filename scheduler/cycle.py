@@ -406,9 +406,8 @@ class Scheduler:
 
     async def _idle(self) -> None:
         """Wait for a poke, or for the next moment something is due (a backoff, a permit timeout)."""
-        deadlines = [d for d in (self.queue.next_ready(), self.permit.next_deadline()) if d is not None]
-        if any(a.deadline is not None for a in self.state.assumed.values()):
-            deadlines.append(self.clock.monotonic() + 1.0)
+        due = (self.queue.next_ready(), self.permit.next_deadline(), self.state.next_expiry())
+        deadlines = [d for d in due if d is not None]
         timeout = max(0.0, min(deadlines) - self.clock.monotonic()) if deadlines else 5.0
         if not self._poke.is_set():
             with anyio.move_on_after(timeout):

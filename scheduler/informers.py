@@ -29,6 +29,9 @@ from scheduler.settings import InformerSettings
 
 log = structlog.get_logger("phalanx.informers")
 
+#: Objects per list page.
+PAGE = 500
+
 
 class Informer:
     def __init__(
@@ -59,9 +62,7 @@ class Informer:
         while True:
             try:
                 if version is None:
-                    listing = await self.port.list(self.resource)
-                    self.state.replace(self.resource, listing.items)
-                    version = listing.resource_version
+                    version = await self._list()
                     self.relists += 1
                     self.healthy = True
                     if not self.synced:
@@ -85,6 +86,21 @@ class Informer:
                 )
                 await anyio.sleep(wait)
                 backoff = min(backoff * 2, self.settings.max_backoff_seconds)
+
+    async def _list(self) -> str:
+        """A full list, a page at a time (memory stays bounded by a page, as client-go's reflector does);
+        returns the resource version to watch from."""
+        listed: set[tuple[str, str]] = set()
+        token: str | None = None
+        while True:
+            page = await self.port.list(self.resource, limit=PAGE, continue_token=token)
+            listed |= self.state.apply_listed(self.resource, page.items)
+            token = page.continue_token
+            if token is None:
+                break
+            await anyio.sleep(0)
+        self.state.prune(self.resource, listed)
+        return page.resource_version
 
     async def _watch(self, version: str) -> str:
         """One watch request; returns the last resource version seen when the server ends it."""

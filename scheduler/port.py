@@ -39,8 +39,11 @@ EVENTS = ApiResource("events.k8s.io", "v1", "events", "Event")
 
 @dataclass(frozen=True, slots=True)
 class Listing:
+    """One page of a list: ``continue_token`` is set when more pages follow."""
+
     items: list[dict[str, Any]]
     resource_version: str
+    continue_token: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +61,11 @@ class ClusterPort(Protocol):
         """(group, version, plural) of every resource the server serves (API discovery)."""
         ...
 
-    async def list(self, resource: ApiResource) -> Listing:
-        """Every object of a resource, in all namespaces, and the list's resourceVersion."""
+    async def list(
+        self, resource: ApiResource, *, limit: int | None = None, continue_token: str | None = None
+    ) -> Listing:
+        """Objects of a resource in all namespaces, a page of at most ``limit`` at a time (all at once
+        without a limit), with the list's resourceVersion."""
         ...
 
     def watch(self, resource: ApiResource, resource_version: str, *, timeout: float) -> AsyncIterator[Change]:

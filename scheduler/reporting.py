@@ -16,6 +16,7 @@ Write failures are logged and retried at the next flush; they never reach the sc
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,6 +40,7 @@ log = structlog.get_logger("phalanx.reporting")
 UNSCHEDULABLE = "Unschedulable"
 SCHEDULER_ERROR = "SchedulerError"
 _NOTE_LIMIT = 1024
+_EVENTS_TRACKED = 4096
 _PLURALS = {"PodGroup": "podgroups", "CompositePodGroup": "compositepodgroups"}
 
 
@@ -95,7 +97,8 @@ class Reporter:
         self.identity = identity
         self._conditions: dict[str, tuple[str, str]] = {}  # pod -> (reason, message) wanted
         self._written: dict[str, tuple[str, str]] = {}  # pod -> what the API has
-        self._events: dict[tuple[Subject, str, str], _Event] = {}
+        self._events: dict[tuple[Subject, str, str], _Event] = {}  # oldest occurrence first
+        self._due: set[tuple[Subject, str, str]] = set()  # events with occurrences not yet written
         self._groups: dict[ObjectRef, tuple[bool, int, str]] = {}  # wanted: scheduled?, bound count, message
         self._groups_written: dict[ObjectRef, tuple[bool, int, str]] = {}
 
@@ -113,11 +116,24 @@ class Reporter:
             return
         note = note if len(note) <= _NOTE_LIMIT else note[: _NOTE_LIMIT - 3] + "..."
         key = (subject, reason, note)
-        found = self._events.get(key)
+        found = self._events.pop(key, None)
         if found is None:
-            self._events[key] = _Event(subject, reason, note, type, action)
+            found = _Event(subject, reason, note, type, action)
         else:
             found.count += 1
+        self._events[key] = found  # re-inserted: the dict is kept in order of last occurrence
+        self._due.add(key)
+        if len(self._events) > _EVENTS_TRACKED + _EVENTS_TRACKED // 8:
+            self._forget_quiet_events()
+
+    def _forget_quiet_events(self) -> None:
+        """Stop aggregating into the Events that recurred least recently (client-go's correlator keeps an
+        LRU cache of 4,096 too): a later occurrence of one starts a new Event. Done in batches, as the
+        oldest keys must be hashed to be checked."""
+        excess = len(self._events) - _EVENTS_TRACKED
+        oldest = itertools.islice(self._events, 2 * excess)
+        for key in [key for key in oldest if key not in self._due][:excess]:
+            del self._events[key]
 
     def pod_subject(self, pod: str) -> Subject | None:
         uid = self.state.uid(pod)
@@ -201,7 +217,11 @@ class Reporter:
 
     async def _flush_events(self) -> None:
         now = self.clock.monotonic()
-        for key, event in list(self._events.items()):
+        for key in list(self._due):
+            event = self._events.get(key)
+            if event is None:
+                self._due.discard(key)
+                continue
             namespace = event.subject.namespace
             if event.name is None:
                 created = await self._attempt(
@@ -211,16 +231,16 @@ class Reporter:
                     event.name = str((created.get("metadata") or {}).get("name") or "") or None
                     event.written_count, event.last_write = event.count, now
                     if event.name is None:
-                        del self._events[key]
-            elif event.count > event.written_count and now - event.last_write >= self.settings.event_interval_seconds:
+                        self._events.pop(key, None)
+            elif now - event.last_write >= self.settings.event_interval_seconds:
                 series = {"series": {"count": event.count, "lastObservedTime": micro_time(self.clock.wall())}}
                 if (
                     await self._attempt("event", event.reason, self.port.patch(EVENTS, namespace, event.name, series))
                     is not None
                 ):
                     event.written_count, event.last_write = event.count, now
-            elif now - event.last_write > 3600 and event.count == event.written_count:
-                del self._events[key]  # quiet for an hour: a new occurrence starts a new Event
+            if event.count == event.written_count:
+                self._due.discard(key)
 
     def _event_body(self, event: _Event) -> dict[str, Any]:
         subject = event.subject

@@ -116,7 +116,7 @@ class Settings:
         return self.leader_election.identity or socket.gethostname()
 
 
-_SECTIONS: dict[str, type] = {
+SECTIONS: dict[str, type] = {
     "queue": QueueSettings,
     "placement": PlacementSettings,
     "permit": PermitSettings,
@@ -126,14 +126,14 @@ _SECTIONS: dict[str, type] = {
     "reporting": ReportingSettings,
     "informers": InformerSettings,
 }
-_TOP = ("schedulerNames", "topology", "gangs", *_SECTIONS)
+_TOP = ("schedulerNames", "topology", "gangs", *SECTIONS)
 
 
 def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def _camel(name: str) -> str:
+def yaml_key(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
 
@@ -175,7 +175,7 @@ def _section(cls: type, raw: object, where: str) -> Any:
     if not isinstance(raw, Mapping):
         raise SettingsError(f"{where.rstrip('.')}: must be a mapping of settings")
     hints = get_type_hints(cls)
-    names = {_camel(item.name): item.name for item in fields(cls)}
+    names = {yaml_key(item.name): item.name for item in fields(cls)}
     values = {}
     for key, value in raw.items():
         if key not in names:
@@ -224,7 +224,7 @@ def parse_settings(raw: object) -> Settings:
             values["gangs"] = GangSettings.from_plugin_args(plugin_args)
         except SettingsError as error:
             raise SettingsError(f"gangs.{error}") from None
-    for name, cls in _SECTIONS.items():
+    for name, cls in SECTIONS.items():
         if name in raw:
             values[_snake(name)] = _section(cls, raw[name], f"{name}.")
     settings = Settings(**values)

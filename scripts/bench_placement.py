@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -32,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from benchinfo import machine
 
 from topology import GangRequest, Member, NodeRecord, Placement, PodShape, Snapshot, Topology, place
 
@@ -177,22 +176,6 @@ class Scenario:
             figure.target = words.format(f"{self.bound:g}")
             figure.met = holds(figure, self.bound)
         return figure
-
-
-def machine() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return (
-        f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}, "
-        f"{platform.system()} {platform.release()}"
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from benchinfo import machine
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient, Configuration
 
@@ -33,16 +32,6 @@ from scheduler.sim.http import SimServer
 from scheduler.sim.store import Store, Watch
 
 WATCHERS = 2
-
-
-def machine() -> str:
-    model = platform.machine()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def make_pod(i: int) -> dict[str, Any]:

@@ -4,20 +4,21 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_bench_placement_quick_json_has_every_scenario() -> None:
+def run_quick(script: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run a benchmark with --quick --json; its report, and the process (stderr has the header)."""
     completed = subprocess.run(
-        [sys.executable, "scripts/bench_placement.py", "--quick", "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
+        [sys.executable, script, "--quick", "--json"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=180
     )
-    report = json.loads(completed.stdout)
+    return completed, json.loads(completed.stdout)
+
+
+def test_bench_placement_quick_json_has_every_scenario() -> None:
+    completed, report = run_quick("scripts/bench_placement.py")
     for scenario in ("basic_3pod_5k", "rack_4pod_5k", "block_1000pod_20k", "block_1000pod_20k_fit"):
         assert {"pods_per_s", "ms_per_gang_p50", "ms_per_gang_p99"} <= report[scenario].keys()
     assert report["growth"]["nodes"] == [1280, 5120, 20480]
@@ -27,16 +28,24 @@ def test_bench_placement_quick_json_has_every_scenario() -> None:
 
 
 def test_bench_simcluster_quick_json_has_every_scenario() -> None:
-    completed = subprocess.run(
-        [sys.executable, "scripts/bench_simcluster.py", "--quick", "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    report = json.loads(completed.stdout)
+    completed, report = run_quick("scripts/bench_simcluster.py")
     for scenario in ("in_process", "http_watch", "http_create"):
         assert {"objects", "seconds", "objects_per_s"} <= report[scenario].keys()
     assert report["in_process"]["objects"] == 2048 + 10_000
     assert "machine:" in completed.stderr
+
+
+def test_bench_e2e_quick_json_binds_every_pod_and_reports_memory() -> None:
+    completed = subprocess.run(
+        [sys.executable, "scripts/bench_e2e.py", "--quick", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=180,
+    )
+    report = json.loads(completed.stdout)
+    for scenario in ("sim_8pod_5k", "http_8pod_1k", "bind_fanout_1k"):
+        assert report[scenario]["pods_per_s"] > 0 and report[scenario]["pods"] > 0
+    assert 0 < report["rss_20k_100k"]["peak_rss_mb"] < 2000
+    assert "machine:" in completed.stderr and "command: scripts/bench_e2e.py --quick --json" in completed.stderr

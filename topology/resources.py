@@ -15,6 +15,7 @@ nothing that large is ever allocatable, so a capped request simply fits nowhere.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
@@ -129,7 +130,17 @@ def quantity_amount(resource: str, raw: object, *, field: str) -> int:
         raise QuantityError(field, raw, "must be a string such as '500m', '2Gi' or '8'")
     if isinstance(raw, float):
         raw = repr(raw) if math.isfinite(raw) else "invalid"
-    return to_base_units(resource, parse_quantity(str(raw), field=field))
+    try:
+        return _base_units_of(resource == CPU, str(raw))
+    except QuantityError as error:
+        raise QuantityError(field, error.value, error.problem) from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _base_units_of(is_cpu: bool, text: str) -> int:
+    # A cluster uses a handful of distinct quantity strings ("1", "4Gi", "500m") across all its pods;
+    # exact parsing with Fractions is slow enough to matter when every pod event is read.
+    return to_base_units(CPU if is_cpu else "", parse_quantity(text))
 
 
 def resource_list(raw: object, *, field: str, allow_negative: bool = False) -> dict[str, int]:

@@ -80,7 +80,7 @@ class Snapshot:
     ) -> None:
         self.topology = topology or Topology()
         self._records: dict[str, NodeRecord] = {}
-        self._pods: dict[str, tuple[str, dict[str, int]]] = {}
+        self._pods: dict[str, tuple[str, Mapping[str, int]]] = {}
         self._pods_by_node: dict[str, set[str]] = {}
         self._stale_nodes: set[str] = set()
         self._dirty = True
@@ -139,10 +139,13 @@ class Snapshot:
 
     def assume(self, pod: str, node: str, requests: Mapping[str, int]) -> None:
         """Count a pod's requests on a node (bound, or assumed by a placement). Replaces any earlier
-        record of the same pod. O(n_resources)."""
+        record of the same pod. O(n_resources).
+
+        ``requests`` is kept as given, not copied (callers share one dict among pods that request the
+        same): it must not be modified afterwards.
+        """
         if pod in self._pods:
             self.forget(pod)
-        requests = dict(requests)
         self._pods[pod] = (node, requests)
         self._pods_by_node.setdefault(node, set()).add(pod)
         self._apply(node, requests, 1)

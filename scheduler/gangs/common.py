@@ -4,7 +4,7 @@ from every place they may be written, priority and the timeout."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scheduler.gangs.fields import SpecProblem, present, topology_key
 from scheduler.gangs.model import ObjectRef, Timeout
@@ -15,28 +15,34 @@ from topology import GangRequest, Member, PodShape, SpecError, pod_shape, unsupp
 
 @dataclass(slots=True)
 class Context:
-    """Shared state of one index: settings, priority classes, and pod shapes cached by pod key."""
+    """Shared state of one index: settings, priority classes, and members cached by pod key."""
 
     settings: GangSettings
     priority_classes: dict[str, int] = field(default_factory=dict)
-    _shapes: dict[str, tuple[int, PodShape | SpecProblem]] = field(default_factory=dict)
+    _members: dict[str, tuple[object, Member | SpecProblem]] = field(default_factory=dict)
 
-    def shape(self, pod: PodInfo) -> PodShape:
-        """The pod's shape, or a SpecProblem naming the pod and field (cached per pod object)."""
-        cached = self._shapes.get(pod.key)
-        if cached is None or cached[0] != id(pod.raw):
-            cached = (id(pod.raw), _shape_or_problem(pod))
-            self._shapes[pod.key] = cached
+    def member(self, pod: PodInfo) -> Member:
+        """The pod as a gang member (its shape and node), or a SpecProblem naming the pod and field.
+
+        Cached per pod while its spec is equal (shape and node are read from the spec alone): comparing
+        two specs is far cheaper than parsing one, and a gang is compiled again whenever any member
+        changes. Binding changes only ``nodeName``, so the shape is carried over then.
+        """
+        spec = pod.raw.get("spec")
+        cached = self._members.get(pod.key)
+        if cached is None or (cached[0] is not spec and cached[0] != spec):
+            cached = (spec, _rebound(cached, spec, pod) or _member_or_problem(pod))
+            self._members[pod.key] = cached
         result = cached[1]
         if isinstance(result, SpecProblem):
             raise result
         return result
 
     def forget(self, pod: str) -> None:
-        self._shapes.pop(pod, None)
+        self._members.pop(pod, None)
 
     def members(self, pods: Iterable[PodInfo]) -> tuple[Member, ...]:
-        return tuple(Member(key=pod.key, shape=self.shape(pod), node=pod.node) for pod in pods)
+        return tuple(self.member(pod) for pod in pods)
 
     def timeout(self, seconds: float | None = None) -> Timeout:
         """A group's own timeout (or the default), never above the configured limit."""
@@ -64,7 +70,19 @@ class Context:
         return max((pod.priority for pod in pods), default=0)
 
 
-def _shape_or_problem(pod: PodInfo) -> PodShape | SpecProblem:
+def _rebound(cached: tuple[object, Member | SpecProblem] | None, spec: object, pod: PodInfo) -> Member | None:
+    """The cached member on its new node, when binding the pod is all that changed its spec."""
+    if cached is None or not isinstance(cached[1], Member) or not isinstance(spec, dict):
+        return None
+    old, node = cached[0], spec.get("nodeName")
+    if not isinstance(old, dict) or not isinstance(node, str) or {**old, "nodeName": node} != spec:
+        return None
+    shape = cached[1].shape
+    constraints = replace(shape.constraints, node_name=node or None)
+    return Member(key=pod.key, shape=PodShape(requests=shape.requests, constraints=constraints), node=pod.node)
+
+
+def _member_or_problem(pod: PodInfo) -> Member | SpecProblem:
     try:
         unsupported = unsupported_constraints(pod.raw)
         if unsupported:
@@ -75,7 +93,7 @@ def _shape_or_problem(pod: PodInfo) -> PodShape | SpecProblem:
                 present(),
                 f"Phalanx does not implement {what}; remove it, or leave this pod to another scheduler",
             )
-        return pod_shape(pod.raw)
+        return Member(key=pod.key, shape=pod_shape(pod.raw), node=pod.node)
     except SpecError as error:
         return SpecProblem(pod.ref, error.field, error.value, error.problem)
 

@@ -92,10 +92,14 @@ class GangIndex:
             self._pods[info.key] = info  # e.g. a status update: nothing a gang depends on changed
             return
         self._detach(info.key)
-        self._pods[info.key] = info
-        self._context.forget(info.key)
         if self._is_member(info):
+            self._pods[info.key] = info
             self._attach(info)
+        else:
+            # Other schedulers' pods and finished ones belong to no gang: keep nothing of them (a large
+            # cluster has far more of those than gang members).
+            self._pods.pop(info.key, None)
+            self._context.forget(info.key)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         key = PodKey(f"{namespace}/{name}")

@@ -37,9 +37,13 @@ class SimCluster:
     async def served(self) -> set[tuple[str, str, str]]:
         return {(r.group, r.version, r.plural) for r in self.store.catalog.resources}
 
-    async def list(self, resource: ApiResource) -> Listing:
-        items, version, _ = self._call(lambda: self.store.list(self._resource(resource)))
-        return Listing(items=items, resource_version=str(version))
+    async def list(
+        self, resource: ApiResource, *, limit: int | None = None, continue_token: str | None = None
+    ) -> Listing:
+        items, version, token = self._call(
+            lambda: self.store.list(self._resource(resource), limit=limit, continue_token=continue_token)
+        )
+        return Listing(items=items, resource_version=str(version), continue_token=token)
 
     async def watch(self, resource: ApiResource, resource_version: str, *, timeout: float) -> AsyncIterator[Change]:
         stream = self._call(

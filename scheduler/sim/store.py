@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import json
 import random
 import time
 import uuid
@@ -198,6 +197,8 @@ class Store:
         self._history: deque[_Change] = deque(maxlen=max(history, 1))
         self._compacted = 1  # changes with version <= this are no longer in history
         self._watches: dict[tuple[str, str], list[Watch]] = {}
+        self._list_snapshots: dict[int, tuple[int, list[Obj]]] = {}
+        self._next_snapshot = 0
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -228,28 +229,40 @@ class Store:
     ) -> tuple[list[Obj], int, str | None]:
         """Items (sorted by namespace and name), the list's resourceVersion, and a continue token.
 
-        Pages after the first read the current state, not a snapshot at the first page's version.
+        As on a real API server, every page of one list comes from the same snapshot, taken at the
+        first page's resourceVersion, whatever happens in between.
         """
-        selector = selector or Selector()
-        start: Key | None = None
         if continue_token:
             try:
-                namespace_part, name_part = json.loads(base64.urlsafe_b64decode(continue_token))
-                start = (str(namespace_part), str(name_part))
-            except (ValueError, TypeError):
+                snapshot_id, offset = (
+                    int(part) for part in base64.urlsafe_b64decode(continue_token).decode().split(":")
+                )
+            except (ValueError, UnicodeDecodeError):
                 raise ApiError(400, "the continue token is not valid") from None
-        items = []
-        for key in sorted(self._table(resource)):
-            if namespace is not None and key[0] != namespace:
-                continue
-            if start is not None and key <= start:
-                continue
-            obj = self._table(resource)[key]
-            if selector.matches(obj):
-                items.append(self._view(obj, resource))
-                if limit and len(items) == limit:
-                    return items, self._version, base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode()
-        return items, self._version, None
+            snapshot = self._list_snapshots.get(snapshot_id)
+            if snapshot is None:
+                raise ApiError(410, "the continue token has expired; list again", reason="Expired")
+            version, items = snapshot
+        else:
+            selector = selector or Selector()
+            items = [
+                self._view(obj, resource)
+                for key, obj in sorted(self._table(resource).items())
+                if (namespace is None or key[0] == namespace) and selector.matches(obj)
+            ]
+            version, offset = self._version, 0
+            if limit and len(items) > limit:
+                self._next_snapshot += 1
+                snapshot_id = self._next_snapshot
+                self._list_snapshots[snapshot_id] = (version, items)
+                while len(self._list_snapshots) > 8:  # a few lists in progress at once, like etcd's window
+                    del self._list_snapshots[next(iter(self._list_snapshots))]
+        if not limit or offset + limit >= len(items):
+            if continue_token:
+                self._list_snapshots.pop(snapshot_id, None)
+            return items[offset:], version, None
+        token = base64.urlsafe_b64encode(f"{snapshot_id}:{offset + limit}".encode()).decode()
+        return items[offset : offset + limit], version, token
 
     def watch(
         self,

@@ -31,6 +31,8 @@ def index_of(*paths: Path, settings: GangSettings | None = None) -> GangIndex:
     index = GangIndex(settings or GangSettings(levels=LEVELS))
     for path in paths:
         for files in sorted(path.rglob("*.yaml")) if path.is_dir() else [path]:
+            if files.parent.name == "config":
+                continue  # Phalanx's own configuration, not Kubernetes objects
             for document in documents(files):
                 feed(index, document)
     index.take_changed()

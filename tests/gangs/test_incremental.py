@@ -89,6 +89,22 @@ def test_binding_a_member_recompiles_its_gang_with_the_member_pinned() -> None:
     spec = index.get(PFN_KEY)  # type: ignore[arg-type]
     assert isinstance(spec, GangSpec)
     assert {member.key: member.node for member in spec.request.members()} == {"ns/a0": "node-1", "ns/a1": None}
+    pinned = {member.key: member.shape.constraints.node_name for member in spec.request.members()}
+    assert pinned == {"ns/a0": "node-1", "ns/a1": None}
+
+
+def test_a_pending_members_changed_scheduling_directives_reach_its_gang() -> None:
+    index = cluster_with_three_gangs()
+    changed = pfn_pod("a1")
+    changed["spec"]["nodeSelector"] = {"pool": "h100"}  # allowed while a pod is gated (KEP-3838)
+    changed["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "3"}}
+    index.upsert_pod(changed)
+    assert index.take_changed() == {PFN_KEY}
+    spec = index.get(PFN_KEY)  # type: ignore[arg-type]
+    assert isinstance(spec, GangSpec)
+    shape = next(member.shape for member in spec.request.members() if member.key == "ns/a1")
+    assert shape.constraints.node_selector == (("pool", "h100"),)
+    assert dict(shape.requests)["cpu"] == 3000
 
 
 def test_a_group_object_change_recompiles_its_gang_only() -> None:

@@ -1,7 +1,9 @@
 """The scheduler end to end: kubernetes_asyncio over HTTP against SimCluster, asserting end states and Events."""
 
 import anyio
+import pytest
 
+from scheduler import informers
 from scheduler.sim.builders import node_manifest
 from tests.scheduler.invariants import check_invariants
 from tests.scheduler.support import cluster, eventually, gpu_pod, pfn, phalanx
@@ -120,3 +122,17 @@ async def test_an_invalid_gang_stays_pending_with_its_reason_while_others_bind()
         assert event[0]["type"] == "Warning" and event[0]["regarding"]["name"] == "bad"
         assert "team/bad" not in where.bound()
         check_invariants(where)
+
+
+async def test_a_paged_list_counts_every_bound_pod_on_every_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(informers, "PAGE", 2)  # nodes and pods both arrive over several pages
+    async with cluster(nodes=[capacity_node(f"n{i}") for i in range(5)]) as where:
+        for i in range(4):  # another scheduler's pods fill four of the five nodes before Phalanx starts
+            where.create(gpu_pod(f"other-{i}", scheduler="other", nodeName=f"n{i}"))
+        async with phalanx(where):
+            for i in range(2):
+                where.create(gpu_pod(f"w{i}", annotations=pfn("train", 2)))
+            condition = await eventually(lambda: where.condition("team/w0"), what="PodScheduled condition")
+            assert condition["message"].startswith("1/5 nodes are available: 4 Insufficient nvidia.com/gpu.")
+            assert where.bound().keys() == {f"team/other-{i}" for i in range(4)}
+            check_invariants(where, foreign_bound={f"team/other-{i}" for i in range(4)})

@@ -160,6 +160,33 @@ def test_list_pages_with_limit_and_continue() -> None:
     assert token3 is None
 
 
+def test_every_page_of_a_list_comes_from_its_first_pages_snapshot() -> None:
+    sim = store()
+    for name in "bdf":
+        sim.create(pods_of(sim), "ns", pod(name))
+    first, version, token = sim.list(pods_of(sim), "ns", limit=2)
+    sim.create(pods_of(sim), "ns", pod("e"))  # sorts into the second page, but came after the list began
+    sim.delete(pods_of(sim), "ns", "f")
+    second, second_version, last = sim.list(pods_of(sim), "ns", limit=2, continue_token=token)
+    assert [item["metadata"]["name"] for item in first + second] == ["b", "d", "f"]
+    assert second_version == version and last is None
+
+
+def test_a_continue_token_expires_once_enough_newer_lists_are_in_progress() -> None:
+    sim = store()
+    for name in "abc":
+        sim.create(pods_of(sim), "ns", pod(name))
+    _, _, oldest = sim.list(pods_of(sim), "ns", limit=1)
+    for _ in range(8):
+        sim.list(pods_of(sim), "ns", limit=1)
+    with pytest.raises(ApiError) as expired:
+        sim.list(pods_of(sim), "ns", limit=1, continue_token=oldest)
+    assert (expired.value.code, expired.value.reason) == (410, "Expired")
+    with pytest.raises(ApiError) as garbled:
+        sim.list(pods_of(sim), "ns", limit=1, continue_token="not-a-token")
+    assert garbled.value.code == 400
+
+
 async def collect(stream, count: int) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
     found = []
     with anyio.fail_after(5):

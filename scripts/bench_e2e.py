@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""End-to-end scheduler benchmark (issue 5): pods per second from creation to bind, and memory.
+
+  sim_8pod_5k      SimCluster in process, 5,120 nodes (8 GPUs, 32 per rack, 8 racks per block); 2,000 PFN
+                   gangs of 8 one-GPU pods created at once; pods/s from the first creation to the last bind.
+                   Target >= 2,000 pods/s.
+  http_8pod_1k     SimCluster over HTTP in a separate process, 1,024 nodes; 500 gangs of 8 pods created
+                   through the API by a third process; pods/s from the start of creation to the last bind.
+                   Target >= 500 pods/s.
+  bind_fanout_1k   one gang of 1,024 eight-GPU pods on 1,024 nodes over HTTP: seconds from the scheduler
+                   being ready (pods already created) to the last bind.
+  rss_20k_100k     peak resident memory of a `phalanx run` process watching 20,480 nodes and 100,000 bound
+                   pods (served over HTTP by a separate process), once ready. Target <= 600 MB.
+
+The client-side write limit is raised to 20,000/s for the throughput scenarios, as upstream's scheduler
+benchmarks raise theirs (the default 500/s would cap any figure at 500 pods/s by design). Events and
+conditions are written as in production.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+import yaml
+from benchinfo import machine
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from scheduler.app import Phalanx
+from scheduler.kube import KubeCluster
+from scheduler.logs import configure
+from scheduler.settings import BindingSettings, LeaderSettings, ReportingSettings, Settings
+from scheduler.sim import ClusterShape, Store, load
+from scheduler.sim.adapter import SimCluster
+
+LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
+SETTINGS = Settings(
+    levels=LEVELS,
+    leader_election=LeaderSettings(enabled=False, identity="bench"),
+    binding=BindingSettings(writes_per_second=20_000, burst=20_000),
+    reporting=ReportingSettings(status_interval_seconds=1.0),
+)
+
+
+def shape(nodes: int) -> ClusterShape:
+    racks = max(1, nodes // 32)
+    return ClusterShape(blocks=max(1, racks // 8), racks=min(8, racks), nodes=min(32, nodes))
+
+
+def gang_pod(gang: int, member: int, size: int, gpus: int) -> dict[str, Any]:
+    prefix = "gang-scheduling.preferred.jp/gang"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"g{gang:05d}-{member:04d}",
+            "namespace": "bench",
+            "annotations": {f"{prefix}-name": f"g{gang:05d}", f"{prefix}-size": str(size)},
+        },
+        "spec": {
+            "schedulerName": "phalanx",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.9",
+                    "resources": {"requests": {"cpu": "1", "memory": "4Gi", "nvidia.com/gpu": str(gpus)}},
+                }
+            ],
+        },
+    }
+
+
+def bound_count(app: Phalanx) -> float:
+    return app.metrics.registry.get_sample_value("phalanx_api_writes_total", {"kind": "bind"}) or 0.0
+
+
+async def wait_for(check: Any, timeout: float) -> None:
+    with anyio.fail_after(timeout):
+        while not check():
+            await anyio.sleep(0.02)
+
+
+@asynccontextmanager
+async def running(app: Phalanx):  # type: ignore[no-untyped-def]
+    async with anyio.create_task_group() as group:
+        await group.start(app.run)
+        yield app
+        group.cancel_scope.cancel()
+
+
+async def sim_8pod(n_nodes: int, n_gangs: int) -> dict[str, float]:
+    store = Store(history=max(50_000, n_gangs * 40))
+    load(store, shape(n_nodes).node_manifests())
+    store.ensure_namespace("bench")
+    app = Phalanx(SETTINGS, SimCluster(store), serve=False)
+    pods = resource = store.resource("v1", "Pod")
+    async with running(app):
+        start = time.perf_counter()
+        for gang in range(n_gangs):
+            for member in range(8):
+                store.create(resource, "bench", gang_pod(gang, member, 8, 1))
+            if gang % 64 == 0:
+                await anyio.sleep(0)
+        await wait_for(lambda: bound_count(app) >= 8 * n_gangs, timeout=600)
+        elapsed = time.perf_counter() - start
+    del pods
+    return {"nodes": n_nodes, "pods": 8 * n_gangs, "seconds": elapsed, "pods_per_s": 8 * n_gangs / elapsed}
+
+
+@asynccontextmanager
+async def sim_server(*args: str):  # type: ignore[no-untyped-def]
+    process = subprocess.Popen([sys.executable, "-m", "scheduler.sim.serve", *args], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = await anyio.to_thread.run_sync(process.stdout.readline)
+        if not line.startswith("serving "):
+            raise RuntimeError(f"the SimCluster server did not start: {line!r}")
+        yield line.split()[1], process.pid
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await anyio.to_thread.run_sync(process.wait)
+
+
+def shape_arg(n_nodes: int) -> str:
+    found = shape(n_nodes)
+    return f"blocks={found.blocks},racks={found.racks},nodes={found.nodes},gpus=8"
+
+
+async def create_gangs(url: str, n_gangs: int) -> None:
+    """The pod creator's process: wait for "go" on stdin, then create the gangs' pods, 32 requests at a time."""
+    async with ApiClient(Configuration(host=url)) as api:
+        core = client.CoreV1Api(api)
+        slots = anyio.Semaphore(32)
+
+        async def create(gang: int, member: int) -> None:
+            async with slots:
+                response = await core.create_namespaced_pod(
+                    "bench", gang_pod(gang, member, 8, 1), _preload_content=False
+                )
+                response.release()
+
+        print("ready", flush=True)
+        await anyio.to_thread.run_sync(sys.stdin.readline)
+        async with anyio.create_task_group() as group:
+            for gang in range(n_gangs):
+                for member in range(8):
+                    group.start_soon(create, gang, member)
+
+
+async def http_8pod(n_nodes: int, n_gangs: int) -> dict[str, float]:
+    # The pods are created by a separate process, as controllers and kubectl create them in a cluster:
+    # the figure is the scheduler's, not that of a client sharing its core.
+    async with sim_server("--shape", shape_arg(n_nodes)) as (url, _), ApiClient(Configuration(host=url)) as api:
+        await client.CoreV1Api(api).create_namespace({"metadata": {"name": "bench"}})
+        creator = subprocess.Popen(
+            [sys.executable, __file__, "--create-gangs", url, str(n_gangs)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert creator.stdin is not None and creator.stdout is not None
+        try:
+            if (await anyio.to_thread.run_sync(creator.stdout.readline)).strip() != "ready":
+                raise RuntimeError("the pod creator did not start")
+            app = Phalanx(SETTINGS, KubeCluster(ApiClient(Configuration(host=url))), serve=False)
+            async with running(app):
+                start = time.perf_counter()
+                creator.stdin.write("go\n")
+                creator.stdin.flush()
+                await wait_for(lambda: bound_count(app) >= 8 * n_gangs, timeout=600)
+                elapsed = time.perf_counter() - start
+            await app.port.close()  # type: ignore[attr-defined]
+        finally:
+            await anyio.to_thread.run_sync(creator.wait)
+    return {"nodes": n_nodes, "pods": 8 * n_gangs, "seconds": elapsed, "pods_per_s": 8 * n_gangs / elapsed}
+
+
+async def bind_fanout(n_nodes: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as folder:
+        manifest = Path(folder) / "gang.yaml"
+        manifest.write_text(yaml.safe_dump_all([gang_pod(0, i, n_nodes, 8) for i in range(n_nodes)]))
+        async with sim_server("--shape", shape_arg(n_nodes), "--manifests", str(manifest)) as (url, _):
+            app = Phalanx(SETTINGS, KubeCluster(ApiClient(Configuration(host=url))), serve=False)
+            async with running(app):
+                start = time.perf_counter()
+                await wait_for(lambda: bound_count(app) >= n_nodes, timeout=600)
+                elapsed = time.perf_counter() - start
+            await app.port.close()  # type: ignore[attr-defined]
+    return {"nodes": n_nodes, "pods": n_nodes, "seconds": elapsed, "pods_per_s": n_nodes / elapsed}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def peak_rss(n_nodes: int, n_pods: int) -> dict[str, float]:
+    async with sim_server("--shape", shape_arg(n_nodes), "--bound-pods", str(n_pods)) as (url, _):
+        with tempfile.TemporaryDirectory() as folder:
+            kubeconfig = Path(folder) / "kubeconfig"
+            kubeconfig.write_text(
+                yaml.safe_dump(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Config",
+                        "current-context": "sim",
+                        "clusters": [{"name": "sim", "cluster": {"server": url}}],
+                        "users": [{"name": "sim", "user": {}}],
+                        "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
+                    }
+                )
+            )
+            port = free_port()
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "scheduler.cli",
+                    "run",
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "--no-leader-elect",
+                    "--metrics-address",
+                    f"127.0.0.1:{port}",
+                    "--log-level",
+                    "warning",
+                ],
+                stderr=subprocess.DEVNULL,
+            )
+            start = time.perf_counter()
+            try:
+                async with aiohttp.ClientSession() as session:
+                    with anyio.fail_after(600):
+                        while True:
+                            try:
+                                async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                                    if response.status == 200:
+                                        break
+                            except aiohttp.ClientError:
+                                pass
+                            await anyio.sleep(0.2)
+                ready = time.perf_counter() - start
+                with open(f"/proc/{process.pid}/status") as status:
+                    peak_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+            finally:
+                process.send_signal(signal.SIGTERM)
+                await anyio.to_thread.run_sync(process.wait)
+    return {"nodes": n_nodes, "pods": n_pods, "seconds": ready, "peak_rss_mb": peak_kb / 1024}
+
+
+async def median(repeat: int, run: Any) -> dict[str, float]:
+    runs = [await run() for _ in range(repeat)]
+    return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    quick = args.quick
+    return {
+        "sim_8pod_5k": await median(args.repeat, lambda: sim_8pod(1280 if quick else 5120, 250 if quick else 2000)),
+        "http_8pod_1k": await median(args.repeat, lambda: http_8pod(256 if quick else 1024, 64 if quick else 500)),
+        "bind_fanout_1k": await median(args.repeat, lambda: bind_fanout(256 if quick else 1024)),
+        "rss_20k_100k": await median(1, lambda: peak_rss(2048 if quick else 20480, 10_000 if quick else 100_000)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--quick", action="store_true", help="smaller clusters, one run each (under a minute)")
+    parser.add_argument("--repeat", type=int, default=None, help="runs per scenario (default 3, quick 1)")
+    parser.add_argument("--create-gangs", nargs=2, metavar=("URL", "GANGS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.create_gangs:
+        asyncio.run(create_gangs(args.create_gangs[0], int(args.create_gangs[1])))
+        return 0
+    args.repeat = args.repeat or (1 if args.quick else 3)
+    log = sys.stderr if args.json else sys.stdout
+    print(f"command: scripts/bench_e2e.py {' '.join(argv if argv is not None else sys.argv[1:])}".rstrip(), file=log)
+    print(f"machine: {machine()}", file=log)
+    print(f"runs per scenario: {args.repeat} (figures are medians)\n", file=log)
+    configure("error")
+    result = asyncio.run(main_async(args))
+    result["machine"] = machine()
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    targets = {
+        "sim_8pod_5k": (">= 2000 pods/s", lambda r: r["pods_per_s"] >= 2000),
+        "http_8pod_1k": (">= 500 pods/s", lambda r: r["pods_per_s"] >= 500),
+        "rss_20k_100k": ("<= 600 MB", lambda r: r["peak_rss_mb"] <= 600),
+    }
+    print(f"{'scenario':<16} {'nodes':>6} {'pods':>7} {'seconds':>8} {'pods/s':>8}  result")
+    for name, row in result.items():
+        if name == "machine":
+            continue
+        target, holds = targets.get(name, ("", None))
+        verdict = f"{target}: {'met' if holds(row) else 'MISSED'}" if holds else ""
+        extra = f"peak RSS {row['peak_rss_mb']:.0f} MB" if "peak_rss_mb" in row else f"{row['pods_per_s']:>8.0f}"
+        print(f"{name:<16} {row['nodes']:>6.0f} {row['pods']:>7.0f} {row['seconds']:>8.2f} {extra}  {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""What the scheduler's cluster state does with binds the watch does or does not confirm."""
+
+from scheduler.cache import ClusterState
+from scheduler.clock import ManualClock
+from scheduler.gangs import GangKey
+from scheduler.port import NODES, PODS, Change
+from scheduler.sim.builders import node_manifest
+from tests.scheduler.support import FAST, gpu_pod
+from topology import Assignment, PodShape
+
+GANG = GangKey("pfn:team/train")
+SHAPE = PodShape.of({"cpu": 1000, "nvidia.com/gpu": 8})
+
+
+def state_with_nodes(*names: str) -> tuple[ClusterState, ManualClock]:
+    clock = ManualClock()
+    state = ClusterState(FAST, clock)
+    for name in names:
+        node = node_manifest(name, capacity={"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8"})
+        state.apply(NODES, Change("ADDED", node))
+    return state, clock
+
+
+def gpus_taken(state: ClusterState) -> int:
+    column = state.snapshot.resources.index("nvidia.com/gpu")
+    return int(state.snapshot.requested[:, column].sum())
+
+
+def test_a_bind_the_watch_never_confirms_releases_its_room_after_the_assume_timeout() -> None:
+    state, clock = state_with_nodes("n0", "n1")
+    state.reserve(GANG, [Assignment(pod="team/a", node="n0", shape=SHAPE)])
+    clock.advance(100)  # in flight (no deadline yet): held however long the bind takes
+    assert state.expire() == [] and state.next_expiry() is None
+    state.binding_done("team/a")
+    timeout = FAST.binding.assume_timeout_seconds
+    assert state.next_expiry() == clock.monotonic() + timeout
+    clock.advance(timeout - 0.1)
+    assert state.expire() == [] and gpus_taken(state) == 8
+    clock.advance(0.2)
+    assert state.expire() == ["team/a"]
+    assert gpus_taken(state) == 0 and state.next_expiry() is None
+
+
+def test_a_confirmed_bind_never_expires_and_only_the_late_one_of_two_does() -> None:
+    state, clock = state_with_nodes("n0", "n1")
+    state.reserve(GANG, [Assignment(pod=f"team/w{i}", node=f"n{i}", shape=SHAPE) for i in range(2)])
+    state.binding_done("team/w0")
+    clock.advance(1)
+    state.binding_done("team/w1")
+    bound = gpu_pod("w0", nodeName="n0")
+    bound["metadata"]["uid"] = "uid-w0"
+    state.apply(PODS, Change("ADDED", bound))
+    assert "team/w0" not in state.assumed
+    assert state.next_expiry() == 1 + FAST.binding.assume_timeout_seconds  # w0's stale entry is skipped
+    clock.advance(FAST.binding.assume_timeout_seconds + 1)
+    assert state.expire() == ["team/w1"]
+    assert state.bound_node("team/w0") == "n0" and gpus_taken(state) == 8

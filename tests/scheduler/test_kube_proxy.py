@@ -1,0 +1,41 @@
+"""The proxy settings an operator gives Phalanx (HTTPS_PROXY, NO_PROXY, kubeconfig proxy-url) are honoured."""
+
+import pytest
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from scheduler.kube import KubeCluster
+from scheduler.port import NODES
+from tests.scheduler.support import cluster
+
+
+async def test_requests_go_through_the_proxy_named_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with cluster("blocks=1,racks=1,nodes=2,gpus=8") as where:
+        # The API server's name does not resolve: only the proxy (the emulator, which serves absolute-form
+        # requests as a forwarding proxy would pass them on) can reach it.
+        monkeypatch.setenv("HTTP_PROXY", where.url)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        port = KubeCluster(ApiClient(Configuration(host="http://kubernetes.invalid:6443")), request_timeout=5)
+        try:
+            listing = await port.list(NODES)
+        finally:
+            await port.close()
+        assert sorted(node["metadata"]["name"] for node in listing.items) == ["b0-r0-n0", "b0-r0-n1"]
+
+
+async def test_no_proxy_and_an_explicit_proxy_url_take_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:secret@proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "10.0.0.1")
+    bypassed = KubeCluster(ApiClient(Configuration(host="https://10.0.0.1:6443")))
+    proxied = KubeCluster(ApiClient(Configuration(host="https://api.example:6443")))
+    chosen = Configuration(host="https://api.example:6443")
+    chosen.proxy = "http://chosen.example:8080"  # what a kubeconfig's proxy-url sets
+    explicit = KubeCluster(ApiClient(chosen))
+    try:
+        assert bypassed.api.rest_client.proxy is None
+        assert proxied.api.rest_client.proxy == "http://proxy.example:3128"
+        assert proxied.api.rest_client.proxy_headers["Proxy-Authorization"].startswith("Basic ")
+        assert explicit.api.rest_client.proxy == "http://chosen.example:8080"
+    finally:
+        for port in (bypassed, proxied, explicit):
+            await port.close()

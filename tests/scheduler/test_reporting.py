@@ -1,0 +1,68 @@
+"""How Events are aggregated, as a user reading `kubectl get events` sees them."""
+
+from scheduler.cache import ClusterState
+from scheduler.clock import ManualClock
+from scheduler.metrics import Metrics
+from scheduler.ratelimit import TokenBucket
+from scheduler.reporting import Reporter, Subject
+from scheduler.settings import ReportingSettings
+from scheduler.sim import Store
+from scheduler.sim.adapter import SimCluster
+from tests.scheduler.support import FAST
+
+
+def reporter_on(store: Store) -> tuple[Reporter, ManualClock]:
+    clock = ManualClock()
+    reporter = Reporter(
+        port=SimCluster(store),
+        state=ClusterState(FAST, clock),
+        settings=ReportingSettings(event_interval_seconds=10),
+        clock=clock,
+        limiter=TokenBucket(1e9, 1_000_000, clock),
+        metrics=Metrics(),
+        identity="test",
+    )
+    return reporter, clock
+
+
+def events(store: Store, name: str) -> list[dict]:  # type: ignore[type-arg]
+    found = store.objects(store.resource("events.k8s.io/v1", "Event"))
+    return [event for event in found if event["regarding"]["name"] == name]
+
+
+def subject(i: int) -> Subject:
+    return Subject("v1", "Pod", "team", f"p{i}", f"uid-{i}")
+
+
+async def test_repeats_of_a_recent_event_grow_its_series_and_long_quiet_ones_start_a_new_event() -> None:
+    store = Store()
+    store.ensure_namespace("team")
+    reporter, clock = reporter_on(store)
+    for i in range(6000):  # more distinct Events than are tracked for aggregation
+        reporter.event(subject(i), "FailedScheduling", "0/4 nodes are available")
+    await reporter.flush()
+    assert len(events(store, "p5999")) == 1
+
+    clock.advance(10)
+    reporter.event(subject(5999), "FailedScheduling", "0/4 nodes are available")
+    reporter.event(subject(0), "FailedScheduling", "0/4 nodes are available")
+    await reporter.flush()
+    recent = events(store, "p5999")
+    assert len(recent) == 1 and recent[0]["series"]["count"] == 2
+    oldest = events(store, "p0")
+    assert len(oldest) == 2 and all("series" not in event for event in oldest)
+
+
+async def test_occurrences_between_writes_are_counted_not_lost() -> None:
+    store = Store()
+    store.ensure_namespace("team")
+    reporter, clock = reporter_on(store)
+    reporter.event(subject(1), "FailedScheduling", "no room")
+    await reporter.flush()
+    for _ in range(4):
+        reporter.event(subject(1), "FailedScheduling", "no room")
+    await reporter.flush()  # too soon after the first write: nothing sent yet
+    assert "series" not in events(store, "p1")[0]
+    clock.advance(10)
+    await reporter.flush()
+    assert events(store, "p1")[0]["series"]["count"] == 5
