@@ -136,3 +136,51 @@ async def test_a_paged_list_counts_every_bound_pod_on_every_page(monkeypatch: py
             assert condition["message"].startswith("1/5 nodes are available: 4 Insufficient nvidia.com/gpu.")
             assert where.bound().keys() == {f"team/other-{i}" for i in range(4)}
             check_invariants(where, foreign_bound={f"team/other-{i}" for i in range(4)})
+
+
+async def test_extras_and_a_replacement_join_a_running_gang_only_inside_its_required_rack() -> None:
+    r0 = [capacity_node(f"n{i}", rack="b0-r0") for i in range(3)]
+    r1 = [capacity_node(f"m{i}", rack="b0-r1") for i in range(4)]
+    async with cluster(nodes=r0 + r1) as where, phalanx(where) as app:
+        foreign = {"n2", "m0", "m1", "m2", "m3"}  # only n0 and n1 are free: rack r0 fits the minimum of two
+        for node in sorted(foreign):
+            where.create(gpu_pod(f"other-{node}", scheduler="other", nodeName=node))
+        group = plugins_group("etl", 2)
+        group["metadata"]["annotations"] = {"scheduling.phalanx.dev/topology-required": "example.com/rack"}
+        where.create(group)
+        for i in range(4):
+            where.create(gpu_pod(f"etl-{i}", labels={"scheduling.x-k8s.io/pod-group": "etl"}))
+        await eventually(lambda: len(gang_nodes(where)) == 2, what="the minimum bound")
+        assert set(gang_nodes(where).values()) == {"n0", "n1"}
+
+        def failed_attempts() -> float:
+            return app.metrics.registry.get_sample_value("phalanx_schedule_attempts_total", {"result": "unschedulable"})
+
+        async def free(node: str) -> None:
+            before = failed_attempts()
+            where.store.delete(where.store.resource("v1", "Pod"), "team", f"other-{node}")
+            await eventually(lambda: failed_attempts() > before, what=f"the gang tried again after {node} was freed")
+
+        for node in ("m0", "m1", "m2", "m3"):  # a whole empty rack, but not the gang's
+            await free(node)
+        assert set(gang_nodes(where).values()) == {"n0", "n1"}
+        await free("n2")  # room in the gang's rack: one extra joins
+        await eventually(lambda: "n2" in gang_nodes(where).values(), what="an extra bound in rack r0")
+
+        pods = where.store.resource("v1", "Pod")
+        extra = next(f"etl-{i}" for i in range(4) if f"team/etl-{i}" not in gang_nodes(where))
+        where.store.delete(pods, "team", extra)  # the gang now has no pending member
+        replaced = next(pod for pod, node in gang_nodes(where).items() if node == "n0")
+        where.store.delete(pods, "team", replaced.split("/")[1])  # a member fails; its node is taken by others
+        where.create(gpu_pod("other-n0", scheduler="other", nodeName="n0"))
+        where.create(gpu_pod("etl-4", labels={"scheduling.x-k8s.io/pod-group": "etl"}))
+        condition = await eventually(lambda: where.condition("team/etl-4"), what="the replacement pending")
+        assert "inside the domains the gang already uses" in condition["message"]
+        assert sorted(gang_nodes(where).values()) == ["n1", "n2"]  # not on the empty rack r1
+        where.store.delete(pods, "team", "other-n0")
+        await eventually(lambda: gang_nodes(where).get("team/etl-4") == "n0", what="the replacement bound on n0")
+        check_invariants(where, user_deleted=True)
+
+
+def gang_nodes(where) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {pod: node for pod, node in where.bound().items() if pod.startswith("team/etl-")}
