@@ -1,26 +1,39 @@
-"""The ``phalanx`` command.
+"""The ``phalanx`` command: ``run``, ``simulate``, ``dry-run`` and ``explain``.
 
-Every failure a user can cause (a bad flag, a missing file, an unusable kubeconfig) ends in one readable
-line on stderr and a non-zero exit status, never a traceback: 2 for a bad command line or configuration,
-1 when the cluster cannot be used.
+Every failure a user can cause (a bad flag, a missing or malformed file, an unusable kubeconfig, an
+unreachable cluster) ends in one readable line on stderr and a non-zero exit status, never a traceback:
+2 for a bad command line, configuration or input file, 1 when the cluster cannot be used or the
+object asked about does not exist.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, NoReturn
 
 import anyio
 
-from scheduler import demo
 from scheduler.app import Phalanx
+from scheduler.dryrun import dry_run, read_real_cluster
+from scheduler.errors import PortError
+from scheduler.explain import ExplainError, explain, parse_target
 from scheduler.gangs import SettingsError
 from scheduler.kube import KubeCluster, KubeConfigError, connect
 from scheduler.logs import LEVELS, configure
+from scheduler.plot import INSTALL_HINT, PlotError, plot
+from scheduler.render import Progress, table
+from scheduler.samples import default_cluster, default_workload
 from scheduler.settings import Settings, load_settings
+from scheduler.sim.builders import ClusterShape, ManifestError, read_manifest_file
+from scheduler.simulation import Simulation
+
+EXIT_USAGE, EXIT_CLUSTER = 2, 1
 
 
 def _version() -> str:
@@ -34,12 +47,38 @@ class _Parser(argparse.ArgumentParser):
     """Reports a bad command line in one line (with a pointer to --help), not usage plus error."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def _fail(message: str, code: int) -> int:
-    sys.stderr.write(f"phalanx: {message}\n")
-    return code
+class UserError(Exception):
+    """A problem the user can fix; ``code`` is the exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _settings_flags(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--config", metavar="FILE", help="YAML configuration file (schema in the README)")
+    command.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any setting by its YAML path, e.g. topology.levels=[example.com/rack,kubernetes.io/hostname]",
+    )
+    command.add_argument(
+        "--levels", metavar="KEYS", help="topology levels, broad to narrow, comma-separated label keys"
+    )
+    command.add_argument(
+        "--scheduler-name", action="append", metavar="NAME", help="a schedulerName to own (repeatable)"
+    )
+
+
+def _cluster_flags(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
+    command.add_argument("--context", metavar="NAME", help="kubeconfig context")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,13 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run",
         help="run the scheduler against a cluster (in-cluster credentials unless --kubeconfig is given)",
-        description="Run the scheduler. Settings come from --config (YAML, schema in the README), then flags.",
+        description="Run the scheduler. Settings come from --config, then the flags, then each --set.",
     )
-    run.add_argument("--config", metavar="FILE", help="YAML configuration file")
+    _settings_flags(run)
     run.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig to use instead of the in-cluster account")
     run.add_argument("--context", metavar="NAME", help="kubeconfig context")
-    run.add_argument("--scheduler-name", action="append", metavar="NAME", help="a schedulerName to own (repeatable)")
-    run.add_argument("--levels", metavar="KEYS", help="topology levels, broad to narrow, comma-separated label keys")
     run.add_argument("--metrics-address", metavar="HOST:PORT", help="where /metrics, /healthz, /readyz listen")
     run.add_argument(
         "--leader-elect",
@@ -68,22 +105,62 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="elect a leader through a Lease (default on)",
     )
-    run.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="any setting by its YAML path, e.g. binding.concurrency=32 (repeatable)",
-    )
     run.add_argument("--log-level", choices=LEVELS, default="info")
     run.add_argument("--log-format", choices=("json", "console"), default="json")
 
-    commands.add_parser(
-        "demo",
-        help="place a mixed sample workload on a small embedded cluster and show where it went",
-        description="Place a mixed sample workload on an embedded 2 blocks x 4 racks x 8 nodes cluster.",
+    simulate = commands.add_parser(
+        "simulate",
+        help="run the scheduler on an embedded cluster until nothing more can be placed",
+        description=(
+            "Run the real scheduler on an in-memory cluster until no further progress is possible. With no "
+            "arguments: 2 blocks x 4 racks x 8 nodes of 8 GPUs, and a sample workload in every input format."
+        ),
     )
+    simulate.add_argument(
+        "--cluster",
+        metavar="FILE|SHAPE",
+        help="Node manifests (multi-document YAML or a List), or a shape such as blocks=2,racks=4,nodes=8,gpus=8",
+    )
+    simulate.add_argument(
+        "--workload",
+        metavar="FILE",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="manifest files: Pods, group objects, Workloads, composites (pods without schedulerName are Phalanx's)",
+    )
+    simulate.add_argument("--output", choices=("table", "json"), default="table")
+    simulate.add_argument("--plot", metavar="FILE.png", help="draw the racks with each GPU coloured by gang")
+    simulate.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+    simulate.add_argument(
+        "--timeout", type=float, default=300.0, metavar="SECONDS", help="stop after this long (default 300)"
+    )
+    _settings_flags(simulate)
+
+    dry_run = commands.add_parser(
+        "dry-run",
+        help="show where a cluster's pending gangs would go, without writing to it",
+        description=(
+            "Read nodes, pods and group objects from a cluster (through a client that refuses every write), "
+            "run one scheduling pass on a copy, and show where each pending gang would go or why it cannot."
+        ),
+    )
+    _cluster_flags(dry_run)
+    dry_run.add_argument("-n", "--namespace", metavar="NS", help="only gangs in this namespace")
+    dry_run.add_argument(
+        "--all-schedulers", action="store_true", help="treat every pending pod as Phalanx's, whatever it names"
+    )
+    dry_run.add_argument("--output", choices=("table", "json"), default="table")
+    _settings_flags(dry_run)
+
+    explain = commands.add_parser(
+        "explain",
+        help="explain why one pod or group is pending, with the numbers",
+        description="Explain one pod's or group object's gang: what it needs, what Phalanx would do, and why.",
+    )
+    explain.add_argument("target", metavar="NAMESPACE/NAME", help="a pod, or a group object (PodGroup, ...)")
+    _cluster_flags(explain)
+    _settings_flags(explain)
     return parser
 
 
@@ -93,11 +170,14 @@ def _settings(args: argparse.Namespace) -> Settings:
         overrides.append(f"schedulerNames=[{','.join(args.scheduler_name)}]")
     if args.levels is not None:
         overrides.append(f"topology.levels=[{args.levels}]")
-    if args.metrics_address:
+    if getattr(args, "metrics_address", None):
         overrides.append(f"server.address={args.metrics_address}")
-    if args.leader_elect is not None:
+    if getattr(args, "leader_elect", None) is not None:
         overrides.append(f"leaderElection.enabled={'true' if args.leader_elect else 'false'}")
     return load_settings(args.config, overrides)
+
+
+# -- run ------------------------------------------------------------------------------------------
 
 
 async def _run(settings: Settings, kubeconfig: str | None, context: str | None) -> None:
@@ -114,24 +194,139 @@ async def _run(settings: Settings, kubeconfig: str | None, context: str | None) 
             await port.close()
 
 
+def _command_run(args: argparse.Namespace, settings: Settings) -> int:
+    configure(args.log_level, args.log_format)
+    anyio.run(_run, settings, args.kubeconfig, args.context)
+    return 0
+
+
+# -- simulate -------------------------------------------------------------------------------------
+
+
+def cluster_nodes(value: str | None) -> list[dict[str, Any]]:
+    """``--cluster``: a file of Node manifests, or a shape; the embedded default when not given."""
+    if value is None:
+        return default_cluster()
+    if Path(value).exists():
+        objects = read_manifest_file(value)
+        strays = [obj for obj in objects if obj.get("kind") != "Node"]
+        if strays:
+            name = (strays[0].get("metadata") or {}).get("name", "?")
+            raise ManifestError(f"{value}: {strays[0].get('kind')} {name!r} is not a Node; --cluster takes Nodes only")
+        if not objects:
+            raise ManifestError(f"{value}: no Node in the file")
+        return objects
+    if "=" in value:
+        return ClusterShape.parse(value).node_manifests()
+    raise ManifestError(f"--cluster {value}: no such file, and not a shape such as blocks=2,racks=4,nodes=8,gpus=8")
+
+
+def _command_simulate(args: argparse.Namespace, settings: Settings) -> int:
+    if args.plot:
+        _require_plotting()
+    nodes = cluster_nodes(args.cluster)
+    workload: list[dict[str, Any]] = []
+    for path in args.workload:
+        workload += read_manifest_file(path)
+    if not args.workload:
+        workload = default_workload()
+    nodes += [obj for obj in workload if obj.get("kind") == "Node"]
+    simulation = Simulation(settings, seed=args.seed)
+    simulation.add_nodes(nodes)
+    simulation.add_objects([obj for obj in workload if obj.get("kind") != "Node"])
+    progress = Progress() if args.output == "table" else None
+    try:
+        report = anyio.run(lambda: simulation.run(timeout=args.timeout, progress=progress))
+    finally:
+        if progress is not None:
+            progress.close()
+    if args.plot:
+        plot(report, settings.levels, args.plot)
+    if args.output == "json":
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        source = "the embedded sample" if not args.workload else ", ".join(args.workload)
+        gangs = len(report.gangs)
+        title = f"Phalanx simulate: {report.nodes} nodes, {gangs} gang(s) from {source}, seed {args.seed}"
+        print(table(report, title=title, levels=settings.levels))
+        if args.plot:
+            print(f"plot written to {args.plot}")
+    if report.timed_out:
+        sys.stderr.write(f"phalanx: stopped after --timeout {args.timeout:g}s; the result is partial\n")
+    return 0
+
+
+def _require_plotting() -> None:
+    try:
+        import matplotlib  # noqa: F401, PLC0415
+    except ImportError:
+        raise UserError(INSTALL_HINT) from None
+
+
+# -- dry-run and explain ----------------------------------------------------------------------------
+
+
+def _command_dry_run(args: argparse.Namespace, settings: Settings) -> int:
+
+    copy = anyio.run(read_real_cluster, args.kubeconfig, args.context)
+    report = anyio.run(lambda: dry_run(copy, settings, namespace=args.namespace, all_schedulers=args.all_schedulers))
+    if args.output == "json":
+        print(json.dumps(report.to_json(), indent=2))
+        return 0
+    scope = f" in namespace {args.namespace}" if args.namespace else ""
+    title = f"Phalanx dry-run against {copy.server}: {len(report.gangs)} pending gang(s){scope}; nothing was written"
+    print(table(report, title=title, levels=settings.levels))
+    return 0
+
+
+def _command_explain(args: argparse.Namespace, settings: Settings) -> int:
+
+    try:
+        parse_target(args.target)
+    except ExplainError as error:
+        raise UserError(str(error)) from None
+    copy = anyio.run(read_real_cluster, args.kubeconfig, args.context)
+    try:
+        print(anyio.run(explain, copy, settings, args.target))
+    except ExplainError as error:
+        raise UserError(str(error), EXIT_CLUSTER) from None
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
+    "run": _command_run,
+    "simulate": _command_simulate,
+    "dry-run": _command_dry_run,
+    "explain": _command_explain,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        return demo.main()
-    if args.command == "run":
-        try:
-            settings = _settings(args)
-        except SettingsError as error:
-            return _fail(str(error), 2)
-        configure(args.log_level, args.log_format)
-        try:
-            anyio.run(_run, settings, args.kubeconfig, args.context)
-        except KubeConfigError as error:
-            return _fail(str(error), 1)
-        return 0
-    parser.print_help(sys.stderr)
-    return 2
+    command = COMMANDS.get(args.command or "")
+    if command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    if args.command != "run":
+        configure("warning", "console")
+    try:
+        return command(args, _settings(args))
+    except (SettingsError, ManifestError, PlotError) as error:
+        return _fail(str(error), EXIT_USAGE)
+    except KubeConfigError as error:
+        return _fail(str(error), EXIT_CLUSTER)
+    except PortError as error:
+        return _fail(f"the cluster did not answer: {error}", EXIT_CLUSTER)
+    except UserError as error:
+        return _fail(str(error), error.code)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write(f"phalanx: {message}\n")
+    return code
 
 
 if __name__ == "__main__":

@@ -367,11 +367,8 @@ class Scheduler:
 
     def _meets_minimum(self, part: GangRequest) -> bool:
         """Whether the members already bound or assumed satisfy every minimum of ``part``."""
-        placed = sum(1 for member in part.members() if self.state.placed_node(member.key) is not None)
-        if part.is_leaf:
-            return placed >= part.min_pods
-        children = sum(1 for child in part.children if self._meets_minimum(child))
-        return children >= part.min_children and placed >= part.min_pods
+        placed = {member.key for member in part.members() if self.state.placed_node(member.key) is not None}
+        return part.satisfied_by(placed)
 
     def _report_problem(self, error: GangError) -> None:
         waiting = error.problem is Problem.WAITING

@@ -164,6 +164,10 @@ class Reporter:
         for ref in spec.objects:
             self._groups[ref] = (scheduled, bound, message)
 
+    def why_pending(self, pod: str) -> tuple[str, str] | None:
+        """The (reason, message) of the pod's latest ``PodScheduled=False`` decision, if it has one."""
+        return self._conditions.get(pod)
+
     def forget_pod(self, pod: str) -> None:
         self._conditions.pop(pod, None)
         self._written.pop(pod, None)

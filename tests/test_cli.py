@@ -1,24 +1,174 @@
-"""The `phalanx` command as a user meets it."""
+"""The `phalanx` command as a user meets it: simulate, its output formats, and every way to get it wrong."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from scheduler.cli import main
+from scheduler.samples import default_workload, pfn_gang, pod
+from scheduler.sim.builders import ClusterShape
+from topology import pod_requests
+
+GPU = "nvidia.com/gpu"
 
 
-def test_demo_places_the_sample_workload_and_explains_the_gang_that_cannot_fit(
+def simulate_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main(["simulate", "--output", "json", *argv]) == 0
+    out = capsys.readouterr().out
+    return json.loads(out)  # exactly one JSON object, nothing else on stdout
+
+
+def check_all_or_nothing(report: dict[str, Any], workload: list[dict[str, Any]], gpus_per_node: int) -> None:
+    """No gang below its minimum has a bound pod, and no node holds more GPUs than it has."""
+    for gang in report["gangs"]:
+        if gang["state"] in ("Pending", "Invalid"):
+            assert gang["bound"] == 0, gang
+        else:
+            assert gang["bound"] >= gang["min"], gang
+    gpus = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": pod_requests(p).get(GPU, 0) for p in workload}
+    used: dict[str, int] = {}
+    for name, node in report["bound"].items():
+        used[node] = used.get(node, 0) + gpus[name]
+    assert max(used.values(), default=0) <= gpus_per_node
+
+
+def test_simulate_with_no_arguments_places_every_format_and_explains_what_waits(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["demo"]) == 0
+    assert main(["simulate"]) == 0
     out = capsys.readouterr().out
-    assert "team-a/pretrain    placed       12  [A] block b0 (2 racks)" in out
-    assert (
-        "team-e/huge        pending       0  24/64 nodes are available: 40 Insufficient nvidia.com/gpu. "
-        "Gang team-e/huge needs 40 pods in one example.com/block; the largest block fits 24." in out
+    assert out.startswith("Phalanx simulate: 64 nodes, 9 gang(s) from the embedded sample, seed 0")
+    assert "pfn:team-a/pretrain [A]             Bound       12   12  block=b0" in out
+    assert "pfn:team-f/huge                     Pending      0   40" in out
+    words = " ".join(out.split())  # reasons are wrapped to the terminal
+    assert "Gang team-f/huge needs 40 pods in one example.com/block; the largest block fits 20." in words
+    assert "metadata.annotations[gang-scheduling.preferred.jp/gang-size] is 'two'" in out
+    assert "  b1-r3  ........ ........ ........ ........ ........ ........ ........ ........" in out
+    assert "45 pod(s) bound, 42 pending · GPU allocation 59.2% · 64 nodes" in out
+
+
+def test_simulate_json_is_the_documented_shape_and_keeps_every_gang_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    report = simulate_json(capsys)
+    assert list(report) == ["bound", "pending", "gangs", "stats"]
+    assert list(report["stats"]) == ["nodes", "pods_bound", "gpu_allocation", "seconds"]
+    states = {gang["key"]: gang["state"] for gang in report["gangs"]}
+    assert states == {
+        "pfn:team-a/pretrain": "Bound",
+        "pfn:team-e/broken": "Invalid",
+        "pfn:team-f/huge": "Pending",
+        "phalanx:serving/chat": "Bound",
+        "pod:team-d/notebook": "Bound",
+        "pod:team-d/profiler": "Bound",
+        "podgroup:ml/finetune-workers-0": "Bound",
+        "scheduler-plugins:team-b/etl": "Bound",
+        "volcano:serving/llm": "Bound",
+    }
+    gang = next(gang for gang in report["gangs"] if gang["key"] == "podgroup:ml/finetune-workers-0")
+    assert gang == {
+        "key": "podgroup:ml/finetune-workers-0",
+        "state": "Bound",
+        "bound": 4,
+        "min": 4,
+        "domains": {"example.com/block": "b0", "example.com/rack": "b0-r3"},
+        "reason": "",
+    }
+    assert report["pending"]["team-e/broken-0"].startswith("Pod team-e/broken-0: metadata.annotations")
+    assert report["stats"]["pods_bound"] == len(report["bound"]) == 45
+    check_all_or_nothing(report, default_workload(), 8)
+
+
+def test_the_same_seed_gives_the_same_placement(capsys: pytest.CaptureFixture[str]) -> None:
+    first, second = simulate_json(capsys, "--seed", "7"), simulate_json(capsys, "--seed", "7")
+    assert first["bound"] == second["bound"] and first["gangs"] == second["gangs"]
+
+
+def test_a_partial_gang_holds_room_then_times_out_and_the_room_goes_to_the_next(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three of four members exist: the gang holds the whole cluster until its timeout, then the gang
+    behind it binds. Virtual time: the run does not wait the timeout out."""
+    waiting = pfn_gang("team", "waiting", 3, 8, size="4")
+    for member in waiting:
+        member["metadata"]["annotations"]["gang-scheduling.preferred.jp/gang-schedule-timeout-seconds"] = "60"
+        del member["spec"]["schedulerName"]  # pods that name no scheduler are Phalanx's in a simulation
+    behind = pfn_gang("team", "behind", 4, 8)
+    workload = tmp_path / "workload.yaml"
+    workload.write_text(yaml.safe_dump_all(waiting + behind))
+    report = simulate_json(capsys, "--cluster", "blocks=1,racks=1,nodes=4,gpus=8", "--workload", str(workload))
+    states = {gang["key"]: (gang["state"], gang["bound"]) for gang in report["gangs"]}
+    assert states == {"pfn:team/behind": ("Bound", 4), "pfn:team/waiting": ("Pending", 0)}
+    assert report["pending"]["team/waiting-0"].startswith(
+        "Gang pfn:team/waiting timed out waiting for 1 of its members to be created"
     )
-    assert "  b1-r3   ........ ........" in out  # a whole rack left free
 
 
-@pytest.mark.parametrize("argv", [["--no-such-flag"], ["frobnicate"], ["demo", "--extra"]])
+def test_cluster_from_node_manifests_and_several_workload_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = tmp_path / "nodes.yaml"
+    node_list = {"apiVersion": "v1", "kind": "List", "items": ClusterShape(blocks=1, racks=2, nodes=2).node_manifests()}
+    nodes.write_text(yaml.safe_dump(node_list))  # as `kubectl get nodes -o yaml` prints them
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text(yaml.safe_dump_all(pfn_gang("team", "a", 2, 8)))
+    second.write_text(yaml.safe_dump(pod("team", "solo", 4)))
+    report = simulate_json(capsys, "--cluster", str(nodes), "--workload", str(first), str(second))
+    assert report["stats"]["nodes"] == 4
+    assert sorted(report["bound"]) == ["team/a-0", "team/a-1", "team/solo"]
+
+
+def test_plot_draws_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    picture = tmp_path / "racks.png"
+    assert main(["simulate", "--plot", str(picture)]) == 0
+    assert f"plot written to {picture}" in capsys.readouterr().out
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an environment without it looks like
+    assert main(["simulate", "--plot", str(tmp_path / "x.png")]) == 2
+    assert capsys.readouterr().err == "phalanx: --plot needs matplotlib: pip install 'phalanx-scheduler[plot]'\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--cluster", "nowhere.yaml"], "--cluster nowhere.yaml: no such file, and not a shape such as"),
+        (["--cluster", "blocks=two"], "cluster shape 'blocks=two': blocks must be a whole number"),
+        (["--workload", "missing.yaml"], "missing.yaml: No such file or directory"),
+        (["--config", "missing.yaml"], "missing.yaml: No such file or directory"),
+        (["--set", "binding.concurency=3"], "binding.concurency: unknown setting; did you mean 'concurrency'?"),
+    ],
+)
+def test_bad_input_is_one_readable_line_and_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("phalanx: ") and message in err
+
+
+def test_a_workload_file_that_is_not_kubernetes_objects_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: Pod\nmetadata: {name: x}\n")
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("apiVersion: example.com/v1\nkind: Gizmo\nmetadata: {name: x, namespace: y}\n")
+    assert main(["simulate", "--workload", str(broken)]) == 2
+    assert capsys.readouterr().err == f"phalanx: {broken}: object 'x' has no apiVersion or kind\n"
+    assert main(["simulate", "--workload", str(unknown)]) == 2
+    assert capsys.readouterr().err == "phalanx: Gizmo 'x': SimCluster does not serve example.com/v1 Gizmo\n"
+
+
+@pytest.mark.parametrize("argv", [["--no-such-flag"], ["frobnicate"], ["simulate", "--output", "xml"]])
 def test_a_bad_command_line_is_one_readable_line_and_exit_2(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -31,4 +181,13 @@ def test_a_bad_command_line_is_one_readable_line_and_exit_2(
 
 def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
-    assert "demo" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert all(command in err for command in ("run", "simulate", "dry-run", "explain"))
+
+
+@pytest.mark.parametrize("command", ["run", "simulate", "dry-run", "explain"])
+def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: phalanx {command}")

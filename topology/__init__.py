@@ -5,6 +5,7 @@ Build a :class:`Snapshot` from node records and the pods on them, describe a gan
 """
 
 from topology.errors import SpecError
+from topology.explain import DomainCapacity, capacity_by_domain
 from topology.model import HOSTNAME, NodeRecord, Taint, Topology
 from topology.objects import node_constraints, node_record, pod_shape, unsupported_constraints
 from topology.outcome import Assignment, DomainChoice, Infeasible, Placement
@@ -27,6 +28,7 @@ __all__ = [
     "HOSTNAME",
     "Assignment",
     "ConstraintError",
+    "DomainCapacity",
     "DomainChoice",
     "GangRequest",
     "Infeasible",
@@ -43,6 +45,7 @@ __all__ = [
     "Taint",
     "Toleration",
     "Topology",
+    "capacity_by_domain",
     "node_constraints",
     "node_record",
     "parse_quantity",

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from topology.fit import ShapeFit
+from topology.fit import ShapeFit, domain_totals, pods_per_node, shape_fit
 from topology.model import HOSTNAME
+from topology.request import PodShape
 from topology.resources import PODS
 from topology.snapshot import Snapshot
 
@@ -61,3 +64,44 @@ def _insufficient(resource: str) -> str:
 
 def _ordered(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+@dataclass(frozen=True, slots=True)
+class DomainCapacity:
+    """Room in one domain of a label key: copies of a shape that fit now, and the free amounts of the
+    resources the shape requests (over nodes the shape may use)."""
+
+    value: str
+    pods: int
+    nodes: int
+    free: tuple[tuple[str, int], ...]
+
+
+def capacity_by_domain(snapshot: Snapshot, shape: PodShape, key: str) -> list[DomainCapacity]:
+    """Every domain of ``key`` with the room it has for ``shape``, roomiest first.
+
+    One ``pods_per_node`` over the cluster and one bincount per requested resource: what a person
+    needs to see why a gang that must share one domain does not fit in any.
+    """
+    fit = shape_fit(snapshot, shape)
+    column = snapshot.label(key)
+    n_domains = len(column.values)
+    if not n_domains:
+        return []
+    usable = fit.eligibility.mask & (column.ids >= 0)
+    per_node = pods_per_node(snapshot.free, fit)
+    pods = domain_totals(column.ids, per_node, n_domains)
+    nodes = domain_totals(column.ids, usable.astype(np.int64), n_domains)
+    usable_free = np.where(usable[:, None], snapshot.free[:, fit.columns], 0)
+    free = [domain_totals(column.ids, usable_free[:, i], n_domains) for i in range(len(fit.columns))]
+    names = [snapshot.resources[c] for c in fit.columns.tolist()]
+    found = [
+        DomainCapacity(
+            value=value,
+            pods=int(pods[i]),
+            nodes=int(nodes[i]),
+            free=tuple((name, int(amounts[i])) for name, amounts in zip(names, free, strict=True)),
+        )
+        for i, value in enumerate(column.values)
+    ]
+    return sorted(found, key=lambda domain: (-domain.pods, domain.value))

@@ -12,7 +12,7 @@ interchangeable for placement, so fit is computed once per shape, never once per
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -211,3 +211,18 @@ class GangRequest:
     def members(self) -> Iterator[Member]:
         for node in self.walk():
             yield from node.pods
+
+    def minimum_pods(self) -> int:
+        """The fewest pods that can satisfy every minimum of this node (its cheapest children)."""
+        if self.is_leaf:
+            return self.min_pods
+        cheapest = sorted(child.minimum_pods() for child in self.children)[: self.min_children]
+        return max(self.min_pods, sum(cheapest))
+
+    def satisfied_by(self, placed: Container[str]) -> bool:
+        """Whether the members in ``placed`` (pod keys) meet every minimum of this node."""
+        count = sum(1 for member in self.members() if member.key in placed)
+        if self.is_leaf:
+            return count >= self.min_pods
+        children = sum(1 for child in self.children if child.satisfied_by(placed))
+        return children >= self.min_children and count >= self.min_pods

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,11 @@ class SimServer:
         self._runner: web.AppRunner | None = None
         self._streams: set[Watch] = set()
         self.url = ""
+        #: Requests served, by HTTP method (tests check that a dry-run only reads).
+        self.methods: Counter[str] = Counter()
+        #: Resource requests by (RBAC verb, API group, resource[/subresource]), as an audit log would show
+        #: them: what a ClusterRole must allow (tests compare it with manifests/rbac.yaml).
+        self.audit: Counter[tuple[str, str, str]] = Counter()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen and return the base URL (``http://127.0.0.1:<port>``)."""
@@ -85,6 +91,7 @@ class SimServer:
     # -- routing -------------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.methods[request.method] += 1
         try:
             return await self._route(request)
         except ApiError as error:
@@ -184,6 +191,8 @@ class SimServer:
             verb = "bind"
         if verb == "unknown":
             raise ApiError(405, f"the server does not allow the method {method} here")
+        resource_path = target.resource.plural + (f"/{target.subresource}" if target.subresource else "")
+        self.audit["create" if verb == "bind" else verb, target.resource.group, resource_path] += 1
         key = f"{target.namespace}/{target.name}" if target.namespace else str(target.name)
         delay, failure = self.faults.decide(verb, target.resource.plural, key)
         if delay:

@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from scheduler.gangs import GangIndex, GangSettings
+from scheduler.samples import pod as sample_pod
 from topology import GangRequest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,8 +32,6 @@ def index_of(*paths: Path, settings: GangSettings | None = None) -> GangIndex:
     index = GangIndex(settings or GangSettings(levels=LEVELS))
     for path in paths:
         for files in sorted(path.rglob("*.yaml")) if path.is_dir() else [path]:
-            if files.parent.name == "config":
-                continue  # Phalanx's own configuration, not Kubernetes objects
             for document in documents(files):
                 feed(index, document)
     index.take_changed()
@@ -74,16 +73,8 @@ def pod(
     gpus: int = 1,
     **spec: Any,
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}, "labels": labels or {}},
-        "spec": {
-            "schedulerName": "phalanx",
-            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
-            **spec,
-        },
-    }
+    limits = {"nvidia.com/gpu": str(gpus)}
+    return sample_pod(namespace, name, gpus, annotations=annotations, labels=labels, limits=limits, **spec)
 
 
 PFN = "gang-scheduling.preferred.jp/gang"

@@ -4,11 +4,14 @@ that wait on conditions (never on time)."""
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import anyio
+import yaml
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.app import Phalanx
@@ -148,3 +151,26 @@ def create_manifests(where: Cluster, path: str) -> list[dict[str, Any]]:
 def labels_of(where: Cluster, nodes: Any, key: str) -> set[str]:
     records = {n["metadata"]["name"]: n for n in where.store.objects(where.store.resource("v1", "Node"))}
     return {records[node]["metadata"]["labels"].get(key) for node in nodes}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig with one context, for the cluster at ``server``."""
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "sim", "cluster": {"server": server}}],
+                "users": [{"name": "sim", "user": {}}],
+                "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
+                "current-context": "sim",
+            }
+        )
+    )
+    return path

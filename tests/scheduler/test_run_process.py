@@ -1,37 +1,13 @@
 """``phalanx run`` as a real process: a kubeconfig, a gang bound, /readyz and /metrics, a clean SIGTERM."""
 
 import signal
-import socket
 import sys
 from pathlib import Path
 
 import aiohttp
 import anyio
-import yaml
 
-from tests.scheduler.support import cluster, eventually, gpu_pod, pfn
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "sim", "cluster": {"server": server}}],
-                "users": [{"name": "sim", "user": {}}],
-                "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
-                "current-context": "sim",
-            }
-        )
-    )
-    return path
+from tests.scheduler.support import cluster, eventually, free_port, gpu_pod, kubeconfig, pfn
 
 
 async def get(url: str) -> tuple[int, str]:

@@ -56,9 +56,9 @@ def test_defaults_are_documented_values() -> None:
 
 
 def test_the_documented_example_configuration_is_every_setting_at_its_default() -> None:
-    path = Path(__file__).resolve().parents[2] / "examples" / "config" / "phalanx.yaml"
+    path = Path(__file__).resolve().parents[2] / "manifests" / "phalanx.yaml"
     assert load_settings(path) == Settings()
-    readme = (path.parents[2] / "README.md").read_text()
+    readme = (path.parents[1] / "README.md").read_text()
     documented = readme.split("## Running the scheduler")[1].split("```yaml\n")[1].split("```")[0]
     assert documented in path.read_text()
     raw = yaml.safe_load(documented)

@@ -1,0 +1,53 @@
+"""Reading a cluster without any possibility of writing to it, for ``phalanx dry-run`` and ``explain``.
+
+:func:`read_only` makes an ``ApiClient`` refuse every request whose HTTP method is not a read (GET,
+HEAD, OPTIONS) before it leaves the process, whatever code asks for it: a dry-run is safe because it
+cannot write, not because it happens not to. :func:`read_cluster` lists everything placement needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes_asyncio.client import ApiClient
+
+from scheduler.app import choose_resources
+from scheduler.port import ClusterPort
+
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+PAGE = 500
+
+
+class ReadOnlyViolation(RuntimeError):
+    """Something tried to write through a read-only client."""
+
+
+def read_only(api: ApiClient) -> ApiClient:
+    """Make ``api`` refuse every non-read request (returns ``api`` itself, guarded)."""
+    rest = api.rest_client
+    send = rest.request
+
+    async def guarded(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if method.upper() not in READ_METHODS:
+            raise ReadOnlyViolation(f"refused {method.upper()} {url}: this client only reads the cluster")
+        return await send(method, url, *args, **kwargs)
+
+    rest.request = guarded  # type: ignore[method-assign]
+    return api
+
+
+async def read_cluster(port: ClusterPort) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """Nodes, then every other object placement reads (pods, group objects, priority classes), and
+    the optional APIs the cluster does not serve."""
+    resources, missing = choose_resources(await port.served())
+    nodes: list[dict[str, Any]] = []
+    objects: list[dict[str, Any]] = []
+    for resource in resources:
+        token: str | None = None
+        while True:
+            page = await port.list(resource, limit=PAGE, continue_token=token)
+            (nodes if resource.kind == "Node" and not resource.group else objects).extend(page.items)
+            token = page.continue_token
+            if token is None:
+                break
+    return nodes, objects, missing

@@ -1,0 +1,121 @@
+"""`phalanx dry-run` and `phalanx explain` against a cluster served over HTTP: what they say, and that
+they never write to it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from kubernetes_asyncio import client
+
+from scheduler.dryrun import dry_run, read_real_cluster
+from scheduler.explain import explain
+from scheduler.kube import connect
+from scheduler.kube.readonly import ReadOnlyViolation, read_only
+from scheduler.settings import Settings
+from tests.scheduler.support import Cluster, cluster, free_port, gpu_pod, kubeconfig, pfn
+
+SETTINGS = Settings(levels=("example.com/block", "example.com/rack", "kubernetes.io/hostname"))
+RACKS = "blocks=1,racks=2,nodes=4,gpus=8"
+
+
+def busy_cluster(where: Cluster) -> None:
+    """Rack b0-r1 is half taken by another scheduler; a gang waits that needs five nodes in one rack, one
+    that fits, and a pod of the default scheduler waits too."""
+    for i in range(2):
+        where.create(gpu_pod(f"theirs-{i}", scheduler="default-scheduler", nodeName=f"b0-r1-n{i}"))
+    rack = {"scheduling.phalanx.dev/topology-required": "example.com/rack"}
+    for i in range(5):
+        where.create(gpu_pod(f"big-{i}", annotations={**pfn("big", 5), **rack}))
+    for i in range(2):
+        where.create(gpu_pod(f"small-{i}", namespace="other", gpus=4, annotations=pfn("small", 2)))
+    where.create(gpu_pod("waiting", scheduler="default-scheduler", gpus=1))
+
+
+async def test_a_read_only_client_refuses_every_write_before_it_is_sent(tmp_path: Path) -> None:
+    async with cluster(RACKS) as where:
+        api = read_only(await connect(str(kubeconfig(tmp_path / "kubeconfig", where.url))))
+        core = client.CoreV1Api(api)
+        try:
+            assert (await core.list_node()).items
+            for write in (
+                core.create_namespaced_pod("team", gpu_pod("x")),
+                core.patch_node("b0-r0-n0", {"metadata": {"labels": {"x": "y"}}}),
+                core.delete_namespaced_pod("x", "team"),
+            ):
+                with pytest.raises(ReadOnlyViolation):
+                    await write
+        finally:
+            await api.close()
+        assert set(where.server.methods) == {"GET"}
+
+
+async def test_dry_run_shows_where_pending_gangs_would_go_and_writes_nothing(tmp_path: Path) -> None:
+    async with cluster(RACKS) as where:
+        busy_cluster(where)
+        version = where.store.resource_version
+        copy = await read_real_cluster(str(kubeconfig(tmp_path / "kubeconfig", where.url)), None)
+        report = await dry_run(copy, SETTINGS)
+        assert where.store.resource_version == version and set(where.server.methods) == {"GET"}
+        assert not any(verb not in ("get", "list") for verb, _, _ in where.server.audit)
+    states = {gang.key: (gang.state, gang.bound) for gang in report.gangs}
+    assert states == {"pfn:team/big": ("Pending", 0), "pfn:other/small": ("Bound", 2)}
+    assert report.pending["team/big-0"] == (  # other/small sorts first among gangs created in the same second
+        "5/8 nodes are available: 3 Insufficient nvidia.com/gpu. "
+        "Gang team/big needs 5 pods in one example.com/rack; the largest rack fits 3."
+    )
+    assert "team/waiting" not in report.pending  # the default scheduler's pod is not Phalanx's business
+
+    only_other = await dry_run(copy, SETTINGS, namespace="other")
+    assert [gang.key for gang in only_other.gangs] == ["pfn:other/small"] and list(only_other.pending) == []
+    every_pod = await dry_run(copy, SETTINGS, all_schedulers=True)
+    assert "team/waiting" in every_pod.bound
+
+
+async def test_explain_gives_the_reason_and_the_room_per_rack(tmp_path: Path) -> None:
+    async with cluster(RACKS) as where:
+        busy_cluster(where)
+        copy = await read_real_cluster(str(kubeconfig(tmp_path / "kubeconfig", where.url)), None)
+    text = await explain(copy, SETTINGS, "team/big-3")
+    lines = text.splitlines()
+    assert lines[0] == (
+        "Pod team/big-3 is in gang pfn:team/big: 5 pod(s), at least 5 together; "
+        "{nvidia.com/gpu 8}; all in one example.com/rack."
+    )
+    assert lines[1].startswith("Pending: 5/8 nodes are available")
+    table = [line.split() for line in lines[lines.index("") + 2 :]]
+    assert [(row[0], row[1], row[2]) for row in table[1:]] == [("b0-r0", "4", "4"), ("b0-r1", "2", "4")]
+    assert "would place it now: 2 pod(s) on 1 node(s)" in await explain(copy, SETTINGS, "other/small-0")
+    assert "Phalanx does not schedule it" in await explain(copy, SETTINGS, "team/waiting")
+    assert await explain(copy, SETTINGS, "team/theirs-0") == (
+        "Pod team/theirs-0 names schedulerName 'default-scheduler': Phalanx does not schedule it "
+        "(it schedules phalanx)."
+    )
+
+
+async def phalanx_command(*argv: str) -> tuple[int, str, str]:
+    result = await anyio.run_process([sys.executable, "-m", "scheduler.cli", *argv], check=False)
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+async def test_the_commands_exit_codes_and_messages(tmp_path: Path) -> None:
+    async with cluster(RACKS) as where:
+        busy_cluster(where)
+        config = str(kubeconfig(tmp_path / "kubeconfig", where.url))
+        code, out, _ = await phalanx_command("dry-run", "--kubeconfig", config, "--output", "json", "-n", "other")
+        assert code == 0 and [gang["key"] for gang in json.loads(out)["gangs"]] == ["pfn:other/small"]
+        code, out, _ = await phalanx_command("dry-run", "--kubeconfig", config)
+        assert code == 0 and "nothing was written" in out.splitlines()[0]
+        code, _, err = await phalanx_command("explain", "team/nope", "--kubeconfig", config)
+        assert (code, err) == (1, f"phalanx: no pod or group object named team/nope in the cluster at {where.url}\n")
+        code, _, err = await phalanx_command("explain", "just-a-name", "--kubeconfig", config)
+        assert (code, err) == (2, "phalanx: 'just-a-name': give the pod or group object as <namespace>/<name>\n")
+        assert set(where.server.methods) == {"GET"}
+    unreachable = str(kubeconfig(tmp_path / "gone", f"http://127.0.0.1:{free_port()}"))
+    code, _, err = await phalanx_command("dry-run", "--kubeconfig", unreachable)
+    assert code == 1 and err.startswith("phalanx: the cluster did not answer: ") and err.count("\n") == 1
+    code, _, err = await phalanx_command("explain", "a/b", "--kubeconfig", str(tmp_path / "missing"))
+    assert (code, err) == (1, f"phalanx: kubeconfig {tmp_path / 'missing'}: no such file\n")

@@ -1,0 +1,98 @@
+"""Every examples/ directory, run through `phalanx simulate --output json` on the default 2 x 4 x 8 cluster:
+each lands exactly where the README says it will, whole, and nothing stays pending."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scheduler.cli import main
+from scheduler.sim.builders import read_manifest_file
+from tests.test_cli import check_all_or_nothing
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+#: node -> pods, per example directory.
+PLACEMENT: dict[str, dict[str, list[str]]] = {
+    "composite-1.37": {
+        "b0-r0-n0": ["serving/llm-prefill-0-0"],
+        "b0-r0-n1": ["serving/llm-prefill-0-1"],
+        "b0-r0-n2": ["serving/llm-decode-0-0"],
+        "b0-r0-n3": ["serving/llm-decode-0-1"],
+        "b0-r0-n4": ["serving/llm-prefill-1-0"],
+        "b0-r0-n5": ["serving/llm-prefill-1-1"],
+    },
+    "pfn": {
+        "b0-r0-n0": ["team-a/resnet-worker-0"],
+        "b0-r0-n1": ["team-a/resnet-worker-1"],
+        "b0-r0-n2": ["team-a/resnet-worker-2"],
+        "b0-r0-n3": ["team-a/resnet-worker-3"],
+    },
+    "phalanx-composite": {
+        "b0-r0-n0": ["serving/chat-prefill-0-0"],
+        "b0-r0-n1": ["serving/chat-prefill-0-1"],
+        "b0-r0-n2": ["serving/chat-prefill-0-2"],
+        "b0-r0-n3": ["serving/chat-prefill-0-3"],
+        "b0-r0-n4": ["serving/chat-decode-0-0"],
+        "b0-r0-n5": ["serving/chat-decode-0-1"],
+        "b0-r0-n6": ["serving/chat-decode-0-2"],
+        "b0-r0-n7": ["serving/chat-decode-0-3"],
+        "b0-r1-n0": ["serving/chat-prefill-1-0"],
+        "b0-r1-n1": ["serving/chat-prefill-1-1"],
+        "b0-r1-n2": ["serving/chat-prefill-1-2"],
+        "b0-r1-n3": ["serving/chat-prefill-1-3"],
+    },
+    "plain": {
+        "b0-r0-n0": ["team-d/notebook", "team-d/profiler"],
+    },
+    "podgroup-1.36": {
+        "b0-r0-n0": ["ml/train-worker-0"],
+        "b0-r0-n1": ["ml/train-worker-1"],
+        "b0-r0-n2": ["ml/train-worker-2"],
+        "b0-r0-n3": ["ml/train-worker-3"],
+    },
+    "podgroup-1.37": {
+        "b0-r0-n0": ["ml/finetune-worker-0"],
+        "b0-r0-n1": ["ml/finetune-worker-1"],
+        "b0-r0-n2": ["ml/finetune-worker-2"],
+        "b0-r0-n3": ["ml/finetune-worker-3"],
+    },
+    "scheduler-plugins": {
+        "b0-r0-n0": ["team-b/etl-0", "team-b/etl-1", "team-b/etl-2", "team-b/etl-3", "team-b/etl-4"],
+    },
+    "volcano": {
+        "b0-r0-n0": ["serving/sample-0-prefill-0-0", "serving/sample-0-prefill-0-1", "team-c/mnist-ps-0"],
+        "b0-r0-n1": ["serving/sample-0-prefill-1-0", "serving/sample-0-prefill-1-1"],
+        "b0-r0-n2": ["serving/sample-0-decode-0-0", "serving/sample-0-decode-0-1"],
+        "b0-r0-n3": ["serving/sample-0-decode-1-0", "serving/sample-0-decode-1-1"],
+        "b0-r0-n4": ["team-c/mnist-worker-0"],
+        "b0-r0-n5": ["team-c/mnist-worker-1"],
+        "b0-r0-n6": ["team-c/mnist-worker-2"],
+    },
+    "workload-1.35": {
+        "b0-r0-n0": ["some-ns/driver", "some-ns/worker-0-0"],
+        "b0-r0-n1": ["some-ns/worker-0-1"],
+        "b0-r0-n2": ["some-ns/worker-1-0"],
+        "b0-r0-n3": ["some-ns/worker-1-1"],
+    },
+}
+
+
+def test_every_example_directory_is_covered() -> None:
+    assert sorted(path.name for path in EXAMPLES.iterdir() if path.is_dir()) == sorted(PLACEMENT)
+
+
+@pytest.mark.parametrize("example", sorted(PLACEMENT))
+def test_example_lands_exactly_as_documented(example: str, capsys: pytest.CaptureFixture[str]) -> None:
+    files = sorted(str(path) for path in (EXAMPLES / example).glob("*.yaml"))
+    assert main(["simulate", "--workload", *files, "--output", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    placed: dict[str, list[str]] = {}
+    for pod, node in sorted(report["bound"].items()):
+        placed.setdefault(node, []).append(pod)
+    assert placed == PLACEMENT[example]
+    assert report["pending"] == {} and {gang["state"] for gang in report["gangs"]} == {"Bound"}
+    workload = [obj for path in files for obj in read_manifest_file(path) if obj["kind"] == "Pod"]
+    check_all_or_nothing(report, workload, gpus_per_node=8)
