@@ -63,9 +63,10 @@ async def test_dry_run_shows_where_pending_gangs_would_go_and_writes_nothing(tmp
         assert not any(verb not in ("get", "list") for verb, _, _ in where.server.audit)
     states = {gang.key: (gang.state, gang.bound) for gang in report.gangs}
     assert states == {"pfn:team/big": ("Pending", 0), "pfn:other/small": ("Bound", 2)}
-    assert report.pending["team/big-0"] == (  # other/small sorts first among gangs created in the same second
+    # other/small sorts first among gangs created in the same second, and packs into the rack already in use
+    assert report.pending["team/big-0"] == (
         "5/8 nodes are available: 3 Insufficient nvidia.com/gpu. "
-        "Gang team/big needs 5 pods in one example.com/rack; the largest rack fits 3."
+        "Gang team/big needs 5 pods in one example.com/rack; the largest rack fits 4."
     )
     assert "team/waiting" not in report.pending  # the default scheduler's pod is not Phalanx's business
 

@@ -33,6 +33,7 @@ from topology import exact
 from topology.domains import BoolArray, Domains, IdArray, IntArray
 from topology.explain import node_reasons, plural, short_name
 from topology.fit import ShapeFit, domain_totals, shape_fit
+from topology.model import HOSTNAME
 from topology.outcome import Assignment, DomainChoice, Infeasible, Placement
 from topology.request import GangRequest, PodShape
 from topology.snapshot import Snapshot
@@ -385,8 +386,8 @@ class _Search:
     def _fill(self, part: _Part, shape_index: int, scope: Scope, want: int, fit: IntArray | None = None) -> int:
         """Place up to ``want`` pending pods of one shape; returns how many were placed.
 
-        Node order: partly used nodes first, then the fewest free copies, then node index (which
-        follows the topology), and each node is filled before the next is opened.
+        Nodes are chosen down the topology (see :meth:`_fill_order`), and each node is filled before
+        the next is opened.
         """
         shape = part.shapes[shape_index]
         if fit is None:
@@ -396,24 +397,46 @@ class _Search:
             return 0
         copies = fit[positions]
         nodes = positions if scope is None else scope[positions]
-        fresh = copies >= shape.empty_fit[nodes]
-        key = (fresh.astype(np.int64) << 62) | (copies << 32) | positions
-        if len(key) > want:
-            top = np.argpartition(key, want - 1)[:want]
-            order = top[np.argsort(key[top])]
-        else:
-            order = np.argsort(key)
+        want = min(want, int(copies.sum()))
+        order = self._fill_order(nodes, copies, shape, want)
         cumulative = np.cumsum(copies[order])
         last = int(np.searchsorted(cumulative, want))
-        if last == len(order):  # fewer copies fit than wanted: take them all
-            last -= 1
         counts = copies[order[: last + 1]].copy()
-        taken = int(cumulative[last])
-        if taken > want:
-            counts[-1] -= taken - want
-            taken = want
+        counts[-1] -= int(cumulative[last]) - want
         self._take(part, shape_index, nodes[order[: last + 1]], counts)
-        return taken
+        return want
+
+    def _fill_order(self, nodes: IntArray, copies: IntArray, shape: ShapeFit, want: int) -> IntArray:
+        """Where ``want`` pods go among ``nodes`` (each holding ``copies``), as the order to fill them.
+
+        Down the configured levels above the node, best fit at each: the tightest domain that holds
+        them all; if none does, the roomiest domains whole until the rest fits into one, then the
+        tightest that holds the rest. The gang spans as few racks and blocks as it can, and the domains
+        it leaves are as whole as they can be, even when it asked for no topology at all. On the nodes
+        of a domain: partly used nodes first, then the fewest free copies, then node index.
+        """
+        levels = self._fill_levels
+
+        def order(chosen: IntArray, want: int, level: int) -> IntArray:
+            if level == len(levels):
+                fresh = copies[chosen] >= shape.empty_fit[nodes[chosen]]
+                key = (fresh.astype(np.int64) << 62) | (copies[chosen] << 32) | chosen
+                return chosen[np.argsort(key)]
+            values, inverse = np.unique(levels[level][nodes[chosen]], return_inverse=True)
+            if len(values) == 1:
+                return order(chosen, want, level + 1)
+            totals = np.bincount(inverse, weights=copies[chosen]).astype(np.int64)
+            parts = [
+                order(chosen[inverse == domain], quota, level + 1) for domain, quota in _best_fit_split(totals, want)
+            ]
+            return np.concatenate(parts)
+
+        return order(np.arange(len(nodes)), want, 0)
+
+    @property
+    def _fill_levels(self) -> list[IdArray]:
+        snapshot = self.snapshot
+        return [snapshot.level_ids[i] for i, key in enumerate(snapshot.topology.levels) if key != HOSTNAME]
 
     def _take(self, part: _Part, shape_index: int, nodes: IntArray, counts: IntArray) -> None:
         self.trial.take(part.shapes[shape_index], nodes, counts)
@@ -605,3 +628,29 @@ def _max_by(parent: IdArray, values: IntArray, n_groups: int) -> IntArray:
     result = np.zeros(n_groups, dtype=np.int64)
     np.maximum.at(result, parent, values)
     return result
+
+
+def _best_fit_split(totals: IntArray, want: int) -> list[tuple[int, int]]:
+    """Domains (indices into ``totals``) and how many pods each takes, for ``want`` pods in all.
+
+    The tightest domain that holds them all; else the roomiest, whole, until the rest fits into one,
+    and then the tightest that holds the rest. Ties go to the lower index. ``totals`` holds ``want``.
+    """
+    index = np.arange(len(totals))
+    holds = np.flatnonzero(totals >= want)
+    if len(holds):
+        return [(int(holds[np.lexsort((holds, totals[holds]))[0]]), want)]
+    split: list[tuple[int, int]] = []
+    remaining = want
+    for domain in np.lexsort((index, -totals)).tolist():
+        if remaining <= 0:
+            break
+        rest = np.flatnonzero((totals >= remaining) & ~np.isin(index, [d for d, _ in split]))
+        if len(rest):
+            split.append((int(rest[np.lexsort((rest, totals[rest]))[0]]), remaining))
+            return split
+        take = int(min(totals[domain], remaining))
+        if take:
+            split.append((domain, take))
+            remaining -= take
+    return split
