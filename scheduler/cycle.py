@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Protocol
 
 import anyio
 import numpy as np
@@ -37,12 +38,18 @@ from scheduler.permit import Permit, Placeholder, Reservation, is_placeholder, p
 from scheduler.queue import GangQueue, Wake
 from scheduler.reporting import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.settings import Settings
-from topology import Assignment, GangRequest, Infeasible, Member, PodShape, place
+from topology import Assignment, GangRequest, Infeasible, Member, Placement, PodShape, Snapshot, place
 from topology.fit import pods_per_node, shape_fit
 
 log = structlog.get_logger("phalanx.cycle")
 
 GANG_WAITING = "GangWaiting"
+
+
+class Placer(Protocol):
+    def __call__(self, snapshot: Snapshot, request: GangRequest, *, max_tries: int) -> Placement | Infeasible: ...
+
+
 #: Cycles run back to back before the loop yields to informers and binders.
 BATCH = 64
 
@@ -59,8 +66,12 @@ class Scheduler:
         reporter: Reporter,
         clock: Clock,
         metrics: Metrics,
+        placer: Placer = place,
     ) -> None:
+        """``placer`` is the placement algorithm: ``topology.place``, or a baseline the quality
+        benchmark compares it with (it is called exactly as ``place`` is)."""
         self.settings = settings
+        self.placer = placer
         self.state = state
         self.queue = queue
         self.permit = permit
@@ -93,7 +104,7 @@ class Scheduler:
         if nodes_changed:
             queue.wake_nodes()
         if freed:
-            queue.wake_capacity(lambda shape: self._fits_somewhere(shape, freed))
+            queue.wake_capacity(lambda shape: self._room(shape, freed))
         self._gauges()
 
     def _requeue(self, key: GangKey) -> None:
@@ -112,12 +123,13 @@ class Scheduler:
         else:
             self.queue.done(key)
 
-    def _fits_somewhere(self, shape: PodShape, nodes: Iterable[str]) -> bool:
+    def _room(self, shape: PodShape, nodes: Iterable[str]) -> int:
+        """Pods of ``shape`` the given nodes can take now."""
         snapshot = self.state.snapshot
         rows = np.array([row for row in (snapshot.index_of(name) for name in nodes) if row is not None], dtype=np.int64)
         if not len(rows):
-            return False
-        return bool(pods_per_node(snapshot.free, shape_fit(snapshot, shape), rows).any())
+            return 0
+        return int(pods_per_node(snapshot.free, shape_fit(snapshot, shape), rows).sum())
 
     def _gauges(self) -> None:
         for name, count in self.queue.depth().items():
@@ -158,7 +170,7 @@ class Scheduler:
             self.queue.done(spec.key)
             return
         request, leaves = with_placeholders(spec, self._pinned(spec.request))
-        wake = Wake(nodes=True, shapes=frozenset(member.shape for member in unplaced))
+        wake = Wake(nodes=True, shapes=frozenset(member.shape for member in unplaced), pods=len(unplaced))
         if leaves:
             totals = self._allocatable()
             if not self.permit.can_hold(placeholder_requests(request), totals):
@@ -177,7 +189,7 @@ class Scheduler:
             self._fail(spec, unplaced, wake, UNSCHEDULABLE, problem)
             return
         started = time.perf_counter()
-        outcome = place(self.state.snapshot, request, max_tries=self.settings.placement.max_domain_tries)
+        outcome = self.placer(self.state.snapshot, request, max_tries=self.settings.placement.max_domain_tries)
         placement_ms = round((time.perf_counter() - started) * 1000, 3)
         self.metrics.placement_duration.observe(placement_ms / 1000)
         if isinstance(outcome, Infeasible):

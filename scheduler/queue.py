@@ -8,8 +8,11 @@ Three sub-queues, as in kube-scheduler:
 - a gang in backoff is moved to active *early* only by a cluster event that could change its answer,
   recorded against why it failed (:class:`Wake`): nodes were added or changed, or capacity was freed on
   a node where a pod of one of its shapes now fits. Events that cannot help leave it alone, so a
-  cluster with thousands of waiting gangs is not re-evaluated on every pod event (and there are no
-  requeue storms), while no gang sleeps through the event that would have helped it.
+  cluster with thousands of waiting gangs is not re-evaluated on every pod event.
+- freed capacity wakes, per shape and in queue order, the gangs whose pods the freed room can hold,
+  plus the first one it cannot hold alone (the freed room may complete what was free before). When
+  one GPU frees up, one of the hundreds of single-GPU jobs waiting for it is tried, not all of them:
+  no requeue storms. The others keep their backoff and the next event.
 
 A gang whose definition changes (a member added, its group object edited) is re-added to active at
 once by whoever notices; the queue only orders.
@@ -44,6 +47,7 @@ class Wake:
 
     nodes: bool = True
     shapes: frozenset[PodShape] = frozenset()
+    pods: int = 1  # members still to place: how much freed room the gang needs
 
 
 @dataclass(slots=True)
@@ -97,7 +101,7 @@ class GangQueue:
         if entry is None:
             return 0.0
         entry.attempts += 1
-        growth: float = 2.0 ** (entry.attempts - 1)
+        growth: float = 2.0 ** min(entry.attempts - 1, 62)  # a gang may fail forever; the float may not
         base = min(self.settings.initial_backoff_seconds * growth, self.settings.max_backoff_seconds)
         delay = min(base * self.rng.uniform(*JITTER), self.settings.max_backoff_seconds)
         self._unindex(entry)
@@ -132,17 +136,31 @@ class GangQueue:
             self._activate(entry)
         return len(woken)
 
-    def wake_capacity(self, fits: Callable[[PodShape], bool]) -> int:
-        """Capacity was freed: wake gangs waiting for a shape that ``fits`` says now fits somewhere
-        freed. ``fits`` is asked once per distinct shape, not once per gang."""
+    def wake_capacity(self, room: Callable[[PodShape], int]) -> int:
+        """Capacity was freed: ``room(shape)`` says how many pods of a shape the freed nodes now hold
+        (asked once per distinct shape, not once per gang). Wakes, in queue order, the gangs waiting
+        for that shape that the room holds, and the first one it does not. Returns how many woke."""
         woken = 0
         for shape, keys in list(self._by_shape.items()):
-            if keys and fits(shape):
-                for key in list(keys):
-                    entry = self._entries.get(key)
-                    if entry is not None and entry.state == "backoff":
-                        self._activate(entry)
-                        woken += 1
+            budget = room(shape) if keys else 0
+            if budget <= 0:
+                continue
+            waiting = sorted(
+                (entry for entry in map(self._entries.get, keys) if entry is not None and entry.state == "backoff"),
+                key=lambda entry: order(entry.priority, entry.created, entry.key),
+            )
+            beyond = False
+            for entry in waiting:
+                if budget <= 0:
+                    break
+                if entry.wake.pods <= budget:
+                    budget -= entry.wake.pods
+                elif beyond:
+                    continue
+                else:
+                    beyond = True  # too big for the freed room alone; with what was free before, maybe
+                self._activate(entry)
+                woken += 1
         return woken
 
     def next_ready(self) -> float | None:

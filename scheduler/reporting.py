@@ -128,12 +128,13 @@ class Reporter:
 
     def _forget_quiet_events(self) -> None:
         """Stop aggregating into the Events that recurred least recently (client-go's correlator keeps an
-        LRU cache of 4,096 too): a later occurrence of one starts a new Event. Done in batches, as the
-        oldest keys must be hashed to be checked."""
+        LRU cache of 4,096 too): a later occurrence of one starts a new Event. Done in batches. If the
+        oldest still have occurrences not written (the API has refused writes for a long while), those
+        occurrences are dropped: Events are best effort, memory is not."""
         excess = len(self._events) - _EVENTS_TRACKED
-        oldest = itertools.islice(self._events, 2 * excess)
-        for key in [key for key in oldest if key not in self._due][:excess]:
+        for key in list(itertools.islice(self._events, excess)):
             del self._events[key]
+            self._due.discard(key)
 
     def pod_subject(self, pod: str) -> Subject | None:
         uid = self.state.uid(pod)

@@ -62,13 +62,36 @@ def test_freed_capacity_asks_once_per_shape_not_once_per_gang() -> None:
         gangs.failed(key, Wake(nodes=False, shapes=frozenset({shapes[i % 4]})))
     asked: list[PodShape] = []
 
-    def fits(shape: PodShape) -> bool:
+    def room(shape: PodShape) -> int:
         asked.append(shape)
-        return shape == shapes[0]
+        return 25 if shape == shapes[0] else 0
 
-    assert gangs.wake_capacity(fits) == 2500
+    assert gangs.wake_capacity(room) == 25  # the room for 25 one-GPU pods wakes 25 of the 2,500 waiting
     assert len(asked) == 4
-    assert gangs.depth() == {"active": 2500, "backoff": 7500, "in_flight": 0}
+    assert gangs.depth() == {"active": 25, "backoff": 9975, "in_flight": 0}
+    assert drain(gangs) == [f"g{4 * i}" for i in range(25)]  # the oldest first
+
+
+def test_freed_room_wakes_the_first_gang_it_cannot_hold_alone_and_the_small_ones_behind_it() -> None:
+    gangs = queue(ManualClock())
+    gpu = PodShape.of({"nvidia.com/gpu": 8})
+    for key, pods in (("big", 32), ("also-big", 16), ("small-1", 1), ("small-2", 1), ("small-3", 1)):
+        gangs.add(key, 0, float(len(gangs)))
+        gangs.pop()
+        gangs.failed(key, Wake(nodes=False, shapes=frozenset({gpu}), pods=pods))
+    assert gangs.wake_capacity(lambda shape: 2) == 3
+    assert drain(gangs) == ["big", "small-1", "small-2"]
+
+
+def test_a_gang_may_fail_forever_without_the_backoff_overflowing() -> None:
+    clock = ManualClock()
+    gangs = queue(clock)
+    gangs.add("g", 0, 0)
+    for _ in range(5000):
+        gangs.pop()
+        delay = gangs.failed("g", Wake())
+        clock.advance(delay)
+    assert delay <= 60
 
 
 def test_a_changed_gang_is_ready_at_once_and_removed_gangs_are_gone() -> None:

@@ -38,10 +38,11 @@ async def test_repeats_of_a_recent_event_grow_its_series_and_long_quiet_ones_sta
     store = Store()
     store.ensure_namespace("team")
     reporter, clock = reporter_on(store)
-    for i in range(6000):  # more distinct Events than are tracked for aggregation
+    for i in range(6000):  # more distinct Events than are tracked for aggregation, written as they come
         reporter.event(subject(i), "FailedScheduling", "0/4 nodes are available")
-    await reporter.flush()
-    assert len(events(store, "p5999")) == 1
+        if i % 500 == 499:
+            await reporter.flush()
+    assert len(events(store, "p0")) == len(events(store, "p5999")) == 1
 
     clock.advance(10)
     reporter.event(subject(5999), "FailedScheduling", "0/4 nodes are available")
@@ -66,3 +67,15 @@ async def test_occurrences_between_writes_are_counted_not_lost() -> None:
     clock.advance(10)
     await reporter.flush()
     assert events(store, "p1")[0]["series"]["count"] == 5
+
+
+async def test_a_burst_the_api_cannot_take_keeps_memory_bounded_and_the_latest_events() -> None:
+    store = Store()
+    store.ensure_namespace("team")
+    reporter, _ = reporter_on(store)
+    for i in range(20_000):  # never flushed: as if the API refused every write meanwhile
+        reporter.event(subject(i), "FailedScheduling", "no room")
+    await reporter.flush()
+    written = store.objects(store.resource("events.k8s.io/v1", "Event"))
+    names = {event["regarding"]["name"] for event in written}
+    assert 4096 <= len(names) <= 4096 + 512 and "p19999" in names and "p0" not in names
