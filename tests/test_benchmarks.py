@@ -49,3 +49,32 @@ def test_bench_e2e_quick_json_binds_every_pod_and_reports_memory() -> None:
         assert report[scenario]["pods_per_s"] > 0 and report[scenario]["pods"] > 0
     assert 0 < report["rss_20k_100k"]["peak_rss_mb"] < 2000
     assert "machine:" in completed.stderr and "command: scripts/bench_e2e.py --quick --json" in completed.stderr
+
+
+def test_bench_quality_quick_json_compares_every_algorithm() -> None:
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "scripts/bench_quality.py",
+            "--quick",
+            "--json",
+            "--only",
+            "saturation",
+            "optimum",
+            "adversarial",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=180,
+    )
+    report = json.loads(completed.stdout)
+    names = {"phalanx", "kube-least", "kube-most", "upstream-tas", "kueue-bestfit", "first-fit", "random"}
+    assert set(report["saturation"]["1024_nodes"]) == names
+    assert {"gpu_allocation", "stranded_gpus", "free_racks", "span_ratio"} <= report["saturation"]["1024_nodes"][
+        "phalanx"
+    ].keys()
+    assert names <= set(report["optimum"]["largest-first"])
+    assert 0 < report["optimum"]["largest-first"]["phalanx"]["share_min"] <= 1
+    assert "machine:" in completed.stderr
