@@ -201,6 +201,14 @@ class _Search:
         self.pruned += int(np.count_nonzero(present & ~ok))
         if len(pinned_domains):
             candidates = candidates[candidates == pinned_domains[0]]
+        if not len(candidates) and len(pinned_domains):
+            # Its members already run in one domain: only that domain's room matters to the user.
+            domain = int(pinned_domains[0])
+            return _Failure(
+                f"{part.label} needs {what} in {key} {domains.label(domain)}, where its members run; "
+                f"it fits {max(0, int(pods[domain]) - len(part.pinned_nodes()))} more.",
+                self._first_shape(part),
+            )
         if not len(candidates):
             return _Failure(
                 f"{part.label} needs {what} in one {key}; {self._largest(part, domains, scope, pods)}",

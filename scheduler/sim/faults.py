@@ -4,8 +4,8 @@ Rules match requests by verb (``get``, ``list``, ``watch``, ``create``, ``update
 ``delete``, ``bind``) and resource (plural, e.g. ``pods``), and may fail them (500, 429 with a
 ``Retry-After``, 409, 503) at a rate, or delay them. Besides rules: watches can be dropped after N
 events, the next watches can be answered with 410 Expired, binds of chosen pods can fail, and the
-whole server can be made unavailable. Every decision draws from one seeded generator, and every fault
-injected is counted.
+whole server can be made unavailable (open watches end at their next event or bookmark). Every
+decision draws from one seeded generator, and every fault injected is counted.
 """
 
 from __future__ import annotations

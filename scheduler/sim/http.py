@@ -296,6 +296,9 @@ class SimServer:
             async for event in stream:
                 await response.write(json.dumps({"type": event.type, "object": event.object}).encode() + b"\n")
                 sent += 1
+                if self.faults.unavailable:  # an outage cuts open connections too (bookmarks bring us here)
+                    self.faults.injected["watch cut"] += 1
+                    break
                 if self.faults.drop_watch_after is not None and sent >= self.faults.drop_watch_after:
                     self.faults.injected["watch dropped"] += 1
                     break

@@ -58,6 +58,9 @@ class WatchEvent:
     object: Mapping[str, Any]
 
 
+Observer = Callable[[tuple[str, str], str, Obj, Obj | None], None]  # (group, plural), type, object, previous
+
+
 @dataclass(frozen=True, slots=True)
 class _Change:
     version: int
@@ -199,6 +202,7 @@ class Store:
         self._watches: dict[tuple[str, str], list[Watch]] = {}
         self._list_snapshots: dict[int, tuple[int, list[Obj]]] = {}
         self._next_snapshot = 0
+        self._observers: list[Observer] = []
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -593,9 +597,16 @@ class Store:
         if len(self._history) == self._history.maxlen:
             self._compacted = self._history[0].version
         self._history.append(change)
+        for observer in self._observers:
+            observer(change.storage, change.type, change.object, change.previous)
         for stream in self._watches.get(change.storage, ()):
             if stream._wants(change):
                 stream._push(change)
+
+    def observe(self, observer: Observer) -> None:
+        """Call ``observer((group, plural), type, object, previous)`` on every change, as it is made (the invariant
+        monitor sees each moment the API could show, which a watch, delivering later, cannot promise)."""
+        self._observers.append(observer)
 
     def _forget_watch(self, stream: Watch) -> None:
         streams = self._watches.get(stream.resource.storage, [])

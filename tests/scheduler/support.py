@@ -27,6 +27,7 @@ from scheduler.settings import (
     Settings,
 )
 from scheduler.sim import ClusterShape, Faults, SimServer, Store, load, read_manifest_file
+from scheduler.sim.invariants import InvariantMonitor
 
 FAST = Settings(
     queue=QueueSettings(initial_backoff_seconds=0.05, max_backoff_seconds=0.5),
@@ -39,11 +40,21 @@ FAST = Settings(
 )
 
 
+LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
+
+
 @dataclass
 class Cluster:
     store: Store
     server: SimServer
     url: str
+    monitor: InvariantMonitor
+
+    def delete_pod(self, key: str) -> None:
+        """Delete a pod as its user would (its gang may end below its minimum: not Phalanx's doing)."""
+        namespace, name = key.split("/")
+        self.monitor.user_deleted(key)
+        self.store.delete(self.store.resource("v1", "Pod"), namespace, name)
 
     def pods(self) -> dict[str, dict[str, Any]]:
         return {
@@ -79,12 +90,14 @@ async def cluster(
 ) -> AsyncIterator[Cluster]:
     store = Store(seed=1)
     load(store, nodes if nodes is not None else ClusterShape.parse(shape).node_manifests())
+    monitor = InvariantMonitor(store, gang_settings=GangSettings(levels=LEVELS))
     server = SimServer(store, faults=faults, bookmark_interval=0.2)
     url = await server.start()
     try:
-        yield Cluster(store, server, url)
+        yield Cluster(store, server, url, monitor)
     finally:
         await server.stop()
+    monitor.assert_clean()  # what was seen at every bind, whatever the test checked at its end
 
 
 @contextlib.asynccontextmanager
@@ -92,12 +105,14 @@ async def phalanx(where: Cluster, settings: Settings = FAST, **changes: Any) -> 
     """A Phalanx process on the cluster, through KubeCluster over HTTP; stopped (cancelled) on exit."""
     port = KubeCluster(ApiClient(Configuration(host=where.url)), request_timeout=10)
     app = Phalanx(replace(settings, **changes), port)
+    where.monitor.apps.append(app)
     try:
         async with anyio.create_task_group() as group:
             await group.start(app.run)
             yield app
             group.cancel_scope.cancel()
     finally:
+        where.monitor.apps.remove(app)  # a stopped process holds no room
         await port.close()
 
 

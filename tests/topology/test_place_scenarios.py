@@ -255,6 +255,18 @@ def test_a_replacement_member_joins_its_running_gang_in_the_same_rack() -> None:
     assert result.nodes() == {"team-a/job-3": "rack-b-n07"}
 
 
+def test_a_running_gang_whose_rack_is_full_names_that_rack_not_the_roomiest_one() -> None:
+    snapshot = two_racks(free_a=8, free_b=2)  # rack-b's two free nodes hold two of the three members
+    shape = gpu_shape(8)
+    running = [Member(key=f"team-a/job-{i}", shape=shape, node=f"rack-b-n{6 + i:02d}") for i in range(2)]
+    for member in running:
+        snapshot.assume(member.key, member.node or "", dict(shape.requests))
+    request = GangRequest.leaf("team-a/job", [*running, Member(key="team-a/job-2", shape=shape)], required=RACK)
+    assert infeasible(snapshot, request).reason == (
+        "Gang team-a/job needs 1 more pod in example.com/rack rack-b, where its members run; it fits 0 more."
+    )
+
+
 def test_a_running_gang_that_spans_two_racks_cannot_meet_a_rack_requirement() -> None:
     snapshot = two_racks(free_a=8, free_b=8)
     shape = gpu_shape(8)

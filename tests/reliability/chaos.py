@@ -1,0 +1,119 @@
+"""The chaos harness shared by the fast reliability tests and ``scripts/soak``: seeded gangs, fault plans,
+disruptions a cluster goes through, and the wait for everything feasible to be bound."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from scheduler.app import Phalanx
+from scheduler.sim import MERGE_PATCH, FaultRule, Faults
+from tests.scheduler.support import Cluster, gpu_pod, pfn
+
+RACK = "example.com/rack"
+EVERY_VERB = frozenset({"get", "list", "watch", "create", "update", "patch", "delete", "bind"})
+
+
+@dataclass
+class Gangs:
+    """Seeded gangs of one to four pods of 2-8 GPUs; some require one rack, some are scheduler-plugins
+    PodGroups (so that group objects can be changed under them)."""
+
+    seed: int
+    namespace: str = "team"
+
+    def __post_init__(self) -> None:
+        self.random = random.Random(self.seed)
+        self.made = 0
+
+    def next(self) -> tuple[str, list[dict[str, Any]]]:
+        """The name of a new gang and its objects, in creation order."""
+        draw = self.random
+        name = f"g{self.made}"
+        self.made += 1
+        size = draw.choice((1, 2, 2, 3, 4))
+        gpus = draw.choice((2, 4, 8, 8))
+        if draw.random() < 0.3:
+            group = {
+                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {"name": name, "namespace": self.namespace},
+                "spec": {"minMember": size},
+            }
+            labels = {"scheduling.x-k8s.io/pod-group": name}
+            pods = [gpu_pod(f"{name}-{i}", self.namespace, gpus, labels=labels) for i in range(size)]
+            return name, [group, *pods]
+        annotations = pfn(name, size)
+        if draw.random() < 0.4:
+            annotations["scheduling.phalanx.dev/topology-required"] = RACK
+        return name, [gpu_pod(f"{name}-{i}", self.namespace, gpus, annotations=annotations) for i in range(size)]
+
+
+def api_errors(rate: float = 0.15) -> list[FaultRule]:
+    """Every verb fails now and then: 500, 429 with Retry-After, 409; and answers arrive late."""
+    return [
+        FaultRule(verbs=EVERY_VERB, error_rate=rate, codes=(500, 429, 409), retry_after=1),
+        FaultRule(verbs=EVERY_VERB, latency=0.005, jitter=0.05),
+    ]
+
+
+def watch_trouble(faults: Faults) -> None:
+    faults.drop_watch_after = 3
+    faults.expire_next_watches = 4
+
+
+def create(where: Cluster, objects: list[dict[str, Any]]) -> None:
+    for obj in objects:
+        where.create(obj)
+
+
+async def settle(where: Cluster, app: Phalanx, *, timeout: float = 15.0, poll: float = 0.05) -> float:
+    """Wait until every pending gang that fits is bound, nothing is still being bound, and every pending
+    pod shows the latest decision; returns the seconds it took. Fails with what is still wrong."""
+    started = time.monotonic()
+    problems: list[str] = ["not checked yet"]
+    with anyio.move_on_after(timeout):
+        while True:
+            problems = await what_is_unsettled(where, app)
+            if not problems:
+                return time.monotonic() - started
+            await anyio.sleep(poll)
+    raise AssertionError(f"not settled after {timeout}s: " + "; ".join(problems))
+
+
+async def what_is_unsettled(where: Cluster, app: Phalanx) -> list[str]:
+    problems = []
+    if not app.ready()[0]:
+        problems.append(f"not ready: {app.ready()[1]}")
+    binding = [pod for pod in app.state.assumed if pod not in where.bound()]
+    if binding:
+        problems.append(f"{len(binding)} pods still being bound")
+    feasible = await where.monitor.feasible_pending(app.settings)
+    if feasible:
+        problems.append(f"pending pods that fit: {sorted(feasible)[:5]}")
+    stale = where.monitor.conditions_stale(app)
+    if stale:
+        problems.append(f"pending pods without their latest condition: {sorted(stale)[:5]}")
+    return problems
+
+
+def delete_some_pods(where: Cluster, draw: random.Random, share: float) -> list[str]:
+    """Delete a share of the pods of ours, bound or not, as users and controllers do."""
+    ours = sorted(key for key, pod in where.pods().items() if pod["spec"].get("schedulerName") == "phalanx")
+    gone = draw.sample(ours, int(len(ours) * share))
+    for key in gone:
+        where.delete_pod(key)
+    return gone
+
+
+def cordon(where: Cluster, node: str) -> None:
+    nodes = where.store.resource("v1", "Node")
+    where.store.patch(nodes, None, node, {"spec": {"unschedulable": True}}, MERGE_PATCH)
+
+
+Disruption = Callable[[Cluster, random.Random], str]

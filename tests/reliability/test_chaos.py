@@ -1,0 +1,126 @@
+"""Chaos, fast set: each fault real clusters produce, injected while gangs are scheduled over HTTP. The
+cluster's invariant monitor checks every bind as it lands; every test ends with the gang minimums
+checked and every gang that fits bound once the faults stop (liveness)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from scheduler.settings import BindingSettings
+from scheduler.sim import FaultRule, Faults
+from tests.reliability.chaos import Gangs, api_errors, cordon, create, delete_some_pods, settle, watch_trouble
+from tests.scheduler.invariants import check_invariants
+from tests.scheduler.support import FAST, cluster, eventually, phalanx
+
+SHAPE = "blocks=1,racks=2,nodes=4,gpus=8"  # 64 GPUs: the gangs below ask for more, so some must wait
+SEEDS = [1, 2]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_api_errors_on_every_verb_never_break_a_gang_and_all_that_fits_binds_once_they_stop(seed: int) -> None:
+    faults = Faults(seed=seed)
+    async with cluster(SHAPE, faults=faults) as where, phalanx(where) as app:
+        faults.rules.extend(api_errors())
+        gangs = Gangs(seed)
+        for _ in range(12):
+            create(where, gangs.next()[1])
+        await eventually(lambda: sum(faults.injected.values()) >= 40, timeout=10, what="faults on every verb")
+        await eventually(lambda: len(where.bound()) >= 1, timeout=10, what="binding despite the faults")
+        faults.clear()
+        await settle(where, app)
+        check_invariants(where)
+    assert {code for key in faults.injected for code in ("500", "429", "409") if key.endswith(code)} == {
+        "500",
+        "429",
+        "409",
+    }
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_dropped_watches_and_expired_resource_versions_are_recovered_by_relisting(seed: int) -> None:
+    faults = Faults(seed=seed)
+    async with cluster(SHAPE, faults=faults) as where, phalanx(where) as app:
+        watch_trouble(faults)
+        gangs = Gangs(seed)
+        for _ in range(10):
+            create(where, gangs.next()[1])
+        await eventually(lambda: faults.injected["watch 410"] >= 1, timeout=10, what="an expired watch")
+        await settle(where, app)
+        faults.clear()
+        for _ in range(3):
+            create(where, gangs.next()[1])
+        await settle(where, app)
+        check_invariants(where)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_pods_deleted_while_their_gang_binds_leave_no_node_over_committed(seed: int) -> None:
+    slow = Faults(seed=seed, rules=[FaultRule(verbs=frozenset({"bind"}), latency=0.05, jitter=0.1)])
+    settings = replace(FAST, binding=BindingSettings(concurrency=2, assume_timeout_seconds=5))
+    async with cluster(SHAPE, faults=slow) as where, phalanx(where, settings) as app:
+        gangs = Gangs(seed)
+        for _ in range(10):
+            create(where, gangs.next()[1])
+        await eventually(lambda: app.state.assumed, timeout=5, what="gangs being bound")
+        delete_some_pods(where, random.Random(seed), 0.3)
+        for _ in range(3):
+            create(where, gangs.next()[1])
+        slow.clear()
+        await settle(where, app)
+        check_invariants(where)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_nodes_deleted_or_cordoned_during_a_cycle_get_no_new_pods(seed: int) -> None:
+    slow = Faults(seed=seed, rules=[FaultRule(verbs=frozenset({"bind"}), latency=0.05, jitter=0.1)])
+    async with cluster(SHAPE, faults=slow) as where, phalanx(where) as app:
+        gangs = Gangs(seed)
+        for _ in range(10):
+            create(where, gangs.next()[1])
+        await eventually(lambda: app.state.assumed, timeout=5, what="gangs being bound")
+        settled_before = set(where.bound()) | set(app.state.assumed)  # binds in flight may still land
+        draw = random.Random(seed)
+        nodes = sorted(n["metadata"]["name"] for n in where.store.objects(where.store.resource("v1", "Node")))
+        deleted, cordoned = draw.sample(nodes, 2)
+        where.store.delete(where.store.resource("v1", "Node"), None, deleted)
+        cordon(where, cordoned)
+        for _ in range(4):
+            create(where, gangs.next()[1])
+        slow.clear()
+        await settle(where, app)
+        check_invariants(where)
+        for pod, node in where.bound().items():
+            if pod not in settled_before:
+                assert node not in (deleted, cordoned), f"{pod} went to {node}, deleted or cordoned"
+            assert node != deleted or pod in settled_before, f"{pod} was bound to the deleted node {node}"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_group_objects_changed_or_deleted_mid_flight(seed: int) -> None:
+    slow = Faults(seed=seed, rules=[FaultRule(verbs=frozenset({"bind"}), latency=0.05, jitter=0.1)])
+    async with cluster(SHAPE, faults=slow) as where, phalanx(where) as app:
+        gangs = Gangs(seed)
+        groups = []
+        while len(groups) < 4:
+            name, objects = gangs.next()
+            create(where, objects)
+            if objects[0]["kind"] == "PodGroup":
+                groups.append(name)
+        await eventually(lambda: app.state.assumed, timeout=5, what="gangs being bound")
+        resource = where.store.resource("scheduling.x-k8s.io/v1alpha1", "PodGroup")
+        grown, gone, *_ = groups
+        group = where.store.get(resource, "team", grown)
+        where.store.update(resource, "team", grown, {**group, "spec": {**group["spec"], "minMember": 9}})
+        where.store.delete(resource, "team", gone)
+        slow.clear()
+        await settle(where, app)
+        check_invariants(where)
+        members = [key for key in where.pods() if key.startswith(f"team/{grown}-")]
+        orphans = [key for key in where.pods() if key.startswith(f"team/{gone}-")]
+        for key in members:  # bound members stay bound; the rest now wait for nine
+            assert key in where.bound() or "needs 9 pods" in where.condition(key)["message"]
+        for key in orphans:
+            assert key in where.bound() or "does not exist yet" in where.condition(key)["message"]

@@ -1,0 +1,117 @@
+"""Processes that die and an API server that goes away: a killed leader, a restart mid-bind, a long
+outage. Checked by the cluster's invariant monitor and by liveness once the fault ends."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import anyio
+from aiohttp import ClientSession
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from scheduler.app import Phalanx
+from scheduler.kube import KubeCluster
+from scheduler.settings import BindingSettings, LeaderSettings
+from scheduler.sim import FaultRule, Faults
+from tests.reliability.chaos import Gangs, create, settle
+from tests.scheduler.invariants import check_invariants
+from tests.scheduler.support import FAST, cluster, eventually, phalanx
+
+LEASE_SECONDS = 1.5
+
+
+def elected(identity: str) -> LeaderSettings:
+    return LeaderSettings(
+        enabled=True,
+        namespace="kube-system",
+        name="phalanx",
+        identity=identity,
+        lease_duration_seconds=LEASE_SECONDS,
+        renew_deadline_seconds=1.0,
+        retry_period_seconds=0.2,
+    )
+
+
+def binds(app: Phalanx) -> float:
+    return app.metrics.registry.get_sample_value("phalanx_api_writes_total", {"kind": "bind"}) or 0.0
+
+
+async def test_killing_the_leader_mid_bind_hands_over_within_the_lease_and_never_binds_twice() -> None:
+    slow = Faults(seed=5, rules=[FaultRule(verbs=frozenset({"bind"}), latency=0.05, jitter=0.05)])
+    settings = replace(FAST, binding=BindingSettings(concurrency=2, assume_timeout_seconds=5))
+    async with cluster("blocks=1,racks=2,nodes=4,gpus=8", faults=slow) as where:
+        where.store.ensure_namespace("kube-system")
+        replicas: dict[str, tuple[Phalanx, anyio.CancelScope]] = {}
+        async with anyio.create_task_group() as group:
+            for identity in ("replica-a", "replica-b"):
+                port = KubeCluster(ApiClient(Configuration(host=where.url)), request_timeout=10)
+                app = Phalanx(replace(settings, leader_election=elected(identity)), port)
+                where.monitor.apps.append(app)
+                scope = anyio.CancelScope()
+                replicas[identity] = (app, scope)
+
+                async def run(
+                    app: Phalanx = app, scope: anyio.CancelScope = scope, *, task_status: anyio.abc.TaskStatus[None]
+                ) -> None:
+                    try:
+                        with scope:
+                            await app.run(task_status=task_status)
+                    finally:
+                        with anyio.CancelScope(shield=True):
+                            await app.port.close()
+
+                await group.start(run)
+            leader_name = await eventually(
+                lambda: next((name for name, (app, _) in replicas.items() if app.elector.leading), None),
+                what="a leader",
+            )
+            leader, leader_scope = replicas[leader_name]
+            follower = next(app for name, (app, _) in replicas.items() if name != leader_name)
+            gangs = Gangs(5)
+            for _ in range(8):
+                create(where, gangs.next()[1])
+            await eventually(lambda: binds(leader) >= 2, timeout=5, what="the leader binding")
+
+            async def no_release() -> None:  # killed: no clean shutdown, the lease runs out on its own
+                return None
+
+            leader.elector._release = no_release  # type: ignore[method-assign]
+            leader_scope.cancel()
+            where.monitor.apps.remove(leader)
+            killed = time.monotonic()
+            await eventually(lambda: follower.elector.leading, timeout=LEASE_SECONDS + 2, what="the follower leading")
+            takeover = time.monotonic() - killed
+            for _ in range(3):
+                create(where, gangs.next()[1])
+            await settle(where, follower)
+            check_invariants(where)
+            assert takeover <= LEASE_SECONDS + 0.5, f"took over after {takeover:.2f}s, lease is {LEASE_SECONDS}s"
+            assert binds(follower) >= 1
+            group.cancel_scope.cancel()
+
+
+async def test_an_api_server_gone_for_a_while_makes_phalanx_unready_then_it_recovers_and_schedules() -> None:
+    faults = Faults(seed=6)
+    async with cluster("blocks=1,racks=2,nodes=4,gpus=8", faults=faults) as where, phalanx(where) as app:
+        assert app.health is not None
+        gangs = Gangs(6)
+        create(where, gangs.next()[1])
+        await settle(where, app)
+        faults.unavailable = True
+        for _ in range(6):
+            create(where, gangs.next()[1])  # written while Phalanx cannot reach the server
+        await eventually(lambda: not app.ready()[0], timeout=10, what="readiness to drop")
+        async with ClientSession() as http:
+            async with http.get(f"{app.health.url}/readyz") as response:
+                assert response.status == 503
+                assert "not in touch with the API server" in await response.text()
+            bound_during = len(where.bound())
+            await eventually(lambda: faults.injected["unavailable"] >= 20, timeout=10, what="a long outage")
+            assert len(where.bound()) == bound_during
+            faults.unavailable = False
+            recovery = await settle(where, app, timeout=20)
+            async with http.get(f"{app.health.url}/readyz") as response:
+                assert response.status == 200
+        check_invariants(where)
+        assert recovery < 10

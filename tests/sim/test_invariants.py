@@ -1,0 +1,102 @@
+"""The invariant monitor catches each kind of violation the reliability tests rely on it to catch."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from scheduler.cache import Assumption
+from scheduler.gangs import GangKey
+from scheduler.gangs.settings import GangSettings
+from scheduler.sim import ClusterShape, Store, load
+from scheduler.sim.invariants import InvariantMonitor
+from tests.scheduler.support import LEVELS, gpu_pod, pfn
+
+PODS_RESOURCE = ("v1", "Pod")
+
+
+def watched(shape: str = "blocks=1,racks=1,nodes=2,gpus=8") -> tuple[Store, InvariantMonitor]:
+    store = Store(seed=3)
+    load(store, ClusterShape.parse(shape).node_manifests())
+    store.ensure_namespace("team")
+    return store, InvariantMonitor(store, gang_settings=GangSettings(levels=LEVELS))
+
+
+def create(store: Store, pod: dict[str, Any]) -> None:
+    store.create(store.resource(*PODS_RESOURCE), "team", pod)
+
+
+def bind(store: Store, name: str, node: str) -> None:
+    store.bind("team", name, {"target": {"name": node}})
+
+
+def test_a_clean_run_has_no_violations_and_counts_its_checks() -> None:
+    store, monitor = watched()
+    for i in range(2):
+        create(store, gpu_pod(f"w{i}", annotations=pfn("train", 2)))
+        bind(store, f"w{i}", f"b0-r0-n{i}")
+    assert monitor.check_gangs() == [] and monitor.violations == []
+    assert monitor.checks["bind"] == 2 and monitor.checks["node capacity"] == 2
+
+
+def test_a_bind_beyond_allocatable_is_caught_at_that_moment() -> None:
+    store, monitor = watched()
+    create(store, gpu_pod("a", gpus=6))
+    create(store, gpu_pod("b", gpus=6))
+    bind(store, "a", "b0-r0-n0")
+    bind(store, "b", "b0-r0-n0")
+    assert monitor.violations == ["node b0-r0-n0 over-committed: nvidia.com/gpu 12 > 8"]
+
+
+def test_room_a_scheduler_still_assumes_counts_against_a_bind() -> None:
+    store, monitor = watched()
+    request = {"nvidia.com/gpu": 4}
+    app: Any = SimpleNamespace(
+        state=SimpleNamespace(assumed={"team/held": Assumption("b0-r0-n0", request, GangKey("pfn:team/h"), None)})  # type: ignore[arg-type]
+    )
+    monitor.apps.append(app)
+    create(store, gpu_pod("held", gpus=4))
+    create(store, gpu_pod("c", gpus=6))
+    bind(store, "c", "b0-r0-n0")
+    assert monitor.violations == ["node b0-r0-n0 over-committed: nvidia.com/gpu 10 > 8"]
+
+
+def test_a_pod_of_another_scheduler_bound_is_a_violation_unless_announced() -> None:
+    store, monitor = watched()
+    create(store, gpu_pod("theirs", scheduler="default-scheduler"))
+    create(store, gpu_pod("announced", scheduler="default-scheduler"))
+    create(store, gpu_pod("placed", scheduler="default-scheduler", nodeName="b0-r0-n1"))  # created bound: fine
+    monitor.others_may_bind("team/announced")
+    bind(store, "theirs", "b0-r0-n0")
+    bind(store, "announced", "b0-r0-n0")
+    assert monitor.violations == ["pod team/theirs of scheduler default-scheduler was bound"]
+
+
+def test_a_gang_below_its_minimum_is_reported_unless_the_user_deleted_members() -> None:
+    store, monitor = watched("blocks=1,racks=1,nodes=4,gpus=8")
+    for gang in ("half", "deleted"):
+        for i in range(3):
+            create(store, gpu_pod(f"{gang}-{i}", annotations=pfn(gang, 3)))
+    bind(store, "half-0", "b0-r0-n0")
+    for i in range(3):
+        bind(store, f"deleted-{i}", f"b0-r0-n{i + 1}")
+    monitor.user_deleted("team/deleted-2")
+    store.delete(store.resource(*PODS_RESOURCE), "team", "deleted-2")
+    assert monitor.check_gangs() == ["gang pfn:team/half: part team/half has 1 bound, below its minimum 3"]
+
+
+def test_a_pod_moved_or_bound_again_is_a_violation() -> None:
+    """SimCluster refuses both (409 and 422), as the API server does; the monitor does not rely on it."""
+    store, monitor = watched()
+    create(store, gpu_pod("p", gpus=1))
+    pods = store.resource(*PODS_RESOURCE)
+    unbound = store.get(pods, "team", "p")
+    bind(store, "p", "b0-r0-n0")
+    bound = store.get(pods, "team", "p")
+    moved = {**bound, "spec": {**bound["spec"], "nodeName": "b0-r0-n1"}}
+    monitor._observe(pods.storage, "MODIFIED", moved, bound)
+    monitor._observe(pods.storage, "MODIFIED", moved, unbound)
+    assert monitor.violations == [
+        "pod team/p moved from b0-r0-n0 to b0-r0-n1",
+        "pod team/p bound twice: to b0-r0-n0 and to b0-r0-n1",
+    ]
