@@ -325,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fail(message: str, code: int) -> int:
-    sys.stderr.write(f"phalanx: {message}\n")
+    # One line, whatever a library put in its message: scripts grep it, humans read it at a glance.
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    sys.stderr.write(f"phalanx: {line}\n")
     return code
 
 

@@ -10,6 +10,12 @@ import structlog
 LEVELS = ("debug", "info", "warning", "error")
 
 
+def _stderr_logger(*_: object) -> structlog.PrintLogger:
+    # Whatever sys.stderr is when the line is written, not when logging was configured: an embedding
+    # program (or a test harness) may swap it, and a closed stream must not take the scheduler down.
+    return structlog.PrintLogger(sys.stderr)
+
+
 def configure(level: str = "info", fmt: str = "json") -> None:
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
@@ -23,6 +29,6 @@ def configure(level: str = "info", fmt: str = "json") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )

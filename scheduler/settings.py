@@ -259,6 +259,8 @@ def load_settings(path: str | Path | None = None, overrides: list[str] | None = 
             text = Path(path).read_text()
         except OSError as error:
             raise SettingsError(f"{path}: {error.strerror or error}") from None
+        except UnicodeDecodeError as error:
+            raise SettingsError(f"{path}: not UTF-8 text (byte {error.start}); the configuration is YAML") from None
         try:
             raw = yaml.safe_load(text) or {}
         except yaml.YAMLError as error:

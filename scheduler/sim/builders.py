@@ -53,6 +53,8 @@ def read_manifest_file(path: str | Path) -> list[dict[str, Any]]:
         text = path.read_text()
     except OSError as error:
         raise ManifestError(f"{path}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise ManifestError(f"{path}: not UTF-8 text (byte {error.start}); YAML and JSON files are text") from None
     return read_manifests(text, source=str(path))
 
 

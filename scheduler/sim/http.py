@@ -68,6 +68,8 @@ class SimServer:
         #: Resource requests by (RBAC verb, API group, resource[/subresource]), as an audit log would show
         #: them: what a ClusterRole must allow (tests compare it with manifests/rbac.yaml).
         self.audit: Counter[tuple[str, str, str]] = Counter()
+        #: ``Authorization`` headers received (a test checks the credentials it gave were the ones used).
+        self.authorizations: Counter[str] = Counter()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen and return the base URL (``http://127.0.0.1:<port>``)."""
@@ -193,6 +195,7 @@ class SimServer:
             raise ApiError(405, f"the server does not allow the method {method} here")
         resource_path = target.resource.plural + (f"/{target.subresource}" if target.subresource else "")
         self.audit["create" if verb == "bind" else verb, target.resource.group, resource_path] += 1
+        self.authorizations[request.headers.get("Authorization", "")] += 1
         key = f"{target.namespace}/{target.name}" if target.namespace else str(target.name)
         delay, failure = self.faults.decide(verb, target.resource.plural, key)
         if delay:

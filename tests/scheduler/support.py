@@ -174,15 +174,15 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def kubeconfig(path: Path, server: str) -> Path:
-    """A kubeconfig with one context, for the cluster at ``server``."""
+def kubeconfig(path: Path, server: str, *, token: str | None = None) -> Path:
+    """A kubeconfig with one context, for the cluster at ``server`` (with a bearer ``token`` if given)."""
     path.write_text(
         yaml.safe_dump(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
                 "clusters": [{"name": "sim", "cluster": {"server": server}}],
-                "users": [{"name": "sim", "user": {}}],
+                "users": [{"name": "sim", "user": {"token": token} if token else {}}],
                 "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
                 "current-context": "sim",
             }
