@@ -30,10 +30,9 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from scheduler.app import Phalanx
 from scheduler.kube import KubeCluster
 from scheduler.logs import configure
-from scheduler.settings import LeaderSettings
 from scheduler.sim import Faults
 from tests.reliability.chaos import Gangs, api_errors, cordon, create, settle, watch_trouble
-from tests.scheduler.support import FAST, Cluster, cluster
+from tests.scheduler.support import FAST, Cluster, cluster, elected
 
 FAULTS = (
     "api-errors",
@@ -47,18 +46,6 @@ FAULTS = (
     "leader-killed",
     "api-unreachable",
 )
-
-
-def leader_settings(identity: str) -> LeaderSettings:
-    return LeaderSettings(
-        enabled=True,
-        namespace="kube-system",
-        name="phalanx",
-        identity=identity,
-        lease_duration_seconds=3.0,
-        renew_deadline_seconds=2.0,
-        retry_period_seconds=0.3,
-    )
 
 
 @dataclass
@@ -93,7 +80,7 @@ class Soak:
         self.started_replicas += 1
         identity = f"replica-{self.started_replicas}"
         port = KubeCluster(ApiClient(Configuration(host=self.where.url)), request_timeout=10)
-        app = Phalanx(replace(FAST, leader_election=leader_settings(identity)), port)
+        app = Phalanx(replace(FAST, leader_election=elected(identity, lease=3.0, renew=2.0, retry=0.3)), port)
         scope = anyio.CancelScope()
         self.where.monitor.apps.append(app)
 

@@ -12,25 +12,13 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.app import Phalanx
 from scheduler.kube import KubeCluster
-from scheduler.settings import BindingSettings, LeaderSettings
+from scheduler.settings import BindingSettings
 from scheduler.sim import FaultRule, Faults
 from tests.reliability.chaos import Gangs, create, settle
 from tests.scheduler.invariants import check_invariants
-from tests.scheduler.support import FAST, cluster, eventually, phalanx
+from tests.scheduler.support import FAST, cluster, elected, eventually, phalanx
 
 LEASE_SECONDS = 1.5
-
-
-def elected(identity: str) -> LeaderSettings:
-    return LeaderSettings(
-        enabled=True,
-        namespace="kube-system",
-        name="phalanx",
-        identity=identity,
-        lease_duration_seconds=LEASE_SECONDS,
-        renew_deadline_seconds=1.0,
-        retry_period_seconds=0.2,
-    )
 
 
 def binds(app: Phalanx) -> float:
@@ -46,7 +34,7 @@ async def test_killing_the_leader_mid_bind_hands_over_within_the_lease_and_never
         async with anyio.create_task_group() as group:
             for identity in ("replica-a", "replica-b"):
                 port = KubeCluster(ApiClient(Configuration(host=where.url)), request_timeout=10)
-                app = Phalanx(replace(settings, leader_election=elected(identity)), port)
+                app = Phalanx(replace(settings, leader_election=elected(identity, lease=LEASE_SECONDS)), port)
                 where.monitor.apps.append(app)
                 scope = anyio.CancelScope()
                 replicas[identity] = (app, scope)

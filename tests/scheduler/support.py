@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,6 +42,21 @@ FAST = Settings(
 
 
 LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
+#: Invariant checks done by every cluster's monitor in this test session (printed at the end of the run).
+CHECKS: Counter[str] = Counter()
+
+
+def elected(identity: str, *, lease: float = 1.5, renew: float = 1.0, retry: float = 0.2) -> LeaderSettings:
+    """Leader election on the ``kube-system/phalanx`` Lease, with short test timings by default."""
+    return LeaderSettings(
+        enabled=True,
+        namespace="kube-system",
+        name="phalanx",
+        identity=identity,
+        lease_duration_seconds=lease,
+        renew_deadline_seconds=renew,
+        retry_period_seconds=retry,
+    )
 
 
 @dataclass
@@ -97,6 +113,8 @@ async def cluster(
         yield Cluster(store, server, url, monitor)
     finally:
         await server.stop()
+    CHECKS.update(monitor.checks)
+    CHECKS["clusters monitored"] += 1
     monitor.assert_clean()  # what was seen at every bind, whatever the test checked at its end
 
 

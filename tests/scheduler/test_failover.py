@@ -4,26 +4,14 @@ import contextlib
 from dataclasses import replace
 
 from scheduler.app import Phalanx
-from scheduler.settings import BindingSettings, LeaderSettings
+from scheduler.settings import BindingSettings
 from scheduler.sim import FaultRule, Faults
 from tests.scheduler.invariants import check_invariants
-from tests.scheduler.support import FAST, cluster, eventually, gpu_pod, pfn, phalanx
+from tests.scheduler.support import FAST, cluster, elected, eventually, gpu_pod, pfn, phalanx
 
 
 def binds(app: Phalanx) -> float:
     return app.metrics.registry.get_sample_value("phalanx_api_writes_total", {"kind": "bind"}) or 0.0
-
-
-def elected(identity: str) -> LeaderSettings:
-    return LeaderSettings(
-        enabled=True,
-        namespace="kube-system",
-        name="phalanx",
-        identity=identity,
-        lease_duration_seconds=1.5,
-        renew_deadline_seconds=1.0,
-        retry_period_seconds=0.2,
-    )
 
 
 async def test_two_replicas_never_both_bind_and_the_follower_takes_over() -> None:
