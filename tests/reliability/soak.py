@@ -34,6 +34,8 @@ from scheduler.sim import Faults
 from tests.reliability.chaos import Gangs, api_errors, cordon, create, settle, watch_trouble
 from tests.scheduler.support import FAST, Cluster, cluster, elected
 
+LIVENESS_SECONDS = 120.0  # the bound on recovery: longer is reported as a violation, and the run goes on
+
 FAULTS = (
     "api-errors",
     "slow-api",
@@ -226,10 +228,15 @@ class Soak:
             self.where.store.update(groups, "team", name, {**group, "spec": spec})
 
     async def recover(self, kind: str) -> None:
+        """Wait for every feasible gang to be bound; a wait past ``LIVENESS_SECONDS`` is a violation."""
         leader = await self.leader(timeout=60)
         started = time.monotonic()
-        await settle(self.where, leader, timeout=120, poll=0.2)
-        self.recovery.setdefault(kind, []).append(time.monotonic() - started)
+        try:
+            await settle(self.where, leader, timeout=LIVENESS_SECONDS, poll=0.2)
+        except AssertionError as stuck:
+            self.where.monitor.violations.append(f"liveness after {kind}: {stuck}")
+        else:
+            self.recovery.setdefault(kind, []).append(time.monotonic() - started)
         self.where.monitor.check_gangs()
         self.where.monitor.check_nodes()
         uncordon(self.where)
