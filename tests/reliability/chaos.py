@@ -73,14 +73,19 @@ def create(where: Cluster, objects: list[dict[str, Any]]) -> None:
         where.create(obj)
 
 
-async def settle(where: Cluster, app: Phalanx, *, timeout: float = 15.0, poll: float = 0.05) -> float:
+async def settle(
+    where: Cluster, app: Phalanx, *, timeout: float = 15.0, poll: float = 0.05, seen: list[str] | None = None
+) -> float:
     """Wait until every pending gang that fits is bound, nothing is still being bound, and every pending
-    pod shows the latest decision; returns the seconds it took. Fails with what is still wrong."""
+    pod shows the latest decision; returns the seconds it took. Fails with what is still wrong. Each
+    distinct problem met on the way is appended to ``seen``, for whoever wants to know why it took long."""
     started = time.monotonic()
     problems: list[str] = ["not checked yet"]
     with anyio.move_on_after(timeout):
         while True:
             problems = await what_is_unsettled(where, app)
+            if seen is not None:
+                seen.extend(problem for problem in problems if problem not in seen)
             if not problems:
                 return time.monotonic() - started
             await anyio.sleep(poll)

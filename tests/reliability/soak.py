@@ -34,6 +34,7 @@ from scheduler.sim import Faults
 from tests.reliability.chaos import Gangs, api_errors, cordon, create, settle, watch_trouble
 from tests.scheduler.support import FAST, Cluster, cluster, elected
 
+SLOW_RECOVERY_SECONDS = 2.0  # recoveries slower than this are reported with what they waited for
 LIVENESS_SECONDS = 120.0  # the bound on recovery: longer is reported as a violation, and the run goes on
 
 FAULTS = (
@@ -69,6 +70,7 @@ class Soak:
     recovery: dict[str, list[float]] = field(default_factory=dict)
     gangs_created: int = 0
     gangs_finished: int = 0
+    slow: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.random = random.Random(self.seed)
@@ -231,12 +233,16 @@ class Soak:
         """Wait for every feasible gang to be bound; a wait past ``LIVENESS_SECONDS`` is a violation."""
         leader = await self.leader(timeout=60)
         started = time.monotonic()
+        seen: list[str] = []
         try:
-            await settle(self.where, leader, timeout=LIVENESS_SECONDS, poll=0.2)
+            await settle(self.where, leader, timeout=LIVENESS_SECONDS, poll=0.2, seen=seen)
         except AssertionError as stuck:
             self.where.monitor.violations.append(f"liveness after {kind}: {stuck}")
         else:
-            self.recovery.setdefault(kind, []).append(time.monotonic() - started)
+            took = time.monotonic() - started
+            self.recovery.setdefault(kind, []).append(took)
+            if took > SLOW_RECOVERY_SECONDS:
+                self.slow.append({"fault": kind, "seconds": round(took, 2), "waited_for": seen[:10]})
         self.where.monitor.check_gangs()
         self.where.monitor.check_nodes()
         uncordon(self.where)
@@ -303,6 +309,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "pods_bound": monitor.checks["bind"],
             "invariant_checks": dict(sorted(monitor.checks.items())),
             "violations": violations,
+            "slow_recoveries": soak.slow,
             "recovery_seconds": {
                 kind: {
                     "runs": len(values),
@@ -352,6 +359,8 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"violations: {len(report['violations'])}")
     for violation in report["violations"][:20]:
         print(f"  {violation}")
+    for slow in report["slow_recoveries"]:
+        print(f"slow recovery after {slow['fault']}: {slow['seconds']} s, waiting for {slow['waited_for']}")
     print("recovery (fault end to every feasible gang bound), seconds:")
     for kind, figures in report["recovery_seconds"].items():
         print(
