@@ -193,7 +193,10 @@ class Scheduler:
         placement_ms = round((time.perf_counter() - started) * 1000, 3)
         self.metrics.placement_duration.observe(placement_ms / 1000)
         if isinstance(outcome, Infeasible):
-            self._fail(spec, unplaced, wake, UNSCHEDULABLE, outcome.message, placement_ms=placement_ms)
+            message = outcome.message
+            if leaves:  # the room was sought for members that do not exist yet, too: say so
+                message += f" {len(leaves)} of its members do not exist yet."
+            self._fail(spec, unplaced, wake, UNSCHEDULABLE, message, placement_ms=placement_ms)
             return
         self.state.reserve(spec.key, outcome.assignments)
         placeholders = [Placeholder(leaves[a.pod], a) for a in outcome.assignments if is_placeholder(a.pod)]

@@ -32,6 +32,11 @@ class SpecProblem(Exception):
         self.value = value
         self.problem = problem
         shown = _show(value)
+        # A member pod's field is named with its pod ("pod ns/x metadata..."); when that pod is the
+        # subject itself, saying so twice only makes the message harder to read.
+        own = f"pod {subject.namespace}/{subject.name} "
+        if subject.kind == "Pod" and field.startswith(own):
+            field = field[len(own) :]
         self.message = f"{subject}: {field} {shown}{what}" if field else f"{subject}: {what}"
         super().__init__(self.message)
 

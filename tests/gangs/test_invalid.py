@@ -222,6 +222,14 @@ INVALID = [
         id="members disagree on the topology annotation",
     ),
     pytest.param(
+        "pfn:ns/g",
+        [pfn_pod("a", annotations={"scheduling.phalanx.dev/topology-required": "Bad Key!"})],
+        "Pod ns/a: metadata.annotations[scheduling.phalanx.dev/topology-required] is 'Bad Key!'; a label key's "
+        "name must be 63 characters or fewer, start and end with a letter or digit, and contain only letters, "
+        "digits, '-', '_' and '.'",
+        id="a pod's own bad topology key names the pod once",
+    ),
+    pytest.param(
         "workload:ns/w/workers",
         [
             workload("w", podGroups=[{"name": "driver", "policy": {"basic": {}}}]),

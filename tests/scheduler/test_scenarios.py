@@ -184,3 +184,24 @@ async def test_extras_and_a_replacement_join_a_running_gang_only_inside_its_requ
 
 def gang_nodes(where) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return {pod: node for pod, node in where.bound().items() if pod.startswith("team/etl-")}
+
+
+async def test_a_gang_too_big_for_the_cluster_that_also_lacks_members_says_both() -> None:
+    async with cluster(nodes=[capacity_node(f"n{i}") for i in range(4)]) as where, phalanx(where):
+        for i in range(2):  # half the cluster runs pods of another scheduler
+            where.create(gpu_pod(f"other-{i}", scheduler="other", nodeName=f"n{i}"))
+        where.create(
+            {
+                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {"name": "big", "namespace": "team"},
+                "spec": {"minMember": 3},
+            }
+        )
+        where.create(gpu_pod("big-0", labels={"scheduling.x-k8s.io/pod-group": "big"}))
+        condition = await eventually(lambda: where.condition("team/big-0"), what="the pending condition")
+        assert condition["message"] == (
+            "2/4 nodes are available: 2 Insufficient nvidia.com/gpu. Gang team/big needs 3 pods; the cluster fits 2. "
+            "2 of its members do not exist yet."
+        )
+        check_invariants(where)
