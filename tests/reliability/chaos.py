@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,10 +13,11 @@ import anyio
 from scheduler.app import Phalanx
 from scheduler.permit import is_placeholder
 from scheduler.sim import MERGE_PATCH, FaultRule, Faults
+from scheduler.sim.faults import VERBS
 from tests.scheduler.support import Cluster, gpu_pod, pfn
 
 RACK = "example.com/rack"
-EVERY_VERB = frozenset({"get", "list", "watch", "create", "update", "patch", "delete", "bind"})
+EVERY_VERB = VERBS
 
 
 @dataclass
@@ -127,6 +127,3 @@ def delete_some_pods(where: Cluster, draw: random.Random, share: float) -> list[
 def cordon(where: Cluster, node: str) -> None:
     nodes = where.store.resource("v1", "Node")
     where.store.patch(nodes, None, node, {"spec": {"unschedulable": True}}, MERGE_PATCH)
-
-
-Disruption = Callable[[Cluster, random.Random], str]

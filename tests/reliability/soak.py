@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -187,7 +187,8 @@ class Soak:
         await self.churn(duration, arrivals_per_second=1.0)
         self.faults.clear()
 
-    async def disrupt_binding(self, disruption: Any) -> None:
+    async def disrupt_binding(self, disruption: Callable[[], None]) -> None:
+        """Run ``disruption`` as soon as the leader has a bind in flight (or after 5 s)."""
         with anyio.move_on_after(5):
             while True:
                 leader = await self.leader()
