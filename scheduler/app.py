@@ -16,6 +16,7 @@ lease on the way out.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import anyio
 import structlog
@@ -58,7 +59,8 @@ OPTIONAL: tuple[tuple[ApiResource, ...], ...] = (
 
 
 def choose_resources(served: set[tuple[str, str, str]]) -> tuple[list[ApiResource], list[str]]:
-    """Resources to watch (pods and nodes always) and the optional APIs that are missing."""
+    """Resources to watch (pods and nodes always) and the optional APIs that are missing. Each chosen
+    resource says whether the server has its status subresource (a CRD may be installed without one)."""
     chosen = [PODS, NODES]
     missing = []
     for candidates in OPTIONAL:
@@ -66,7 +68,8 @@ def choose_resources(served: set[tuple[str, str, str]]) -> tuple[list[ApiResourc
         if found is None:
             missing.append(f"{candidates[0].plural}.{candidates[0].group}")
         else:
-            chosen.append(found)
+            status = (found.group, found.version, f"{found.plural}/status") in served
+            chosen.append(replace(found, status_subresource=status))
     return chosen, missing
 
 
@@ -110,6 +113,7 @@ class Phalanx:
             reporter=self.reporter,
             metrics=self.metrics,
             replace=self._place_again,
+            back_off=self._back_off,
         )
         self.scheduler = Scheduler(
             settings=settings,
@@ -128,6 +132,9 @@ class Phalanx:
 
     def _place_again(self, gang: GangKey, why: str) -> None:
         self.scheduler.replace(gang, why)
+
+    def _back_off(self, gang: GangKey, why: str) -> None:
+        self.scheduler.bind_refused(gang, why)
 
     def ready(self) -> tuple[bool, str]:
         if not self.informers or not all(informer.synced for informer in self.informers):
@@ -160,6 +167,7 @@ class Phalanx:
             self.watched, missing = choose_resources(await self._discover())
             for name in missing:
                 log.info("optional API not served; its gangs are not read", api=name)
+            self.reporter.watching(self.watched)
             for resource in self.watched:
                 informer = Informer(
                     port=self.port,

@@ -7,16 +7,20 @@ A permitted gang arrives as a :class:`BindJob`. For each job:
    allocatable), or a member is gone, that pod is not bound; the gang's unbound reservations are
    released and it is placed again (around any member already bound).
 2. The first pod is bound alone. If the API refuses it for a reason that is not transient (RBAC, an
-   admission webhook), nothing of the gang is bound, and the gang backs off with an Event. A
-   systematic refusal therefore never leaves a gang half bound.
+   admission webhook, a pod the server will not bind yet), nothing of the gang is bound, and the gang
+   backs off with an Event, like any failed attempt: a refusal that will not change by itself is never
+   answered by placing the gang again at once. A systematic refusal therefore never leaves a gang half
+   bound, and never loops.
 3. The others are bound concurrently, under ``binding.concurrency`` requests in flight and the shared
-   write rate limit. Transient failures (429, 5xx, timeouts) are retried with backoff (``Retry-After``
-   respected) for as long as the pod exists. A pod deleted meanwhile is dropped and the gang is
-   re-evaluated: bound members stay bound (Phalanx never deletes or evicts pods), the rest is placed
-   again around them.
+   write rate limit. Failures (429, 5xx and timeouts, but refusals too: part of the gang is bound, so
+   its room must not be given up) are retried with backoff (``Retry-After`` respected) for as long as
+   the pod exists, each refusal with an Event. A pod deleted meanwhile is dropped and the gang is
+   re-evaluated at once: bound members stay bound (Phalanx never deletes or evicts pods), the rest is
+   placed again around them.
 
-A 409 on a retry is checked against the pod itself: if it is bound where we asked (an earlier attempt
-succeeded but its answer was lost), that is success.
+A 409 is checked against the pod itself: bound where we asked (an earlier attempt succeeded but its
+answer was lost) is success; gone, recreated or bound elsewhere is a lost member; still unbound is a
+refusal (the API server answers 409 when a pod still has ``spec.schedulingGates``).
 """
 
 from __future__ import annotations
@@ -49,9 +53,9 @@ _LAST_RETRY = 10.0
 
 class Outcome(Enum):
     BOUND = "bound"
-    GONE = "gone"  # deleted, recreated, or bound elsewhere by someone else
-    CROWDED = "crowded"  # another scheduler used the node meanwhile: place again
-    REFUSED = "refused"  # not transient: configuration or a bug
+    GONE = "gone"  # deleted, recreated, or bound elsewhere by someone else: place the rest again now
+    CROWDED = "crowded"  # another scheduler used the node meanwhile: place again now
+    REFUSED = "refused"  # not transient (configuration, the pod's own state): back off, as after any failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +77,10 @@ class Binder:
         reporter: Reporter,
         metrics: Metrics,
         replace: Callable[[GangKey, str], None],
+        back_off: Callable[[GangKey, str], None],
     ) -> None:
-        """``replace(gang, why)`` hands a gang back to the scheduling cycle to be placed again."""
+        """``replace(gang, why)`` hands a gang back to the scheduling cycle to be placed again at once (the
+        cluster changed under it); ``back_off(gang, why)`` hands it back as a failed attempt (the API refused)."""
         self.port = port
         self.state = state
         self.settings = settings
@@ -83,6 +89,7 @@ class Binder:
         self.reporter = reporter
         self.metrics = metrics
         self.replace = replace
+        self.back_off = back_off
         self._send: MemoryObjectSendStream[BindJob] | None = None
         self._slots = anyio.Semaphore(settings.concurrency)
         self.in_flight = 0
@@ -124,9 +131,9 @@ class Binder:
             self._release(job, why)
             return
         first, rest = job.pods[0], job.pods[1:]
-        outcome = await self._bind_one(*first)
+        outcome = await self._bind_one(*first, first=True)
         if outcome is not Outcome.BOUND:
-            self._release(job, f"binding {first[0]} was {outcome.value}")
+            self._release(job, f"binding {first[0]} was {outcome.value}", refused=outcome is Outcome.REFUSED)
             return
         outcomes = [Outcome.BOUND]
         if rest:
@@ -149,13 +156,21 @@ class Binder:
         else:
             self.replace(job.gang, "members were lost while binding; the rest is placed again around the bound ones")
 
-    def _release(self, job: BindJob, why: str) -> None:
+    def _release(self, job: BindJob, why: str, *, refused: bool = False) -> None:
         for pod, _ in job.pods:
             self.state.unreserve(pod)
-        log.info("gang not bound; placing it again", gang=job.gang, why=why)
-        self.replace(job.gang, why)
+        if refused:
+            log.info("gang not bound; it backs off", gang=job.gang, why=why)
+            self.back_off(job.gang, why)
+        else:
+            log.info("gang not bound; placing it again", gang=job.gang, why=why)
+            self.replace(job.gang, why)
 
-    async def _bind_one(self, pod: str, node: str) -> Outcome:
+    async def _bind_one(self, pod: str, node: str, *, first: bool = False) -> Outcome:
+        """Bind one pod, retrying transient failures with backoff. A refusal ends the first pod's attempt
+        (nothing of the gang is bound: the gang backs off); for any later pod, part of its gang is bound
+        already, so the refusal is retried with backoff too, holding the pod's room: giving the room up
+        could leave the gang below its minimum for good."""
         namespace, name = pod.split("/", 1)
         delay = _FIRST_RETRY
         while True:
@@ -172,20 +187,21 @@ class Binder:
                 except NotFound:
                     self.metrics.bind_errors.labels("404").inc()
                     return Outcome.GONE
-                except Conflict:
+                except Conflict as error:
                     self.metrics.bind_errors.labels("409").inc()
-                    return await self._after_conflict(pod, node)
+                    outcome = await self._after_conflict(pod, node)
+                    if outcome is not Outcome.REFUSED:
+                        return outcome
+                    self._refused(pod, node, error)
+                    if first:
+                        return outcome
+                    wait = delay
                 except PortError as error:
                     self.metrics.bind_errors.labels(str(error.code)).inc()
                     if not error.transient:
-                        log.error("bind refused", pod=pod, node=node, code=error.code, error=str(error)[:300])
-                        self.reporter.event(
-                            self.reporter.pod_subject(pod),
-                            "FailedBinding",
-                            f"Binding to {node} was refused: {str(error)[:300]}",
-                            action="Binding",
-                        )
-                        return Outcome.REFUSED
+                        self._refused(pod, node, error)
+                        if first:
+                            return Outcome.REFUSED
                     wait = max(delay, error.retry_after) if isinstance(error, Throttled) else delay
                 else:
                     self.metrics.bind_duration.observe(self.clock.monotonic() - started)
@@ -195,15 +211,26 @@ class Binder:
             await anyio.sleep(wait)
             delay = min(delay * 2, _LAST_RETRY)
 
+    def _refused(self, pod: str, node: str, error: PortError) -> None:
+        log.error("bind refused", pod=pod, node=node, code=error.code, error=str(error)[:300])
+        self.reporter.event(
+            self.reporter.pod_subject(pod),
+            "FailedBinding",
+            f"Binding to {node} was refused: {str(error)[:300]}",
+            action="Binding",
+        )
+
     async def _after_conflict(self, pod: str, node: str) -> Outcome:
+        """What a 409 meant, from the pod as the server has it now."""
         namespace, name = pod.split("/", 1)
         try:
             current = await self.port.get(PODS, namespace, name)
         except PortError:
             return Outcome.GONE
-        if (current.get("spec") or {}).get("nodeName") == node and (current.get("metadata") or {}).get("uid") == (
-            self.state.uid(pod)
-        ):
+        bound_to = (current.get("spec") or {}).get("nodeName")
+        if (current.get("metadata") or {}).get("uid") != self.state.uid(pod) or bound_to not in (None, node):
+            return Outcome.GONE
+        if bound_to == node:
             self.state.binding_done(pod)
             return Outcome.BOUND
-        return Outcome.GONE
+        return Outcome.REFUSED

@@ -87,9 +87,18 @@ class Scheduler:
         self._poke.set()
 
     def replace(self, gang: GangKey, why: str) -> None:
-        """The binder gives a gang back: place it again now."""
+        """The binder gives a gang back because the cluster changed under it: place it again now."""
         self._requeue(gang)
         self.poke()
+
+    def bind_refused(self, gang: GangKey, why: str) -> None:
+        """The API server refused to bind the gang's members: a failed attempt like any other. The gang backs
+        off (a change to its pods or to the nodes wakes it sooner), never placed again at once."""
+        self._requeue(gang)
+        self.metrics.attempts.labels("unschedulable").inc()
+        backoff = self.queue.failed(gang, Wake(nodes=True))
+        log.info("binding refused; backing off", gang=gang, why=why, backoff_s=round(backoff, 2))
+        self.poke()  # the loop may be idle until a later deadline: this backoff ends sooner
 
     # -- folding cluster news into the queue ------------------------------------------------------
 
@@ -227,14 +236,12 @@ class Scheduler:
             return
         self.metrics.attempts.labels("scheduled").inc()
         self.binder.submit(BindJob(spec.key, tuple((a.pod, a.node) for a in real), spec.created))
-        self.reporter.group(
-            spec, scheduled=True, bound=len(spec.pods) - len(outcome.unplaced), message=f"{len(real)} pod(s) placed"
-        )
+        self.reporter.group(spec, scheduled=True, message=f"{len(real)} pod(s) placed")
         if outcome.unplaced:
             # Extras that did not fit wait, inside the gang's domains, for room: fill the running gang later.
             self.queue.failed(spec.key, wake)
         else:
-            self.queue.done(spec.key)
+            self.queue.binding(spec.key)
 
     def _pinned(self, request: GangRequest) -> GangRequest:
         """The request with every member that is bound or assumed pinned to its node."""
@@ -314,8 +321,8 @@ class Scheduler:
         self.metrics.attempts.labels("scheduled").inc()
         log.info("permitted", gang=spec.key, pods=len(assumed))
         self.binder.submit(BindJob(spec.key, tuple(assumed), spec.created))
-        self.reporter.group(spec, scheduled=True, bound=len(spec.pods), message="all members placed")
-        self.queue.done(spec.key)
+        self.reporter.group(spec, scheduled=True, message="all members placed")
+        self.queue.binding(spec.key)
         return True
 
     def _timeout(self, reservation: Reservation) -> None:
@@ -377,8 +384,7 @@ class Scheduler:
             self.reporter.event(self.reporter.pod_subject(pod), "FailedScheduling", message)
         for ref in spec.objects[:1]:
             self.reporter.event(self.reporter.group_subject(ref), "FailedScheduling", message)
-        placed = len(spec.pods) - len(unplaced)
-        self.reporter.group(spec, scheduled=self._meets_minimum(spec.request), bound=placed, message=message)
+        self.reporter.group(spec, scheduled=self._meets_minimum(spec.request), message=message)
 
     def _meets_minimum(self, part: GangRequest) -> bool:
         """Whether the members already bound or assumed satisfy every minimum of ``part``."""

@@ -23,8 +23,8 @@ import structlog
 from anyio.abc import TaskStatus
 
 from scheduler.cache import ClusterState
-from scheduler.errors import Expired, PortError
-from scheduler.port import ApiResource, ClusterPort
+from scheduler.errors import Expired, PortError, Throttled
+from scheduler.port import OPENED, ApiResource, ClusterPort
 from scheduler.settings import InformerSettings
 
 log = structlog.get_logger("phalanx.informers")
@@ -78,7 +78,10 @@ class Informer:
                 self.failures += 1
                 self.healthy = False
                 wait = backoff * self.rng.uniform(0.5, 1.5)
-                log.warning(
+                # A 429 is the server asking to come back later (a new CRD's watch cache answers "storage is
+                # (re)initializing" for its first seconds): client-go's reflector logs it at debug level too.
+                report = log.info if isinstance(error, Throttled) else log.warning
+                report(
                     "list/watch failed; retrying",
                     resource=str(self.resource),
                     error=str(error)[:200],
@@ -107,7 +110,9 @@ class Informer:
         applied = 0
         stream = self.port.watch(self.resource, version, timeout=self.settings.watch_timeout_seconds)
         async for change in stream:
-            self.healthy = True
+            self.healthy = True  # the server accepted the watch (OPENED comes first), or sent something
+            if change.type == OPENED:
+                continue
             metadata = change.object.get("metadata") or {}
             version = str(metadata.get("resourceVersion") or version)
             if change.type != "BOOKMARK":

@@ -44,6 +44,12 @@ class Metrics:
         self.waiting_gangs = Gauge("phalanx_waiting_gangs", "Gangs holding a reservation", registry=r)
         self.leader = Gauge("phalanx_leader", "1 while this instance holds the leader lease", registry=r)
         self.api_writes = Counter("phalanx_api_writes", "Writes to the API by kind", ["kind"], registry=r)
+        self.api_write_errors = Counter(
+            "phalanx_api_write_errors",
+            "Writes the API server refused for good (not retried), by kind and HTTP code",
+            ["kind", "code"],
+            registry=r,
+        )
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

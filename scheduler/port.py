@@ -14,13 +14,16 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True, slots=True)
 class ApiResource:
-    """A resource by group, version and plural, as in REST paths."""
+    """A resource by group, version and plural, as in REST paths. ``status_subresource`` says whether the
+    server serves ``<plural>/status`` (discovery tells): a custom resource without it keeps its status in
+    the object itself, written through the main resource (Volcano publishes its PodGroup CRD that way)."""
 
     group: str
     version: str
     plural: str
     kind: str
     namespaced: bool = True
+    status_subresource: bool = field(default=True, compare=False)
     api_version: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -46,9 +49,13 @@ class Listing:
     continue_token: str | None = None
 
 
+OPENED = "OPENED"
+
+
 @dataclass(frozen=True, slots=True)
 class Change:
-    """A watch event: ADDED, MODIFIED, DELETED or BOOKMARK, with the object as the server sent it."""
+    """A watch event: ADDED, MODIFIED, DELETED or BOOKMARK, with the object as the server sent it; or OPENED
+    (no object), which every watch yields first, once the server has accepted it."""
 
     type: str
     object: Mapping[str, Any]
@@ -58,7 +65,8 @@ class ClusterPort(Protocol):
     """What the scheduler needs from a cluster. Every method raises only ``scheduler.errors`` types."""
 
     async def served(self) -> set[tuple[str, str, str]]:
-        """(group, version, plural) of every resource the server serves (API discovery)."""
+        """(group, version, name) of every resource and subresource the server serves (API discovery):
+        ``("", "v1", "pods")``, ``("", "v1", "pods/status")``, ..."""
         ...
 
     async def list(
@@ -70,15 +78,20 @@ class ClusterPort(Protocol):
 
     def watch(self, resource: ApiResource, resource_version: str, *, timeout: float) -> AsyncIterator[Change]:
         """Changes after ``resource_version`` with bookmarks, until ``timeout`` seconds pass or the
-        server ends the stream. Raises ``Expired`` when the version is too old to resume from."""
+        server ends the stream, after an OPENED change as soon as the server has accepted the watch (a
+        quiet resource may send nothing else for a minute). Raises ``Expired`` when the version is too old
+        to resume from."""
         ...
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """``pods/binding``: Conflict when already bound, NotFound when gone (or recreated: uid differs)."""
         ...
 
-    async def patch_status(self, resource: ApiResource, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        """Patch the object's status subresource with ``patch`` (``{"status": ...}``).
+    async def patch_status(
+        self, resource: ApiResource, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Patch the object's status subresource with ``patch`` (``{"status": ...}``); returns the object as
+        stored (a custom resource's schema may have pruned fields the patch set).
 
         Pods take a strategic merge patch (conditions merge by type, as the API does for core types);
         custom resources a JSON merge patch, which replaces lists: send the whole conditions list."""

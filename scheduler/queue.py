@@ -58,7 +58,7 @@ class _Entry:
     attempts: int = 0
     until: float = 0.0
     wake: Wake = field(default_factory=Wake)
-    state: str = "active"  # active | backoff
+    state: str = "active"  # active | popped (in a cycle) | binding | backoff
     version: int = 0  # bumps on every move, so stale heap entries are skipped
 
 
@@ -94,6 +94,16 @@ class GangQueue:
     def done(self, key: str) -> None:
         """The gang needs nothing more (fully placed): forget it and its failures."""
         self.remove(key)
+
+    def binding(self, key: str) -> None:
+        """The gang was placed and is being bound: out of the way, but known, so that a refused bind counts
+        as one more failure (:meth:`failed`) and its backoff grows. Its binding shows up as a change of the
+        gang, which ends this (:meth:`done`, or :meth:`add` when members were lost)."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._unindex(entry)
+            entry.state = "binding"
+            entry.version += 1
 
     def failed(self, key: str, wake: Wake) -> float:
         """Back the gang off after a failed attempt; returns the backoff in seconds."""
@@ -176,7 +186,7 @@ class GangQueue:
     def depth(self) -> dict[str, int]:
         found = {"active": 0, "backoff": 0, "in_flight": 0}
         for entry in self._entries.values():
-            found["in_flight" if entry.state == "popped" else entry.state] += 1
+            found["in_flight" if entry.state in ("popped", "binding") else entry.state] += 1
         return found
 
     def waiting_shapes(self) -> Iterable[PodShape]:

@@ -7,17 +7,26 @@ by :meth:`Reporter.run`, a task of its own, every ``reporting.statusIntervalSeco
   missing (cluster-autoscaler reads it) or ``SchedulerError`` when the gang's definition must be fixed,
   written only when its message changes;
 - ``events.k8s.io/v1`` Events, aggregated: the same reason and note on the same object is one Event
-  whose ``series.count`` grows, updated at most every ``reporting.eventIntervalSeconds``;
-- the status of group objects, in each source's own vocabulary (scheduler-plugins phase and counts,
-  Volcano conditions, ``PodGroupInitiallyScheduled`` upstream), latest value only.
+  whose ``series.count`` grows, updated at most every ``reporting.eventIntervalSeconds``. Each is named
+  as client-go's event recorder names them (``<object>.<hex nanoseconds>``) and its fields are kept
+  within what the API server validates (a note of at most 1024 bytes);
+- the status of group objects, in each source's own vocabulary and only in fields its published CRD
+  has (scheduler-plugins phase and scheduleStartTime, Volcano phase and conditions,
+  ``PodGroupInitiallyScheduled`` upstream), latest value only; through the status subresource, or
+  through the object itself when the CRD has none (Volcano's). Fields the server drops anyway (an
+  older CRD) are logged once.
 
-Write failures are logged and retried at the next flush; they never reach the scheduling cycle.
+A write that fails for a transient reason (429, 5xx, a timeout) is retried at the next flush; one the
+server refuses for good (invalid, forbidden) is logged and dropped, never retried in a loop. Nothing
+here reaches the scheduling cycle.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Coroutine, Iterable
+import re
+import uuid
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -28,7 +37,7 @@ from anyio.abc import TaskStatus
 
 from scheduler.cache import ClusterState
 from scheduler.clock import Clock
-from scheduler.errors import NotFound, PortError
+from scheduler.errors import Conflict, NotFound, PortError
 from scheduler.gangs import GangSpec, ObjectRef
 from scheduler.metrics import Metrics
 from scheduler.port import EVENTS, PODS, ApiResource, ClusterPort
@@ -39,9 +48,16 @@ log = structlog.get_logger("phalanx.reporting")
 
 UNSCHEDULABLE = "Unschedulable"
 SCHEDULER_ERROR = "SchedulerError"
-_NOTE_LIMIT = 1024
+#: What the API server accepts in an Event (events.k8s.io/v1 validation): the note in bytes, the others in characters.
+_NOTE_BYTES = 1024
+_FIELD_LIMIT = 128
 _EVENTS_TRACKED = 4096
-_PLURALS = {"PodGroup": "podgroups", "CompositePodGroup": "compositepodgroups"}
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+#: ``_attempt``'s answer when the server refused a write for good: drop it, do not retry.
+_DROPPED: dict[str, Any] = {}
+#: Group objects whose published CRD keeps status in the object, with no status subresource. Other kinds
+#: without the subresource have no status at all (the upstream Workload): nothing is written to them.
+_STATUS_IN_OBJECT = frozenset({("scheduling.volcano.sh", "PodGroup")})
 
 
 def micro_time(seconds: float) -> str:
@@ -50,6 +66,21 @@ def micro_time(seconds: float) -> str:
 
 def rfc3339(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def event_name(regarding: str, nanoseconds: int) -> str:
+    """client-go's name for an Event: the object's name and the time in hex nanoseconds; a UUID when that
+    is not a valid object name (too long for one: a 253-character pod name has no room for the suffix)."""
+    name = f"{regarding}.{nanoseconds:x}"
+    return name if len(name) <= 253 and _DNS_SUBDOMAIN.fullmatch(name) else str(uuid.uuid4())
+
+
+def clip_bytes(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` bytes of UTF-8 (ending in "..." when cut), never inside a character."""
+    encoded = text.encode()
+    if len(encoded) <= limit:
+        return text
+    return encoded[: limit - 3].decode(errors="ignore") + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +130,24 @@ class Reporter:
         self._written: dict[str, tuple[str, str]] = {}  # pod -> what the API has
         self._events: dict[tuple[Subject, str, str], _Event] = {}  # oldest occurrence first
         self._due: set[tuple[Subject, str, str]] = set()  # events with occurrences not yet written
-        self._groups: dict[ObjectRef, tuple[bool, int, str]] = {}  # wanted: scheduled?, bound count, message
-        self._groups_written: dict[ObjectRef, tuple[bool, int, str]] = {}
+        self._groups: dict[ObjectRef, tuple[bool, str]] = {}  # wanted: scheduled?, message
+        self._groups_written: dict[ObjectRef, tuple[bool, str]] = {}
+        self._resources: dict[tuple[str, str], ApiResource] = {}  # (group, kind) -> the resource watched
+        self._pruned: set[tuple[str, str, str]] = set()  # (group, kind, field) already reported as dropped
+        self._last_nanoseconds = 0
+
+    def watching(self, resources: Iterable[ApiResource]) -> None:
+        """The group-object resources discovery chose: which have a status, and whether it is written through
+        ``/status`` or through the object itself."""
+        for resource in resources:
+            where = (resource.group, resource.kind)
+            if resource.status_subresource or where in _STATUS_IN_OBJECT:
+                self._resources[where] = resource
+            if not resource.status_subresource and where in _STATUS_IN_OBJECT:
+                log.info(
+                    "the CRD has no status subresource; its status is written through the object itself",
+                    resource=str(resource),
+                )
 
     # -- recording decisions (synchronous, cheap) -------------------------------------------------
 
@@ -114,7 +161,7 @@ class Reporter:
     ) -> None:
         if subject is None:
             return
-        note = note if len(note) <= _NOTE_LIMIT else note[: _NOTE_LIMIT - 3] + "..."
+        note = clip_bytes(note, _NOTE_BYTES)
         key = (subject, reason, note)
         found = self._events.pop(key, None)
         if found is None:
@@ -161,9 +208,9 @@ class Reporter:
             action="Binding",
         )
 
-    def group(self, spec: GangSpec, *, scheduled: bool, bound: int, message: str) -> None:
+    def group(self, spec: GangSpec, *, scheduled: bool, message: str) -> None:
         for ref in spec.objects:
-            self._groups[ref] = (scheduled, bound, message)
+            self._groups[ref] = (scheduled, message)
 
     def why_pending(self, pod: str) -> tuple[str, str] | None:
         """The (reason, message) of the pod's latest ``PodScheduled=False`` decision, if it has one."""
@@ -187,15 +234,29 @@ class Reporter:
         await self._flush_groups()
 
     async def _attempt(self, kind: str, what: str, write: Coroutine[Any, Any, Any]) -> Any:
-        """Run one write under the rate limit; None when it failed (it is retried at the next flush)."""
+        """Run one write under the rate limit. Returns what the server answered; None when the write failed
+        for a reason that passes (it is retried at the next flush); ``_DROPPED`` when it never can succeed
+        as it is (the object is gone, or the server refused it: logged, and not retried)."""
         await self.limiter.take()
         try:
             result = await write
         except NotFound:
-            return {}  # the object is gone: nothing left to tell
+            return _DROPPED  # the object is gone: nothing left to tell
+        except Conflict:
+            return None  # changed meanwhile, or an Event name taken (another replica, the same nanosecond)
         except PortError as error:
-            log.warning("write failed; retrying at the next flush", kind=kind, object=what, error=str(error)[:200])
-            return None
+            if error.transient:
+                log.warning("write failed; retrying at the next flush", kind=kind, object=what, error=str(error)[:200])
+                return None
+            log.warning(
+                "write refused by the API server; not retried",
+                kind=kind,
+                object=what,
+                code=error.code,
+                error=str(error)[:300],
+            )
+            self.metrics.api_write_errors.labels(kind, str(error.code)).inc()
+            return _DROPPED
         self.metrics.api_writes.labels(kind).inc()
         return {} if result is None else result
 
@@ -217,7 +278,10 @@ class Reporter:
                 "lastTransitionTime": rfc3339(self.clock.wall()),
             }
             write = self.port.patch_status(PODS, namespace, name, {"status": {"conditions": [condition]}})
-            if await self._attempt("condition", pod, write) is not None:
+            answer = await self._attempt("condition", pod, write)
+            if answer is _DROPPED:
+                self._conditions.pop(pod, None)
+            elif answer is not None:
                 self._written[pod] = wanted
 
     async def _flush_events(self) -> None:
@@ -229,35 +293,47 @@ class Reporter:
                 continue
             namespace = event.subject.namespace
             if event.name is None:
-                created = await self._attempt(
-                    "event", event.reason, self.port.create(EVENTS, namespace, self._event_body(event))
-                )
-                if created is not None:
-                    event.name = str((created.get("metadata") or {}).get("name") or "") or None
+                answer = await self._create_event(event)
+                if answer is _DROPPED:
+                    self._events.pop(key, None)
+                elif answer is not None:
+                    event.name = str((answer.get("metadata") or {}).get("name") or "") or None
                     event.written_count, event.last_write = event.count, now
                     if event.name is None:
                         self._events.pop(key, None)
             elif now - event.last_write >= self.settings.event_interval_seconds:
                 series = {"series": {"count": event.count, "lastObservedTime": micro_time(self.clock.wall())}}
-                if (
-                    await self._attempt("event", event.reason, self.port.patch(EVENTS, namespace, event.name, series))
-                    is not None
-                ):
+                answer = await self._attempt(
+                    "event", event.reason, self.port.patch(EVENTS, namespace, event.name, series)
+                )
+                if answer is _DROPPED:
+                    event.name = None  # the Event expired (they live an hour): the next occurrence starts a new one
+                    event.count = event.written_count = 0
+                elif answer is not None:
                     event.written_count, event.last_write = event.count, now
             if event.count == event.written_count:
                 self._due.discard(key)
+
+    async def _create_event(self, event: _Event) -> Any:
+        body = self._event_body(event)  # named afresh on every attempt: a name taken once is not tried again
+        return await self._attempt("event", event.reason, self.port.create(EVENTS, event.subject.namespace, body))
+
+    def _nanoseconds(self) -> int:
+        """The wall clock in nanoseconds, strictly increasing, so that two Events never get one name."""
+        self._last_nanoseconds = max(int(self.clock.wall() * 1e9), self._last_nanoseconds + 1)
+        return self._last_nanoseconds
 
     def _event_body(self, event: _Event) -> dict[str, Any]:
         subject = event.subject
         return {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{subject.name}.", "namespace": subject.namespace},
+            "metadata": {"name": event_name(subject.name, self._nanoseconds()), "namespace": subject.namespace},
             "eventTime": micro_time(self.clock.wall()),
             "reportingController": self.settings.controller,
-            "reportingInstance": self.identity,
-            "action": event.action,
-            "reason": event.reason,
+            "reportingInstance": self.identity[:_FIELD_LIMIT],
+            "action": event.action[:_FIELD_LIMIT],
+            "reason": event.reason[:_FIELD_LIMIT],
             "regarding": {
                 "apiVersion": subject.api_version,
                 "kind": subject.kind,
@@ -274,22 +350,47 @@ class Reporter:
             if self._groups_written.get(ref) == wanted:
                 continue
             group = self.state.index.group(ref)
-            if group is None:
+            resource = self._resources.get((ref.group, ref.kind))
+            if group is None or resource is None:
                 self._groups.pop(ref, None)
                 continue
-            resource = ApiResource(ref.group, group.version, _PLURALS.get(ref.kind, ref.kind.lower() + "s"), ref.kind)
-            write = self.port.patch_status(
-                resource, ref.namespace, ref.name, self._group_status(ref, group.raw, *wanted)
-            )
-            if await self._attempt("status", str(ref), write) is not None:
+            patch = self._group_status(ref, group.raw, *wanted)
+            if resource.status_subresource:
+                write = self.port.patch_status(resource, ref.namespace, ref.name, patch)
+            else:
+                write = self.port.patch(resource, ref.namespace, ref.name, patch)
+            answer = await self._attempt("status", str(ref), write)
+            if answer is _DROPPED:
+                self._groups.pop(ref, None)
+            elif answer is not None:
                 self._groups_written[ref] = wanted
+                self._check_kept(ref, patch["status"], answer.get("status"))
 
-    def _group_status(self, ref: ObjectRef, raw: Any, scheduled: bool, bound: int, message: str) -> dict[str, Any]:
-        """The status patch in the object's own vocabulary."""
+    def _check_kept(self, ref: ObjectRef, written: Mapping[str, Any], stored: Any) -> None:
+        """Log, once per field, status fields the server dropped: the installed CRD's schema lacks them."""
+        stored = stored if isinstance(stored, Mapping) else {}
+        for field_name in sorted(set(written) - set(stored)):
+            if (ref.group, ref.kind, field_name) not in self._pruned:
+                self._pruned.add((ref.group, ref.kind, field_name))
+                log.warning(
+                    "the installed CRD has no such status field; the API server drops what Phalanx writes there",
+                    resource=f"{ref.kind}.{ref.group}",
+                    field=f"status.{field_name}",
+                    hint="install the CRD as its project publishes it (README: Gang sources)",
+                )
+
+    def _group_status(self, ref: ObjectRef, raw: Any, scheduled: bool, message: str) -> dict[str, Any]:
+        """The status patch in the object's own vocabulary, in the fields its published CRD has."""
         now = rfc3339(self.clock.wall())
-        current = ((raw.get("status") or {}).get("conditions") or []) if isinstance(raw, dict) else []
+        status = (raw.get("status") or {}) if isinstance(raw, dict) else {}
+        current = status.get("conditions") or []
         if ref.group == "scheduling.x-k8s.io":
-            return {"status": {"phase": "Scheduled" if scheduled else "Pending", "scheduled": bound}}
+            # scheduler-plugins' PodGroupStatus: phase and scheduleStartTime are the scheduler's to write;
+            # running/succeeded/failed are counted from pod phases by its controller.
+            written: dict[str, Any] = {"phase": "Scheduled" if scheduled else "Pending"}
+            if not status.get("scheduleStartTime"):
+                written["scheduleStartTime"] = now
+            return {"status": written}
         if ref.group == "scheduling.volcano.sh":
             return _volcano_status(current, scheduled, message, now, self.identity)
         generation = int((raw.get("metadata") or {}).get("generation", 1)) if isinstance(raw, dict) else 1

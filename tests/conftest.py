@@ -1,9 +1,15 @@
-"""Suite-wide settings: deterministic hypothesis, so that a run on CI is the run you can repeat; and the
-tally of invariant checks the clusters' monitors made, printed at the end."""
+"""Suite-wide settings: deterministic hypothesis, so that a run on CI is the run you can repeat; the real
+kube-apiserver of ``KUBEBUILDER_ASSETS`` for the suites that need one; and, printed at the end, the tally of
+invariant checks the clusters' monitors made and how many tests ran against the real server."""
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.integration.controlplane import HOW_TO_GET, ControlPlane, assets_dir
 
 settings.register_profile(
     "phalanx",
@@ -14,6 +20,26 @@ settings.register_profile(
 )
 settings.load_profile("phalanx")
 
+#: The envtest binaries, or None: without them the real-server suite is not collected (and the summary says so).
+ASSETS: Path | None = assets_dir()
+collect_ignore = [] if ASSETS else ["integration"]
+REAL = "real kube-apiserver"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "integration" in item.path.parts or REAL in item.name:
+            item.user_properties.append(("server", REAL))
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """etcd and kube-apiserver from KUBEBUILDER_ASSETS, shared by the whole session (about 3 s to start)."""
+    assert ASSETS is not None, HOW_TO_GET
+    plane = ControlPlane.start(ASSETS, tmp_path_factory.mktemp("envtest"))
+    yield plane
+    plane.stop()
+
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     from tests.scheduler.support import CHECKS  # noqa: PLC0415  (only once the suite has run)
@@ -21,3 +47,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if CHECKS:
         figures = ", ".join(f"{name} {count}" for name, count in sorted(CHECKS.items()))
         terminalreporter.write_line(f"invariant checks: {figures}; violations 0 (any would have failed its test)")
+    if ASSETS is None:
+        terminalreporter.write_line(f"{REAL} suite not run: KUBEBUILDER_ASSETS is not set; to run it, {HOW_TO_GET}")
+        return
+    reports = [
+        report
+        for outcome in ("passed", "failed", "error")
+        for report in terminalreporter.stats.get(outcome, [])
+        if getattr(report, "when", "call") == "call" and ("server", REAL) in getattr(report, "user_properties", [])
+    ]
+    passed = sum(1 for report in reports if report.passed)
+    terminalreporter.write_line(f"{REAL} suite ({ASSETS}): {passed} of {len(reports)} tests passed against it")

@@ -178,7 +178,11 @@ async def test_rbac_allows_exactly_the_calls_the_scheduler_makes() -> None:
             lease_updates = lambda: where.server.audit["update", "coordination.k8s.io", "leases"]  # noqa: E731
             await eventually(lambda: lease_updates() >= 2, what="the lease renewed")
             expected = granted()
-            await eventually(lambda: set(where.server.audit) >= expected, timeout=15, what="every granted call made")
+            await eventually(
+                lambda: set(where.server.audit) >= expected,
+                timeout=15,
+                what=lambda: f"every granted call made; missing {sorted(expected - set(where.server.audit))}",
+            )
             assert app.leading
         assert set(where.server.audit) == expected, sorted(set(where.server.audit) ^ expected)
 

@@ -54,6 +54,7 @@ class PodInfo:
     created: float
     finished: bool
     deleting: bool
+    gated: bool
     membership: Membership
     ignored_markers: tuple[str, ...] = ()
     ref: ObjectRef = field(init=False)
@@ -63,8 +64,11 @@ class PodInfo:
 
     @property
     def counts(self) -> bool:
-        """Finished pods and pods being deleted are not members of anything."""
-        return not self.finished and not self.deleting
+        """Finished pods, pods being deleted and pods still held by scheduling gates are not members of
+        anything. A gated pod is not schedulable yet (the API server refuses to bind it): its gang waits for
+        it exactly as for a member not created yet, and its removal of the last gate is a pod update that
+        makes it a member."""
+        return not self.finished and not self.deleting and not self.gated
 
 
 def _strings(value: object) -> dict[str, str]:
@@ -97,6 +101,7 @@ def read_pod(raw: Mapping[str, Any], settings: GangSettings) -> PodInfo | None:
         created=timestamp(child(metadata, "creationTimestamp")) or 0.0,
         finished=child(status, "phase") in FINISHED_PHASES,
         deleting=child(metadata, "deletionTimestamp") is not None,
+        gated=bool(child(spec, "schedulingGates")) and not (isinstance(node, str) and node),
         membership=Membership(Source.POD, name),
     )
     found = _markers(info, spec, settings)

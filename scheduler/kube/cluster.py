@@ -20,7 +20,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from yarl import URL
 
 from scheduler.errors import PortError, Unavailable, from_status
-from scheduler.port import PODS, ApiResource, Change, Listing
+from scheduler.port import OPENED, PODS, ApiResource, Change, Listing
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -134,7 +134,7 @@ class KubeCluster:
         core = await self._json("GET", "/api")
         for version in core.get("versions", []):
             listing = await self._json("GET", f"/api/{version}")
-            found |= {("", version, item["name"]) for item in listing.get("resources", []) if "/" not in item["name"]}
+            found |= {("", version, item["name"]) for item in listing.get("resources", [])}
         groups = await self._json("GET", "/apis")
         for group in groups.get("groups", []):
             for version in group.get("versions", []):
@@ -142,11 +142,7 @@ class KubeCluster:
                     listing = await self._json("GET", f"/apis/{group['name']}/{version['version']}")
                 except PortError:
                     continue  # an aggregated API that is down does not stop discovery of the rest
-                found |= {
-                    (group["name"], version["version"], item["name"])
-                    for item in listing.get("resources", [])
-                    if "/" not in item["name"]
-                }
+                found |= {(group["name"], version["version"], item["name"]) for item in listing.get("resources", [])}
         return found
 
     async def list(
@@ -176,6 +172,7 @@ class KubeCluster:
         ]
         response = await self._request("GET", _path(resource), query=query, timeout=timeout + 30)
         try:
+            yield Change(type=OPENED, object={})
             while True:
                 try:
                     line = await response.content.readline()
@@ -204,12 +201,13 @@ class KubeCluster:
         response = await self._request("POST", _path(PODS, namespace, name, "binding"), body=body)
         response.release()
 
-    async def patch_status(self, resource: ApiResource, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+    async def patch_status(
+        self, resource: ApiResource, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
         kind = STRATEGIC_MERGE_PATCH if resource.group in _CORE_GROUPS else MERGE_PATCH
-        response = await self._request(
+        return await self._json(
             "PATCH", _path(resource, namespace, name, "status"), body=dict(patch), content_type=kind
         )
-        response.release()
 
     async def create(self, resource: ApiResource, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return await self._json("POST", _path(resource, namespace), body=dict(body))

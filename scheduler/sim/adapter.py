@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
 from scheduler.errors import from_status
-from scheduler.port import ApiResource, Change, Listing
+from scheduler.port import OPENED, ApiResource, Change, Listing
 from scheduler.sim.errors import ApiError
 from scheduler.sim.resources import Resource
 from scheduler.sim.store import MERGE_PATCH, STRATEGIC_MERGE_PATCH, Store
@@ -35,7 +35,11 @@ class SimCluster:
             raise from_status(error.code, error.message, retry_after=error.retry_after) from error
 
     async def served(self) -> set[tuple[str, str, str]]:
-        return {(r.group, r.version, r.plural) for r in self.store.catalog.resources}
+        return {
+            (r.group, r.version, name)
+            for r in self.store.catalog.resources
+            for name in (r.plural, *(f"{r.plural}/{sub}" for sub in r.subresources))
+        }
 
     async def list(
         self, resource: ApiResource, *, limit: int | None = None, continue_token: str | None = None
@@ -57,6 +61,7 @@ class SimCluster:
             )
         )
         try:
+            yield Change(type=OPENED, object={})
             async for event in stream:
                 yield Change(type=event.type, object=event.object)
         finally:
@@ -66,9 +71,11 @@ class SimCluster:
         binding = {"metadata": {"name": name, "uid": uid}, "target": {"kind": "Node", "name": node}}
         self._call(lambda: self.store.bind(namespace, name, binding))
 
-    async def patch_status(self, resource: ApiResource, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+    async def patch_status(
+        self, resource: ApiResource, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
         kind = STRATEGIC_MERGE_PATCH if resource.group in _CORE_GROUPS else MERGE_PATCH
-        self._call(
+        return self._call(
             lambda: self.store.patch(
                 self._resource(resource), namespace or None, name, dict(patch), kind, subresource="status"
             )

@@ -49,7 +49,8 @@ _ALL: tuple[Resource, ...] = (
     Resource("coordination.k8s.io", "v1", "leases", "Lease"),
     Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False, short_names=("pc",)),
     Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", subresources=STATUS, short_names=("pg",)),
-    Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", subresources=STATUS, short_names=("pg",)),
+    # Volcano's published CRD has no status subresource: its status is written with the object.
+    Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", short_names=("pg",)),
     Resource("scheduling.k8s.io", "v1alpha1", "workloads", "Workload"),
     Resource("scheduling.k8s.io", "v1alpha2", "workloads", "Workload"),
     Resource("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup", subresources=STATUS),

@@ -134,13 +134,14 @@ async def phalanx(where: Cluster, settings: Settings = FAST, **changes: Any) -> 
         await port.close()
 
 
-async def eventually(check: Callable[[], Any], *, timeout: float = 5.0, what: str = "") -> Any:
-    """Wait until ``check()`` is truthy (returning it), or fail after ``timeout`` seconds."""
+async def eventually(check: Callable[[], Any], *, timeout: float = 5.0, what: str | Callable[[], str] = "") -> Any:
+    """Wait until ``check()`` is truthy (returning it), or fail after ``timeout`` seconds saying ``what``
+    (a callable is asked only then, so that it can describe the state the wait ended in)."""
     with anyio.move_on_after(timeout):
         while not (result := check()):
             await anyio.sleep(0.01)
         return result
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what or check}")
 
 
 def gpu_pod(

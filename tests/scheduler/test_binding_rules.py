@@ -92,3 +92,22 @@ async def test_waiting_gangs_cannot_hold_more_than_their_share_of_the_cluster() 
             where.create(gpu_pod("a1", annotations=pfn("a", 2)))
             await eventually(lambda: {"team/a0", "team/a1"} <= set(where.bound()), what="the first gang bound")
         check_invariants(where)
+
+
+async def test_a_first_bind_refused_with_a_conflict_backs_off_and_is_never_placed_again_at_once() -> None:
+    """The real API server answers 409 to binding a pod it will not bind yet (scheduling gates): that is a
+    refusal, and the gang backs off like any failed attempt; it once looped hundreds of times a second."""
+    faults = Faults(seed=1)
+    async with cluster("blocks=1,racks=1,nodes=2,gpus=8", faults=faults) as where, phalanx(where):
+        faults.bind_failures.update({"team/w0": 409, "team/w1": 409})
+        for i in range(2):
+            where.create(gpu_pod(f"w{i}", annotations=pfn("train", 2)))
+        await eventually(lambda: faults.injected["bind 409"] >= 1, what="the first refusal")
+        started = anyio.current_time()
+        await eventually(lambda: faults.injected["bind 409"] >= 4, timeout=10, what="three more attempts")
+        # Three backoffs of at least 0.75 x (0.05, 0.1, 0.2) s lie between them; without backoff, milliseconds.
+        assert anyio.current_time() - started >= 0.75 * (0.05 + 0.1 + 0.2)
+        assert where.bound() == {} and where.events("FailedBinding")
+        faults.bind_failures.clear()
+        await eventually(lambda: len(where.bound()) == 2, timeout=10, what="bound once the server accepts")
+        check_invariants(where)

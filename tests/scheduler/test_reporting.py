@@ -4,7 +4,7 @@ from scheduler.cache import ClusterState
 from scheduler.clock import ManualClock
 from scheduler.metrics import Metrics
 from scheduler.ratelimit import TokenBucket
-from scheduler.reporting import Reporter, Subject
+from scheduler.reporting import Reporter, Subject, clip_bytes, event_name
 from scheduler.settings import ReportingSettings
 from scheduler.sim import Store
 from scheduler.sim.adapter import SimCluster
@@ -79,3 +79,27 @@ async def test_a_burst_the_api_cannot_take_keeps_memory_bounded_and_the_latest_e
     written = store.objects(store.resource("events.k8s.io/v1", "Event"))
     names = {event["regarding"]["name"] for event in written}
     assert 4096 <= len(names) <= 4096 + 512 and "p19999" in names and "p0" not in names
+
+
+def test_events_are_named_as_client_go_names_them_and_fit_what_the_api_server_validates() -> None:
+    assert event_name("train-2", 0x18EABA7EFE209DF3) == "train-2.18eaba7efe209df3"
+    too_long = event_name("p" * 252, 1)  # a valid pod name (253 at most) may leave no room for the suffix
+    assert len(too_long) == 36 and too_long.count("-") == 4  # a UUID instead
+    note = clip_bytes("é" * 600, 1024)  # the server counts the note's limit in bytes
+    assert len(note.encode()) <= 1024 and note.endswith("...") and "\ufffd" not in note
+
+
+async def test_an_over_long_instance_is_clipped_and_an_event_about_a_vanished_namespace_is_dropped() -> None:
+    store = Store()
+    store.ensure_namespace("team")
+    reporter, _ = reporter_on(store)
+    reporter.identity = "x" * 200  # longer than reportingInstance may be: clipped, not refused
+    reporter.event(subject(1), "FailedScheduling", "no room")
+    await reporter.flush()
+    (written,) = events(store, "p1")
+    assert len(written["reportingInstance"]) == 128 and written["metadata"]["name"].startswith("p1.")
+    reporter.event(Subject("v1", "Pod", "gone", "p2", "uid-2"), "FailedScheduling", "no room")  # no such namespace
+    await reporter.flush()
+    await reporter.flush()
+    assert reporter.metrics.api_write_errors.labels("event", "404")._value.get() == 0  # 404: dropped quietly
+    assert not reporter._due

@@ -86,7 +86,7 @@ async def test_a_scheduler_plugins_group_of_five_with_min_three_binds_the_three_
         )
         groups = where.store.resource("scheduling.x-k8s.io/v1alpha1", "PodGroup")
         status = await eventually(lambda: where.store.get(groups, "team", "etl").get("status"), what="group status")
-        assert status == {"phase": "Scheduled", "scheduled": 3}
+        assert status["phase"] == "Scheduled" and set(status) == {"phase", "scheduleStartTime"}
         check_invariants(where)
 
 

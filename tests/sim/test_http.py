@@ -168,11 +168,11 @@ async def test_custom_resources_and_their_status_over_http() -> None:
             "ns",
             "podgroups",
             "g",
-            {"status": {"phase": "Scheduled", "scheduled": 2}},
+            {"status": {"phase": "Scheduled", "running": 2}},
             _content_type="application/merge-patch+json",
         )
         read = await custom.get_namespaced_custom_object("scheduling.x-k8s.io", "v1alpha1", "ns", "podgroups", "g")
-        assert read["status"] == {"phase": "Scheduled", "scheduled": 2} and read["spec"] == {"minMember": 2}
+        assert read["status"] == {"phase": "Scheduled", "running": 2} and read["spec"] == {"minMember": 2}
 
 
 async def test_idle_watches_get_bookmarks_over_http() -> None:

@@ -1,0 +1,64 @@
+"""Two replicas on one Lease: only the holder schedules, and the other takes over when it dies."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from tests.integration.conftest import FAST
+from tests.integration.controlplane import ControlPlane
+from tests.integration.support import (
+    PhalanxProcess,
+    bound,
+    described_events,
+    ensure_namespace,
+    eventually,
+    get,
+    pods,
+)
+from tests.scheduler.support import gpu_pod
+
+#: A Lease and a scheduler name of their own, so that the session's scheduler is not part of this election.
+OWN = (*FAST, "leaderElection.name=phalanx-handover", "schedulerNames=[phalanx-handover]")
+
+
+def holder(plane: ControlPlane) -> str:
+    lease = get(plane, "/apis/coordination.k8s.io/v1/namespaces/phalanx-system/leases/phalanx-handover")
+    return str(lease["spec"].get("holderIdentity") or "")
+
+
+def bound_by(plane: ControlPlane, name: str) -> str:
+    """The replica that bound ``handover/<name>``: its Scheduled Event's reportingInstance."""
+    pod = pods(plane, "handover")[f"handover/{name}"]
+    events = eventually(
+        lambda: [e for e in described_events(plane, pod) if e["reason"] == "Scheduled"], what=f"{name} Scheduled"
+    )
+    return str(events[0]["reportingInstance"])
+
+
+def test_the_second_replica_takes_over_when_the_leader_is_killed(
+    plane: ControlPlane, workdir: Path, phalanx_kubeconfig: Path
+) -> None:
+    ensure_namespace(plane, "handover")
+    first = PhalanxProcess(workdir, phalanx_kubeconfig, name="replica-a", overrides=OWN)
+    second = None
+    try:
+        first.wait_ready()
+        eventually(lambda: holder(plane) == "replica-a", what="replica-a leading")
+        second = PhalanxProcess(workdir, phalanx_kubeconfig, name="replica-b", overrides=OWN)
+        second.wait_ready()  # ready means its caches are warm; it does not lead
+        plane.apply(gpu_pod("before", "handover", gpus=1, scheduler="phalanx-handover"))
+        eventually(lambda: "handover/before" in bound(plane, "handover"), what="bound by the leader")
+        assert bound_by(plane, "before") == "replica-a"
+        assert second.metric("phalanx_leader") == 0 and first.metric("phalanx_leader") == 1
+
+        first.stop(signal.SIGKILL)  # no chance to release the Lease: the other must wait it out
+        eventually(lambda: holder(plane) == "replica-b", what="replica-b leading")
+        plane.apply(gpu_pod("after", "handover", gpus=1, scheduler="phalanx-handover"))
+        eventually(lambda: "handover/after" in bound(plane, "handover"), what="bound by the new leader")
+        assert bound_by(plane, "after") == "replica-b"
+        assert second.problems() == []
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
