@@ -1,4 +1,4 @@
-"""The ``phalanx`` command: ``run``, ``simulate``, ``dry-run`` and ``explain``.
+"""The ``phalanx`` command: ``run``, ``simulate``, ``serve``, ``dry-run`` and ``explain``.
 
 Every failure a user can cause (a bad flag, a missing or malformed file, an unusable kubeconfig, an
 unreachable cluster) ends in one readable line on stderr and a non-zero exit status, never a traceback:
@@ -29,6 +29,7 @@ from scheduler.logs import LEVELS, configure
 from scheduler.plot import INSTALL_HINT, PlotError, plot
 from scheduler.render import Progress, table
 from scheduler.samples import default_cluster, default_workload
+from scheduler.sandbox import Sandbox, serve
 from scheduler.settings import Settings, load_settings
 from scheduler.sim.builders import ClusterShape, ManifestError, read_manifest_file
 from scheduler.simulation import Simulation
@@ -116,19 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
             "arguments: 2 blocks x 4 racks x 8 nodes of 8 GPUs, and a sample workload in every input format."
         ),
     )
-    simulate.add_argument(
-        "--cluster",
-        metavar="FILE|SHAPE",
-        help="Node manifests (multi-document YAML or a List), or a shape such as blocks=2,racks=4,nodes=8,gpus=8",
-    )
-    simulate.add_argument(
-        "--workload",
-        metavar="FILE",
-        nargs="+",
-        action="extend",
-        default=[],
-        help="manifest files: Pods, group objects, Workloads, composites (pods without schedulerName are Phalanx's)",
-    )
+    _workload_flags(simulate)
     simulate.add_argument("--output", choices=("table", "json"), default="table")
     simulate.add_argument("--plot", metavar="FILE.png", help="draw the racks with each GPU coloured by gang")
     simulate.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
@@ -136,6 +125,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=300.0, metavar="SECONDS", help="stop after this long (default 300)"
     )
     _settings_flags(simulate)
+
+    serve = commands.add_parser(
+        "serve",
+        help="an emulated cluster with Phalanx scheduling in it, for kubectl (writes a kubeconfig)",
+        description=(
+            "Serve an in-memory Kubernetes API with Phalanx scheduling in it, and write a kubeconfig for it, so "
+            "that kubectl apply, get -o wide, describe and get events can be tried on a laptop. The default "
+            "cluster is 2 blocks x 4 racks x 8 nodes of 8 GPUs. Runs until Ctrl-C."
+        ),
+    )
+    _workload_flags(serve)
+    serve.add_argument(
+        "--address", default="127.0.0.1:8080", metavar="HOST:PORT", help="where the API listens (default %(default)s)"
+    )
+    serve.add_argument(
+        "--write-kubeconfig",
+        default="phalanx-sandbox.kubeconfig",
+        metavar="FILE",
+        help="where to write the kubeconfig for kubectl (default %(default)s)",
+    )
+    serve.add_argument("--log-level", choices=LEVELS, default="info")
+    _settings_flags(serve)
 
     dry_run = commands.add_parser(
         "dry-run",
@@ -162,6 +173,22 @@ def build_parser() -> argparse.ArgumentParser:
     _cluster_flags(explain)
     _settings_flags(explain)
     return parser
+
+
+def _workload_flags(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--cluster",
+        metavar="FILE|SHAPE",
+        help="Node manifests (multi-document YAML or a List), or a shape such as blocks=2,racks=4,nodes=8,gpus=8",
+    )
+    command.add_argument(
+        "--workload",
+        metavar="FILE",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="manifest files: Pods, group objects, Workloads, composites (pods without schedulerName are Phalanx's)",
+    )
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -263,6 +290,44 @@ def _require_plotting() -> None:
         raise UserError(INSTALL_HINT) from None
 
 
+# -- serve ------------------------------------------------------------------------------------------
+
+
+def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
+    configure(args.log_level, "console")
+    host, _, port = args.address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--address {args.address}: give it as HOST:PORT, e.g. 127.0.0.1:8080")
+    nodes = cluster_nodes(args.cluster)
+    workload: list[dict[str, Any]] = []
+    for path in args.workload:
+        workload += read_manifest_file(path)
+    nodes += [obj for obj in workload if obj.get("kind") == "Node"]
+    objects = [obj for obj in workload if obj.get("kind") != "Node"]
+    kubeconfig = Path(args.write_kubeconfig)
+
+    def started(sandbox: Sandbox) -> None:
+        print(
+            f"Phalanx sandbox: an emulated Kubernetes API at {sandbox.url} with {sandbox.nodes} nodes, "
+            f"Phalanx scheduling in it.\nkubeconfig written to {sandbox.kubeconfig}. Try:\n"
+            f"  export KUBECONFIG={sandbox.kubeconfig.resolve()}\n"
+            "  kubectl create namespace team-a\n"
+            "  kubectl apply -f examples/pfn/training-gang.yaml\n"
+            "  kubectl get pods -n team-a -o wide\n"
+            "  kubectl describe pod -n team-a resnet-worker-0\n"
+            "Ctrl-C stops it (bound pods stay Pending: nothing runs them).",
+            flush=True,
+        )
+
+    try:
+        anyio.run(
+            lambda: serve(settings, nodes, objects, host=host, port=int(port), kubeconfig=kubeconfig, started=started)
+        )
+    except OSError as error:
+        raise UserError(f"--address {args.address}: {error.strerror or error}", EXIT_CLUSTER) from None
+    return 0
+
+
 # -- dry-run and explain ----------------------------------------------------------------------------
 
 
@@ -296,6 +361,7 @@ def _command_explain(args: argparse.Namespace, settings: Settings) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "run": _command_run,
     "simulate": _command_simulate,
+    "serve": _command_serve,
     "dry-run": _command_dry_run,
     "explain": _command_explain,
 }
@@ -308,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     if command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    if args.command != "run":
+    if args.command not in ("run", "serve"):
         configure("warning", "console")
     try:
         return command(args, _settings(args))

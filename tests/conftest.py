@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.integration.controlplane import HOW_TO_GET, ControlPlane, assets_dir
+from tests.integration.support import install
 
 settings.register_profile(
     "phalanx",
@@ -34,11 +35,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """etcd and kube-apiserver from KUBEBUILDER_ASSETS, shared by the whole session (about 3 s to start)."""
+    """etcd and kube-apiserver from KUBEBUILDER_ASSETS, shared by the whole session (about 3 s to start),
+    with what every test finds installed: the CRDs, Phalanx's ServiceAccount and RBAC, and the nodes."""
     assert ASSETS is not None, HOW_TO_GET
     plane = ControlPlane.start(ASSETS, tmp_path_factory.mktemp("envtest"))
-    yield plane
-    plane.stop()
+    try:
+        install(plane)
+        yield plane
+    finally:
+        plane.stop()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -194,3 +194,16 @@ def test_optional_crds_define_a_served_storage_version_with_a_status_subresource
     (version,) = [v for v in crd["spec"]["versions"] if v["storage"]]
     assert version["served"] and "status" in version["subresources"]
     assert crd["metadata"]["name"] == f"{crd['spec']['names']['plural']}.{crd['spec']['group']}"
+
+
+@pytest.mark.parametrize(
+    ("deployed_file", "served_file"),
+    [
+        ("optional/podgroups.scheduling.x-k8s.io.yaml", "podgroups.scheduling.x-k8s.io.yaml"),
+        ("crd-compositepodgroups.yaml", "compositepodgroups.scheduling.phalanx.dev.yaml"),
+    ],
+)
+def test_the_crds_deployed_are_the_ones_the_emulator_serves_and_the_real_suite_installs(
+    deployed_file: str, served_file: str
+) -> None:
+    assert documents(MANIFESTS / deployed_file) == documents(ROOT / "scheduler" / "sim" / "crds" / served_file)

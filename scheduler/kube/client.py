@@ -41,6 +41,11 @@ async def connect(kubeconfig: str | None = None, context: str | None = None) -> 
     return ApiClient(configuration)
 
 
+def client_for(url: str) -> ApiClient:
+    """A client for an API server that asks for no credentials (the sandbox's, on loopback)."""
+    return ApiClient(Configuration(host=url))
+
+
 def _check_kubeconfig(path: str) -> None:
     """Refuse a kubeconfig that is not a YAML mapping, with the parser's own words for where it broke."""
     try:

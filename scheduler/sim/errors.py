@@ -8,6 +8,7 @@ REASONS = {
     400: "BadRequest",
     404: "NotFound",
     405: "MethodNotAllowed",
+    406: "NotAcceptable",
     409: "Conflict",
     410: "Expired",
     415: "UnsupportedMediaType",
@@ -31,16 +32,20 @@ class ApiError(Exception):
         group: str = "",
         kind: str = "",
         retry_after: int | None = None,
+        causes: list[dict[str, str]] | None = None,
     ) -> None:
         self.code = code
         self.reason = reason or REASONS.get(code, "Unknown")
         self.message = message
         self.details = {"name": name, "group": group, "kind": kind}
         self.retry_after = retry_after
+        self.causes = causes or []
         super().__init__(f"{code} {self.reason}: {message}")
 
     def status(self) -> dict[str, Any]:
         details: dict[str, Any] = {key: value for key, value in self.details.items() if value}
+        if self.causes:
+            details["causes"] = self.causes
         if self.retry_after is not None:
             details["retryAfterSeconds"] = self.retry_after
         return {

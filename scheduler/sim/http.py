@@ -1,10 +1,13 @@
 """SimCluster over HTTP, in the Kubernetes REST wire format, so that real clients talk to it.
 
-Serves discovery (``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/<group>[/<version>]``) and
-every enabled resource at its usual path, namespaced or not, with the ``status`` and ``binding``
-subresources. Lists take ``labelSelector``, ``fieldSelector``, ``limit`` and ``continue``; watches
+Serves discovery (``/version``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/<group>[/<version>]``), OpenAPI
+v3 (``/openapi/v3``) and every enabled resource at its usual path, namespaced or not, with the
+subresources it has. Lists take ``labelSelector``, ``fieldSelector``, ``limit`` and ``continue``; watches
 (``?watch=1``) stream newline-delimited JSON events and take ``resourceVersion``,
-``allowWatchBookmarks`` and ``timeoutSeconds``. Errors are ``Status`` objects with the right code.
+``allowWatchBookmarks`` and ``timeoutSeconds``. Answers are JSON, YAML or server-side Tables as
+``Accept`` asks (``scheduler.sim.media``); server-side apply creates or updates. A path the server does
+not serve is a 404 and a method a resource does not take a 405. Errors are ``Status`` objects with the
+right code.
 
 A watch from a compacted resource version gets ``200`` and an ``ERROR`` event holding a 410
 ``Status``, exactly as from a real API server; clients relist. Faults (``scheduler.sim.faults``) are
@@ -17,19 +20,35 @@ import asyncio
 import json
 import socket
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from scheduler.sim import media, openapi
 from scheduler.sim.errors import ApiError
 from scheduler.sim.faults import Faults
 from scheduler.sim.resources import Resource
 from scheduler.sim.selectors import selector
-from scheduler.sim.store import Store, Watch
+from scheduler.sim.store import MERGE_PATCH, Store, Watch
+from scheduler.sim.tables import table
 
-_VERBS_COLLECTION = ["create", "delete", "get", "list", "patch", "update", "watch"]
+_VERBS_COLLECTION = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+_NOT_ALLOWED = "the server does not allow this method on the requested resource"
+#: The verb of each (method, what the path names): a collection, an object, or one of its subresources.
+_VERBS = {
+    ("GET", "collection"): "list",
+    ("POST", "collection"): "create",
+    ("DELETE", "collection"): "deletecollection",
+    ("GET", "object"): "get",
+    ("PUT", "object"): "update",
+    ("PATCH", "object"): "patch",
+    ("DELETE", "object"): "delete",
+    ("GET", "status"): "get",
+    ("PUT", "status"): "update",
+    ("PATCH", "status"): "patch",
+    ("POST", "binding"): "bind",
+}
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -103,6 +122,8 @@ class SimServer:
         parts = [part for part in request.path.split("/") if part]
         if parts == ["version"]:
             return _json({"major": "1", "minor": "37", "gitVersion": "v1.37.0-phalanx-sim", "platform": "linux/amd64"})
+        if parts[:2] == ["openapi", "v3"]:
+            return self._openapi(parts[2:])
         if parts == ["api"]:
             return _json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
         if parts == ["apis"]:
@@ -126,6 +147,19 @@ class SimServer:
         if not rest:
             return self._resource_list(group, version)
         return await self._serve(request, self._target(group, version, rest))
+
+    def _openapi(self, parts: list[str]) -> web.Response:
+        if not parts:
+            return _json(openapi.root(self.store.catalog))
+        if parts[0] == "api" and len(parts) == 2:
+            found = openapi.document(self.store.catalog, "", parts[1])
+        elif parts[0] == "apis" and len(parts) == 3:
+            found = openapi.document(self.store.catalog, parts[1], parts[2])
+        else:
+            found = None
+        if found is None:
+            raise ApiError(404, "the server could not find the requested resource")
+        return _json(found)
 
     def _group(self, group: str) -> dict[str, Any]:
         versions = [
@@ -175,7 +209,7 @@ class SimServer:
         else:
             resource = catalog.by_path(group, version, rest[0])
             namespace, tail = None, rest[1:]
-        if resource is None or len(tail) > 2:
+        if resource is None or len(tail) > 2 or (len(tail) == 2 and tail[1] not in resource.subresources):
             raise ApiError(404, "the server could not find the requested resource")
         return _Target(resource, namespace, tail[0] if tail else None, tail[1] if len(tail) > 1 else None)
 
@@ -183,16 +217,12 @@ class SimServer:
 
     async def _serve(self, request: web.Request, target: _Target) -> web.StreamResponse:
         method, query = request.method, request.query
-        if method == "GET" and target.name is None:
-            verb = "watch" if query.get("watch") in ("1", "true", "True") else "list"
-        else:
-            verb = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
-                method, "unknown"
-            )
-        if target.subresource == "binding" and method == "POST":
-            verb = "bind"
-        if verb == "unknown":
-            raise ApiError(405, f"the server does not allow the method {method} here")
+        names = "collection" if target.name is None else target.subresource or "object"
+        verb = _VERBS.get((method, names))
+        if verb is None:
+            raise ApiError(405, _NOT_ALLOWED)
+        if verb == "list" and query.get("watch") in ("1", "true", "True"):
+            verb = "watch"
         resource_path = target.resource.plural + (f"/{target.subresource}" if target.subresource else "")
         self.audit["create" if verb == "bind" else verb, target.resource.group, resource_path] += 1
         self.authorizations[request.headers.get("Authorization", "")] += 1
@@ -207,73 +237,107 @@ class SimServer:
         store, resource, namespace = self.store, target.resource, target.namespace
         if resource.namespaced and target.name is not None and namespace is None and resource.kind != "Namespace":
             raise ApiError(404, "the server could not find the requested resource")
-        if verb == "list":
-            chosen = selector(query.get("labelSelector"), query.get("fieldSelector"), kind=resource.kind)
-            limit = int(query["limit"]) if query.get("limit", "").isdigit() else None
+        wanted = media.wanted(request, table_possible=verb in ("list", "get") and not target.subresource)
+        if verb in ("list", "deletecollection"):
+            chosen = selector(
+                query.get("labelSelector"),
+                query.get("fieldSelector"),
+                group=resource.group,
+                kind=resource.kind,
+                namespaced=resource.namespaced,
+            )
+            limit = int(query["limit"]) if query.get("limit", "").isdigit() and verb == "list" else None
             items, version, token = store.list(
                 resource, namespace, chosen, limit=limit, continue_token=query.get("continue")
             )
+            if verb == "deletecollection":
+                items = [
+                    store.delete(resource, item["metadata"].get("namespace"), item["metadata"]["name"])
+                    for item in items
+                ]
+            if wanted.form == "table":
+                return _json(table(resource, items, now=store.now(), version=str(version), full=wanted.full))
             metadata: dict[str, Any] = {"resourceVersion": str(version)}
             if token:
                 metadata["continue"] = token
-            return _json(
-                {
-                    "kind": f"{resource.kind}List",
-                    "apiVersion": resource.api_version,
-                    "metadata": metadata,
-                    "items": items,
-                }
-            )
+            listing = {
+                "kind": f"{resource.kind}List",
+                "apiVersion": resource.api_version,
+                "metadata": metadata,
+                "items": items,
+            }
+            return media.answer(listing, wanted)
         name = str(target.name)
         if verb == "get":
-            return _json(store.get(resource, namespace, name))
+            found = store.get(resource, namespace, name)
+            if wanted.form == "table":
+                stamp = str(found["metadata"].get("resourceVersion", ""))
+                return _json(table(resource, [found], now=store.now(), version=stamp, full=wanted.full))
+            return media.answer(found, wanted)
         if verb == "bind":
-            store.bind(str(namespace), name, await self._body(request))
+            store.bind(str(namespace), name, await media.body(request))
             return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
         if verb == "create":
-            if target.name is not None:
-                raise ApiError(405, "POST is for collections")
-            return _json(store.create(resource, namespace, await self._body(request)), 201)
+            given = await media.body(request, namespace_create=resource.kind == "Namespace" and not resource.group)
+            return media.answer(store.create(resource, namespace, given), wanted, 201)
         if verb == "update":
-            return _json(
-                store.update(resource, namespace, name, await self._body(request), subresource=target.subresource)
-            )
+            given = await media.body(request)
+            return media.answer(store.update(resource, namespace, name, given, subresource=target.subresource), wanted)
         if verb == "patch":
-            patch_type = request.content_type
-            return _json(
-                store.patch(
-                    resource,
-                    namespace,
-                    name,
-                    await self._body(request, any_json=True),
-                    patch_type,
-                    subresource=target.subresource,
-                )
+            if request.content_type == media.APPLY_PATCH:
+                return await self._apply(request, target, wanted)
+            given = await media.body(request, any_json=True)
+            patched = store.patch(
+                resource, namespace, name, given, request.content_type, subresource=target.subresource
             )
-        options = await self._body(request) if request.can_read_body else {}
+            return media.answer(patched, wanted)
+        options = await media.body(request)
         preconditions = options.get("preconditions") or {}
-        return _json(
-            store.delete(
-                resource,
-                namespace,
-                name,
-                uid=preconditions.get("uid"),
-                resource_version=preconditions.get("resourceVersion"),
-            )
+        removed = store.delete(
+            resource,
+            namespace,
+            name,
+            uid=preconditions.get("uid"),
+            resource_version=preconditions.get("resourceVersion"),
         )
+        return media.answer(removed, wanted)
 
-    async def _body(self, request: web.Request, *, any_json: bool = False) -> Any:
+    async def _apply(self, request: web.Request, target: _Target, wanted: media.Wanted) -> web.Response:
+        """Server-side apply, as far as a single manager needs it: create when the object does not exist,
+        otherwise merge what was applied into it."""
+        if not request.query.get("fieldManager"):
+            raise ApiError(
+                422,
+                'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
+            )
+        applied = await media.body(request)
+        store, resource, namespace, name = self.store, target.resource, target.namespace, str(target.name)
         try:
-            body = json.loads(await request.read() or b"{}")
-        except ValueError:
-            raise ApiError(400, "the request body is not valid JSON") from None
-        if not any_json and not isinstance(body, Mapping):
-            raise ApiError(400, "the request body must be a JSON object")
-        return body
+            store.get(resource, namespace, name)
+        except ApiError as error:
+            if error.code != 404 or target.subresource:
+                raise
+            return media.answer(
+                store.create(
+                    resource, namespace, {**applied, "metadata": {**(applied.get("metadata") or {}), "name": name}}
+                ),
+                wanted,
+                201,
+            )
+        return media.answer(
+            store.patch(resource, namespace, name, applied, MERGE_PATCH, subresource=target.subresource), wanted
+        )
 
     async def _watch(self, request: web.Request, target: _Target) -> web.StreamResponse:
         query = request.query
-        chosen = selector(query.get("labelSelector"), query.get("fieldSelector"), kind=target.resource.kind)
+        resource = target.resource
+        chosen = selector(
+            query.get("labelSelector"),
+            query.get("fieldSelector"),
+            group=resource.group,
+            kind=resource.kind,
+            namespaced=resource.namespaced,
+        )
         timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds", "").isdigit() else None
         bookmarks = query.get("allowWatchBookmarks") in ("1", "true", "True")
         response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})

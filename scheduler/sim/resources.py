@@ -3,14 +3,20 @@
 Each resource is known by group, version and plural name, as in REST paths. Versions of one
 resource share storage (as on a real API server: a PodGroup written as ``v1beta1`` is read as
 ``v1alpha3``); objects are returned with the ``apiVersion`` that was asked for, without field
-conversion. Every group/version can be switched off, so that discovery of a missing API can be
-tested exactly as a cluster without that CRD behaves.
+conversion, except where the API server converts: core/v1 Events are a view of events.k8s.io/v1 ones
+(``scheduler.sim.events``). The CRD-backed resources (scheduler-plugins', Volcano's, Phalanx's) come
+from their CRDs (``scheduler.sim.schema``), with their schemas, subresources and printer columns.
+Every group/version can be switched off, so that discovery of a missing API can be tested exactly as a
+cluster without that CRD behaves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.sim.schema import crd_versions
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +28,12 @@ class Resource:
     namespaced: bool = True
     subresources: frozenset[str] = field(default_factory=frozenset)
     short_names: tuple[str, ...] = ()
+    #: The structural schema of a custom resource (pruning and defaults), None for built-in kinds.
+    schema: Mapping[str, Any] | None = field(default=None, compare=False)
+    #: A custom resource's ``additionalPrinterColumns`` (what ``kubectl get`` shows).
+    columns: tuple[Mapping[str, Any], ...] = field(default=(), compare=False)
+    #: The storage of another group's resource this one is a converted view of (core/v1 Events).
+    view_of: tuple[str, str] | None = field(default=None, compare=False)
     #: ``group/version`` (or ``v1`` for the core API), as objects carry it.
     api_version: str = field(init=False, compare=False)
     #: What versions of one resource share: group and plural. (Both are read on every write.)
@@ -29,7 +41,7 @@ class Resource:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "api_version", f"{self.group}/{self.version}" if self.group else self.version)
-        object.__setattr__(self, "storage", (self.group, self.plural))
+        object.__setattr__(self, "storage", self.view_of or (self.group, self.plural))
 
     @property
     def group_version(self) -> tuple[str, str]:
@@ -41,16 +53,14 @@ class Resource:
 
 STATUS = frozenset({"status"})
 
-_ALL: tuple[Resource, ...] = (
+_BUILT_IN: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", namespaced=False, subresources=STATUS, short_names=("ns",)),
     Resource("", "v1", "nodes", "Node", namespaced=False, subresources=STATUS, short_names=("no",)),
     Resource("", "v1", "pods", "Pod", subresources=frozenset({"status", "binding"}), short_names=("po",)),
+    Resource("", "v1", "events", "Event", short_names=("ev",), view_of=("events.k8s.io", "events")),
     Resource("events.k8s.io", "v1", "events", "Event", short_names=("ev",)),
     Resource("coordination.k8s.io", "v1", "leases", "Lease"),
     Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False, short_names=("pc",)),
-    Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", subresources=STATUS, short_names=("pg",)),
-    # Volcano's published CRD has no status subresource: its status is written with the object.
-    Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", short_names=("pg",)),
     Resource("scheduling.k8s.io", "v1alpha1", "workloads", "Workload"),
     Resource("scheduling.k8s.io", "v1alpha2", "workloads", "Workload"),
     Resource("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup", subresources=STATUS),
@@ -59,8 +69,24 @@ _ALL: tuple[Resource, ...] = (
     Resource("scheduling.k8s.io", "v1alpha3", "compositepodgroups", "CompositePodGroup", subresources=STATUS),
     Resource("scheduling.k8s.io", "v1beta1", "workloads", "Workload"),
     Resource("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", subresources=STATUS),
-    Resource("scheduling.phalanx.dev", "v1alpha1", "compositepodgroups", "CompositePodGroup", subresources=STATUS),
 )
+
+#: scheduler-plugins' and Volcano's PodGroup, Phalanx's CompositePodGroup: as their CRDs define them.
+_CUSTOM: tuple[Resource, ...] = tuple(
+    Resource(
+        crd.group,
+        crd.version,
+        crd.plural,
+        crd.kind,
+        namespaced=crd.namespaced,
+        subresources=crd.subresources,
+        short_names=crd.short_names,
+        schema=crd.schema,
+        columns=crd.columns,
+    )
+    for crd in crd_versions()
+)
+_ALL = _BUILT_IN + _CUSTOM
 
 #: Group/versions a fresh SimCluster serves: everything Phalanx reads.
 ALL_GROUP_VERSIONS: frozenset[tuple[str, str]] = frozenset(resource.group_version for resource in _ALL)

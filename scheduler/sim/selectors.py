@@ -2,9 +2,10 @@
 
 Labels: comma-separated requirements, each ``k``, ``!k``, ``k=v``, ``k==v``, ``k!=v``,
 ``k in (a,b)``, ``k notin (a,b)``, ``k>n`` or ``k<n``. Fields: ``path=value``, ``path==value`` or
-``path!=value`` over the fields each resource supports (``metadata.name`` and ``metadata.namespace``
-everywhere; for pods also ``spec.nodeName``, ``spec.schedulerName`` and ``status.phase``). An
-unknown field or a malformed selector is a 400, as on a real cluster.
+``path!=value`` over exactly the field labels the API server supports for each resource
+(:data:`FIELD_LABELS`; ``metadata.name``, and ``metadata.namespace`` where the resource is namespaced,
+everywhere else). Booleans read ``true``/``false`` and an unset one is ``false``, as the server
+renders them. An unknown field label or a malformed selector is a 400, worded as on a real cluster.
 """
 
 from __future__ import annotations
@@ -16,8 +17,41 @@ from typing import Any
 
 from scheduler.sim.errors import ApiError
 
-_POD_FIELDS = ("spec.nodeName", "spec.schedulerName", "status.phase")
-_COMMON_FIELDS = ("metadata.name", "metadata.namespace")
+_META = ("metadata.name", "metadata.namespace")
+_OBJECT_REFERENCE = ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
+#: Field labels by (API group, kind), as a 1.36 API server answers them (other kinds: the metadata ones).
+FIELD_LABELS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("", "Pod"): (
+        *_META,
+        "spec.nodeName",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.restartPolicy",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    ),
+    ("", "Node"): ("metadata.name", "spec.unschedulable"),
+    ("", "Namespace"): ("metadata.name", "status.phase"),
+    ("", "Event"): (
+        *_META,
+        *(f"involvedObject.{field}" for field in _OBJECT_REFERENCE),
+        "reason",
+        "reportingComponent",
+        "type",
+        "source",
+    ),
+    ("events.k8s.io", "Event"): (
+        *_META,
+        *(f"regarding.{field}" for field in _OBJECT_REFERENCE),
+        "reason",
+        "reportingController",
+        "type",
+    ),
+}
+_PATHS = {"source": "source.component"}
+_BOOLEANS = frozenset({"spec.unschedulable", "spec.hostNetwork"})
 _SET_REQUIREMENT = re.compile(r"^\s*([^\s!=<>()]+)\s+(in|notin)\s*\((.*)\)\s*$")
 _COMPARE = re.compile(r"^\s*([^\s!=<>()]+)\s*(==|!=|=|>|<)\s*([^\s]*)\s*$")
 _EXISTS = re.compile(r"^\s*(!?)\s*([^\s!=<>(),]+)\s*$")
@@ -56,9 +90,12 @@ class FieldRequirement:
 
     def __call__(self, obj: Mapping[str, Any]) -> bool:
         current: Any = obj
-        for part in self.path.split("."):
+        for part in _PATHS.get(self.path, self.path).split("."):
             current = current.get(part) if isinstance(current, Mapping) else None
-        found = "" if current is None else str(current)
+        if self.path in _BOOLEANS:
+            found = "true" if current is True else "false"
+        else:
+            found = "" if current is None else str(current)
         return (found == self.value) == self.equal
 
 
@@ -129,10 +166,13 @@ def parse_labels(text: str | None) -> tuple[LabelRequirement, ...]:
     return tuple(requirements)
 
 
-def parse_fields(text: str | None, kind: str) -> tuple[FieldRequirement, ...]:
+def field_labels(group: str, kind: str, *, namespaced: bool = True) -> tuple[str, ...]:
+    return FIELD_LABELS.get((group, kind)) or (_META if namespaced else _META[:1])
+
+
+def parse_fields(text: str | None, allowed: tuple[str, ...]) -> tuple[FieldRequirement, ...]:
     if not text:
         return ()
-    allowed = _COMMON_FIELDS + (_POD_FIELDS if kind == "Pod" else ())
     requirements: list[FieldRequirement] = []
     for part in _split(text):
         found = _COMPARE.match(part)
@@ -140,10 +180,19 @@ def parse_fields(text: str | None, kind: str) -> tuple[FieldRequirement, ...]:
             raise ApiError(400, f"invalid field selector: {part.strip()!r}")
         path, operator, value = found.groups()
         if path not in allowed:
-            raise ApiError(400, f'"{path}" is not a known field selector: only "{", ".join(allowed)}"')
+            raise ApiError(400, f"field label not supported: {path}")
         requirements.append(FieldRequirement(path, value, operator != "!="))
     return tuple(requirements)
 
 
-def selector(label_selector: str | None = None, field_selector: str | None = None, *, kind: str = "") -> Selector:
-    return Selector(parse_labels(label_selector), parse_fields(field_selector, kind))
+def selector(
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    *,
+    group: str = "",
+    kind: str = "",
+    namespaced: bool = True,
+) -> Selector:
+    """The selector a list or watch asks for, on a resource of ``group`` and ``kind``."""
+    allowed = field_labels(group, kind, namespaced=namespaced)
+    return Selector(parse_labels(label_selector), parse_fields(field_selector, allowed))

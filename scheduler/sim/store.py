@@ -10,12 +10,18 @@ What it keeps faithful, because the scheduler's correctness depends on it:
 - a watch with a selector sees an object *enter* (ADDED) and *leave* (DELETED) its selection when a
   change makes it match or stop matching;
 - create fails with 409 AlreadyExists, update with 409 Conflict on a stale ``resourceVersion``;
+- names, Events and the pod rules a scheduler meets are validated as the API server validates them
+  (``scheduler.sim.validation``): 422 with the same fields named;
 - ``pods/binding`` sets ``spec.nodeName`` and ``PodScheduled=True``, fails with 409 when the pod is
-  already bound and 404 when it is gone; ``spec.nodeName`` cannot be changed any other way;
+  already bound or still has scheduling gates and 404 when it is gone; ``spec.nodeName`` cannot be
+  changed any other way; a pod created with gates gets ``PodScheduled=False, SchedulingGated``;
 - the ``status`` subresource writes only status; the main resource never writes status;
+- custom resources are pruned to their CRD's schema and get its defaults (``scheduler.sim.schema``);
+- core/v1 Events are a converted view of events.k8s.io/v1 ones (``scheduler.sim.events``);
 - namespaced objects need their namespace to exist; deleting a namespace deletes what is in it.
 
-Deletion is immediate: nothing here runs containers, so there is no graceful termination.
+Deleting a pod first marks it (``deletionTimestamp``, a MODIFIED event), then removes it, as a kubelet
+confirms at once that nothing runs: nothing here runs containers. Other objects go at once.
 
 Objects are plain JSON dicts. The store owns what it is given (do not modify a dict after passing it
 in) and what it returns is shared and read-only: writes build new dicts, never change stored ones, so
@@ -38,9 +44,17 @@ from typing import Any
 import anyio
 
 from scheduler.sim.errors import ApiError, already_exists, conflict, not_found
+from scheduler.sim.events import to_core, to_modern
 from scheduler.sim.patch import json_patch, merge_patch, strategic_merge_patch
 from scheduler.sim.resources import Catalog, Resource
+from scheduler.sim.schema import structural
 from scheduler.sim.selectors import Selector
+from scheduler.sim.validation import (
+    event_causes,
+    invalid,
+    name_causes,
+    pod_update_causes,
+)
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # namespace ("" when cluster-scoped), name
@@ -50,6 +64,13 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 _BUILTIN_GROUPS = frozenset({"", "events.k8s.io", "coordination.k8s.io"})
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+GATED = {
+    "type": "PodScheduled",
+    "status": "False",
+    "lastProbeTime": None,
+    "reason": "SchedulingGated",
+    "message": "Scheduling is blocked due to non-empty scheduling gates",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +156,10 @@ class Watch:
         view = self._store._view(change.object, self.resource)
         if self._selector.empty:
             return WatchEvent(change.type, view)
-        now = self._selector.matches(change.object)
-        before = change.previous is not None and self._selector.matches(change.previous)
+        now = self._selector.matches(view)
+        before = change.previous is not None and self._selector.matches(
+            self._store._view(change.previous, self.resource)
+        )
         if change.type == "ADDED":
             return WatchEvent("ADDED", view) if now else None
         if change.type == "DELETED":
@@ -210,6 +233,10 @@ class Store:
     def resource_version(self) -> int:
         return self._version
 
+    def now(self) -> float:
+        """The store's clock (wall seconds), as it stamps objects."""
+        return self._clock()
+
     def resource(self, api_version: str, kind: str) -> Resource:
         found = self.catalog.by_kind(api_version, kind)
         if found is None:
@@ -249,11 +276,12 @@ class Store:
             version, items = snapshot
         else:
             selector = selector or Selector()
-            items = [
+            viewed = (
                 self._view(obj, resource)
                 for key, obj in sorted(self._table(resource).items())
-                if (namespace is None or key[0] == namespace) and selector.matches(obj)
-            ]
+                if namespace is None or key[0] == namespace
+            )
+            items = [obj for obj in viewed if selector.matches(obj)]
             version, offset = self._version, 0
             if limit and len(items) > limit:
                 self._next_snapshot += 1
@@ -320,9 +348,13 @@ class Store:
     # -- writing -------------------------------------------------------------------------------
 
     def create(self, resource: Resource, namespace: str | None, obj: Mapping[str, Any]) -> Obj:
+        obj = self._incoming(resource, obj)
         metadata = dict(self._body_metadata(resource, obj))
+        if metadata.get("resourceVersion"):
+            raise ApiError(500, "resourceVersion should not be set on objects to be created")
         namespace = self._namespace_for(resource, namespace, metadata)
         name = metadata.get("name") or ""
+        causes = []
         if not name:
             prefix = metadata.get("generateName")
             if not prefix:
@@ -330,6 +362,12 @@ class Store:
                     422, f"{resource.kind} is invalid: metadata.name: Required value: name or generateName is required"
                 )
             name = prefix + "".join(self._random.choice(_NAME_ALPHABET) for _ in range(5))
+            causes = name_causes(resource.kind, prefix, "metadata.generateName", prefix=True)
+        causes = causes or name_causes(resource.kind, name)
+        if resource.storage == ("events.k8s.io", "events"):
+            causes += event_causes(obj, str(namespace), modern=resource.view_of is None)
+        if causes:
+            raise invalid(resource.kind, resource.group, name, causes)
         key = self._key(resource, namespace, name)
         table = self._table(resource)
         if key in table:
@@ -344,11 +382,15 @@ class Store:
         metadata.pop("resourceVersion", None)
         if resource.namespaced:
             metadata["namespace"] = namespace
-        stored: Obj = {**obj, "apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata}
-        if resource.kind == "Pod":
+        stored: Obj = {**obj, "apiVersion": self._stored_version(resource), "kind": resource.kind, "metadata": metadata}
+        if resource.kind == "Pod" and not resource.group:
             stored["status"] = {"phase": "Pending"}
+            if (stored.get("spec") or {}).get("schedulingGates"):
+                stored["status"]["conditions"] = [{**GATED, "lastTransitionTime": now}]
         elif "status" in resource.subresources:
             stored.pop("status", None)
+        if resource.schema is not None:
+            stored = structural(stored, resource.schema)
         return self._write(resource, key, "ADDED", stored, None)
 
     def restore(self, resource: Resource, obj: Mapping[str, Any]) -> Obj:
@@ -377,6 +419,7 @@ class Store:
         subresource: str | None = None,
     ) -> Obj:
         key, current = self._current(resource, namespace, name)
+        obj = self._incoming(resource, obj)
         metadata = self._body_metadata(resource, obj)
         if metadata.get("name") not in (None, name):
             raise ApiError(400, "the name of the object does not match the name on the URL")
@@ -401,18 +444,20 @@ class Store:
         subresource: str | None = None,
     ) -> Obj:
         key, current = self._current(resource, namespace, name)
+        seen = self._view(current, resource)  # a patch applies to the object as the client reads it
         if patch_type == MERGE_PATCH:
-            patched = merge_patch(current, body)
+            patched = merge_patch(seen, body)
         elif patch_type == STRATEGIC_MERGE_PATCH:
             if resource.group not in _BUILTIN_GROUPS:
                 raise ApiError(415, "strategic merge patch is not supported for custom resources; use a merge patch")
-            patched = strategic_merge_patch(current, body)
+            patched = strategic_merge_patch(seen, body)
         elif patch_type == JSON_PATCH:
-            patched = json_patch(current, body)
+            patched = json_patch(seen, body)
         else:
             raise ApiError(415, f"the patch type {patch_type!r} is not supported")
         if not isinstance(patched, dict):
             raise ApiError(422, "a patch must leave an object")
+        patched = dict(self._incoming(resource, patched))
         wanted = (patched.get("metadata") or {}).get("resourceVersion")
         if wanted not in (None, "") and str(wanted) != current["metadata"]["resourceVersion"]:
             raise conflict(
@@ -441,6 +486,11 @@ class Store:
                     seen.add(other.storage)
                     for member_key in [k for k in self._table(other) if k[0] == name]:
                         self._remove(other, member_key)
+        elif resource.kind == "Pod" and not resource.group and not current["metadata"].get("deletionTimestamp"):
+            # The API server marks the pod first; its kubelet (here: at once) confirms nothing runs.
+            marked = {**current, "metadata": {**current["metadata"], "deletionTimestamp": _timestamp(self._clock()),
+                                              "deletionGracePeriodSeconds": 0}}  # fmt: skip
+            self._write(resource, key, "MODIFIED", marked, current)
         return self._remove(resource, key)
 
     def bind(self, namespace: str, name: str, binding: Mapping[str, Any]) -> None:
@@ -465,6 +515,8 @@ class Store:
         assigned = (current.get("spec") or {}).get("nodeName")
         if assigned:
             raise conflict("pods/binding", name, f'pod {name} is already assigned to node "{assigned}"')
+        if (current.get("spec") or {}).get("schedulingGates"):
+            raise conflict("pods/binding", name, f"pod {name} has non-empty .spec.schedulingGates")
         conditions = [
             condition
             for condition in (current.get("status") or {}).get("conditions") or []
@@ -504,9 +556,19 @@ class Store:
         return (namespace or "") if resource.namespaced else "", name
 
     def _view(self, obj: Obj, resource: Resource) -> Obj:
+        if resource.view_of is not None:
+            return to_core(obj)
         if obj.get("apiVersion") == resource.api_version:
             return obj
         return {**obj, "apiVersion": resource.api_version}
+
+    @staticmethod
+    def _incoming(resource: Resource, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A body written through a converted view, in the stored form."""
+        return to_modern(obj) if resource.view_of is not None and isinstance(obj, Mapping) else obj
+
+    def _stored_version(self, resource: Resource) -> str:
+        return "events.k8s.io/v1" if resource.view_of is not None else resource.api_version
 
     def _body_metadata(self, resource: Resource, obj: Mapping[str, Any]) -> Mapping[str, Any]:
         if not isinstance(obj, Mapping):
@@ -550,13 +612,13 @@ class Store:
 
     def _replace(self, resource: Resource, key: Key, current: Obj, new: Obj, subresource: str | None) -> Obj:
         if subresource is not None and subresource not in resource.subresources:
-            raise ApiError(404, f"{resource.plural} has no {subresource} subresource")
+            raise ApiError(404, "the server could not find the requested resource")
         if subresource == "status":
             result = {**current, "metadata": dict(current["metadata"]), "status": new.get("status")}
             if result["status"] is None:
                 result.pop("status")
         else:
-            result = {**new, "apiVersion": resource.api_version, "kind": resource.kind}
+            result = {**new, "apiVersion": self._stored_version(resource), "kind": resource.kind}
             if "status" in resource.subresources:
                 result.pop("status", None)
                 if "status" in current:
@@ -568,15 +630,20 @@ class Store:
                 else:
                     metadata.pop(fixed, None)
             result["metadata"] = metadata
-            if resource.kind == "Pod":
+            if resource.kind == "Pod" and not resource.group:
                 before = (current.get("spec") or {}).get("nodeName")
                 after = (result.get("spec") or {}).get("nodeName")
                 if before != after:
                     raise ApiError(
                         422, f'Pod "{key[1]}" is invalid: spec.nodeName: Forbidden: set it with pods/binding'
                     )
+                causes = pod_update_causes(current, result)
+                if causes:
+                    raise invalid("Pod", "", key[1], causes)
             if _spec(result) != _spec(current):
                 metadata["generation"] = int(current["metadata"].get("generation", 1)) + 1
+        if resource.schema is not None:
+            result = structural(result, resource.schema)
         return self._write(resource, key, "MODIFIED", result, current)
 
     def _remove(self, resource: Resource, key: Key) -> Obj:

@@ -15,7 +15,6 @@ from tests.integration.support import (
     PHALANX_USER,
     PhalanxProcess,
     delete_workloads,
-    install,
     invariant_violations,
     refused_requests,
     service_account_token,
@@ -36,7 +35,6 @@ FAST = (
 
 @pytest.fixture(scope="session")
 def plane(control_plane: ControlPlane) -> ControlPlane:
-    install(control_plane)
     return control_plane
 
 
@@ -66,6 +64,14 @@ def scheduler(plane: ControlPlane, workdir: Path, phalanx_kubeconfig: Path) -> I
         process.stop()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report = yield
+    if report.when == "call" and report.failed:
+        item.failed_call = True  # type: ignore[attr-defined]  # read by after_each_test, to show the log
+    return report
+
+
 @pytest.fixture(autouse=True)
 def after_each_test(request: pytest.FixtureRequest, plane: ControlPlane, scheduler: PhalanxProcess) -> Iterator[None]:
     """Checks what every test owes the operator, then clears the cluster for the next test.
@@ -73,6 +79,8 @@ def after_each_test(request: pytest.FixtureRequest, plane: ControlPlane, schedul
     A test that makes Phalanx warn on purpose says which words it expects with ``@pytest.mark.warns(...)``."""
     audit_from, log_from = plane.audit_offset(), scheduler.log_offset()
     yield
+    if getattr(request.node, "failed_call", False):
+        print(f"--- the session scheduler's log during the test:\n{scheduler.log()[log_from:][-6000:]}")
     violations = invariant_violations(plane)
     delete_workloads(plane)
     assert not violations, "invariants violated:\n" + "\n".join(violations)

@@ -22,15 +22,11 @@ import yaml
 from scheduler.gangs import GangSettings
 from scheduler.sim import ClusterShape, Store, load
 from scheduler.sim.invariants import InvariantMonitor
+from scheduler.sim.schema import crd_documents
 from tests.integration.controlplane import ControlPlane, ControlPlaneError, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
-CRDS = (
-    MANIFESTS / "optional" / "podgroups.scheduling.x-k8s.io.yaml",
-    ROOT / "tests" / "integration" / "crds" / "podgroups.scheduling.volcano.sh.yaml",
-    MANIFESTS / "crd-compositepodgroups.yaml",
-)
 #: The simulate default: 2 blocks x 4 racks x 8 nodes of 8 GPUs, so that examples land where their test says.
 SHAPE = "blocks=2,racks=4,nodes=8,gpus=8"
 LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
@@ -74,17 +70,16 @@ def install(plane: ControlPlane) -> None:
     plane.apply(documents(MANIFESTS / "serviceaccount.yaml")[0])
     for obj in documents(MANIFESTS / "rbac.yaml"):
         plane.apply(obj)
-    for path in CRDS:
-        for crd in documents(path):
-            plane.apply(crd)
-    for path in CRDS:
-        for crd in documents(path):
-            name = crd["metadata"]["name"]
-            eventually(
-                lambda name=name: established(plane, name),
-                timeout=30,
-                what=f"CustomResourceDefinition {name} established",
-            )
+    crds = list(crd_documents())  # the ones the emulator serves: both servers have the same custom resources
+    for crd in crds:
+        plane.apply(crd)
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        eventually(
+            lambda name=name: established(plane, name),
+            timeout=30,
+            what=f"CustomResourceDefinition {name} established",
+        )
     for node in ClusterShape.parse(SHAPE).node_manifests():
         create_node(plane, node)
 

@@ -18,8 +18,15 @@ from tests.integration.support import (
 )
 from tests.scheduler.support import gpu_pod
 
-#: A Lease and a scheduler name of their own, so that the session's scheduler is not part of this election.
-OWN = (*FAST, "leaderElection.name=phalanx-handover", "schedulerNames=[phalanx-handover]")
+#: A Lease and a scheduler name of their own, so that the session's scheduler is not part of this election;
+#: a lease long enough that a busy machine (the whole suite on two cores) does not lose it by accident.
+OWN = (
+    *FAST,
+    "leaderElection.name=phalanx-handover",
+    "schedulerNames=[phalanx-handover]",
+    "leaderElection.leaseDurationSeconds=8",
+    "leaderElection.renewDeadlineSeconds=6",
+)
 
 
 def holder(plane: ControlPlane) -> str:
@@ -58,6 +65,11 @@ def test_the_second_replica_takes_over_when_the_leader_is_killed(
         eventually(lambda: "handover/after" in bound(plane, "handover"), what="bound by the new leader")
         assert bound_by(plane, "after") == "replica-b"
         assert second.problems() == []
+    except AssertionError:
+        for replica in (first, second):
+            if replica is not None:
+                print(f"--- {replica.name}'s log, last lines:\n{replica.log()[-4000:]}")
+        raise
     finally:
         first.stop()
         if second is not None:

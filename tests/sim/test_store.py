@@ -205,8 +205,8 @@ async def test_watch_replays_changes_after_a_version_exactly_once_in_order() -> 
     sim.create(resource, "ns", pod("b"))
     sim.patch(resource, "ns", "a", {"metadata": {"labels": {"x": "1"}}}, MERGE_PATCH)
     stream = sim.watch(resource, "ns", resource_version=str(since))
-    sim.delete(resource, "ns", "b")
-    assert await collect(stream, 3) == [("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]
+    sim.delete(resource, "ns", "b")  # a pod is marked for deletion first, as the API server does
+    assert await collect(stream, 4) == [("ADDED", "b"), ("MODIFIED", "a"), ("MODIFIED", "b"), ("DELETED", "b")]
     assert stream.pending == 0
 
 

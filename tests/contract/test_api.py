@@ -1,0 +1,372 @@
+"""The API behaviour Phalanx and its users rely on, pinned on both servers (see conftest)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from tests.contract.conftest import Api, from_yaml, pod
+
+DATA = Path(__file__).parent / "data"
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+PODGROUPS = {"group": "scheduling.x-k8s.io", "version": "v1alpha1"}
+VOLCANO = {"group": "scheduling.volcano.sh", "version": "v1beta1"}
+
+
+def names(resource_list: dict[str, Any]) -> set[str]:
+    return {item["name"] for item in resource_list["resources"]}
+
+
+async def test_discovery_names_each_resource_and_only_the_subresources_it_has(api: Api) -> None:
+    core = names(await api.ok("GET", "/api/v1"))
+    assert {"pods", "pods/status", "pods/binding", "nodes", "nodes/status", "namespaces", "events"} <= core
+    assert "events" in names(await api.ok("GET", "/apis/events.k8s.io/v1"))
+    assert {"podgroups", "podgroups/status"} <= names(await api.ok("GET", "/apis/scheduling.x-k8s.io/v1alpha1"))
+    volcano = names(await api.ok("GET", "/apis/scheduling.volcano.sh/v1beta1"))
+    assert "podgroups" in volcano and "podgroups/status" not in volcano  # as Volcano publishes its CRD
+    groups = {group["name"] for group in (await api.ok("GET", "/apis"))["groups"]}
+    assert {"scheduling.x-k8s.io", "scheduling.volcano.sh", "scheduling.phalanx.dev", "events.k8s.io"} <= groups
+
+
+async def test_unknown_paths_are_404_and_known_collections_are_not_their_parent(api: Api) -> None:
+    await api.ok("POST", api.path("pods"), pod("p"))
+    for path in (
+        api.path("nothings"),
+        api.path("pods", "p/foo"),
+        api.path("pods", "p/events"),
+        "/apis/scheduling.k8s.io/v9/podgroups",
+        "/apis/nothing.example.com/v1/foos",
+    ):
+        assert (await api.request("GET", path)).status == 404, path
+    events = await api.ok("GET", api.path("events"))  # the namespace's core/v1 Events, not the Namespace
+    assert events["kind"] == "EventList"
+
+
+async def test_methods_a_resource_does_not_serve_are_405(api: Api) -> None:
+    await api.ok("POST", api.path("pods"), pod("p"))
+    assert (await api.request("GET", api.path("pods", "p/binding"))).status == 405
+    assert (await api.request("POST", api.path("pods", "p"), pod("p"))).status == 405
+    assert (await api.request("PUT", api.path("pods"), pod("p"))).status == 405
+
+
+async def test_object_names_are_validated_as_the_api_server_validates_them(api: Api) -> None:
+    bad = await api.request("POST", api.path("pods"), pod("Bad_Name"))
+    assert (bad.status, bad.reason) == (422, "Invalid")
+    assert [cause["field"] for cause in bad.json["details"]["causes"]] == ["metadata.name"]
+    generated = await api.ok("POST", api.path("pods"), {**pod(""), "metadata": {"generateName": "gen-"}})
+    assert re.fullmatch(r"gen-[a-z0-9]{5}", generated["metadata"]["name"])
+    dotted = await api.request("POST", api.path("pods"), {**pod(""), "metadata": {"generateName": "gen."}})
+    assert dotted.status == 422 and dotted.json["details"]["causes"][0]["field"] == "metadata.generateName"
+    assert (await api.request("POST", api.path("pods"), pod("p"))).status == 201
+    again = await api.request("POST", api.path("pods"), pod("p"))
+    assert (again.status, again.reason) == (409, "AlreadyExists")
+    elsewhere = await api.request("POST", "/api/v1/namespaces/no-such-namespace/pods", pod("p"))
+    assert (elsewhere.status, elsewhere.reason) == (404, "NotFound")
+    versioned = await api.request(
+        "POST", api.path("pods"), {**pod("q"), "metadata": {"name": "q", "resourceVersion": "5"}}
+    )
+    assert versioned.status == 500 and "resourceVersion should not be set" in versioned.json["message"]
+
+
+async def test_resource_versions_grow_and_a_stale_update_is_a_conflict(api: Api) -> None:
+    first = await api.ok("POST", api.path("pods"), pod("p"))
+    second = await api.ok("PATCH", api.path("pods", "p"), {"metadata": {"labels": {"a": "b"}}},
+                          content_type="application/merge-patch+json")  # fmt: skip
+    assert int(second["metadata"]["resourceVersion"]) > int(first["metadata"]["resourceVersion"])
+    stale = await api.request("PUT", api.path("pods", "p"), first)
+    assert (stale.status, stale.reason) == (409, "Conflict")
+    listing = await api.ok("GET", api.path("pods"))
+    assert int(listing["metadata"]["resourceVersion"]) >= int(second["metadata"]["resourceVersion"])
+    missing = await api.request("PATCH", api.path("pods", "nope"), {}, content_type="application/merge-patch+json")
+    assert missing.status == 404
+
+
+async def test_status_and_spec_are_written_only_through_their_own_endpoints(api: Api) -> None:
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "g"},
+             "spec": {"minMember": 2}, "status": {"phase": "Running"}}  # fmt: skip
+    created = await api.ok("POST", api.path("podgroups", **PODGROUPS), group)
+    assert "status" not in created  # status is the status subresource's
+    written = await api.ok("PATCH", api.path("podgroups", "g/status", **PODGROUPS),
+                           {"status": {"phase": "Scheduled"}, "spec": {"minMember": 9}},
+                           content_type="application/merge-patch+json")  # fmt: skip
+    assert written["status"] == {"phase": "Scheduled"} and written["spec"] == {"minMember": 2}
+    volcano = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": "v"},
+               "spec": {"minMember": 2}}  # fmt: skip
+    await api.ok("POST", api.path("podgroups", **VOLCANO), volcano)
+    kept = await api.ok("PATCH", api.path("podgroups", "v", **VOLCANO), {"status": {"phase": "Running"}},
+                        content_type="application/merge-patch+json")  # fmt: skip
+    assert kept["status"]["phase"] == "Running"  # no subresource: status is written with the object
+
+
+async def test_a_crd_schema_prunes_what_it_does_not_declare(api: Api) -> None:
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "g"},
+             "spec": {"minMember": 2, "notInTheSchema": True}}  # fmt: skip
+    created = await api.ok("POST", api.path("podgroups", **PODGROUPS), group)
+    assert created["spec"] == {"minMember": 2}
+    written = await api.ok("PATCH", api.path("podgroups", "g/status", **PODGROUPS),
+                           {"status": {"phase": "Scheduled", "scheduled": 3}},
+                           content_type="application/merge-patch+json")  # fmt: skip
+    assert written["status"] == {"phase": "Scheduled"}  # the count Phalanx once wrote here is dropped
+    volcano = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "v"},
+        "spec": {"minMember": 2, "subGroupPolicy": [{"name": "s", "matchPolicy": [{"labelKey": "k"}]}]},
+    }
+    created = await api.ok("POST", api.path("podgroups", **VOLCANO), volcano)  # defaults filled, old fields gone
+    assert created["spec"] == {"minMember": 2, "queue": "default",
+                               "subGroupPolicy": [{"name": "s", "minSubGroups": 0, "subGroupSize": 1}]}  # fmt: skip
+
+
+async def test_binding_assigns_once_and_refuses_a_gated_pod(api: Api) -> None:
+    created = await api.ok("POST", api.path("pods"), pod("p"))
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": "b0-r0-n0"}}  # fmt: skip
+    assert (await api.ok("POST", api.path("pods", "p/binding"), binding))["status"] == "Success"
+    bound = await api.ok("GET", api.path("pods", "p"))
+    assert bound["spec"]["nodeName"] == "b0-r0-n0"
+    assert [(c["type"], c["status"]) for c in bound["status"]["conditions"]] == [("PodScheduled", "True")]
+    again = await api.request("POST", api.path("pods", "p/binding"), binding)
+    assert (again.status, again.json["message"]) == (
+        409, 'Operation cannot be fulfilled on pods/binding "p": pod p is already assigned to node "b0-r0-n0"'
+    )  # fmt: skip
+    await api.ok("POST", api.path("pods"), pod("q"))
+    stale = await api.request("POST", api.path("pods", "q/binding"),
+                              {**binding, "metadata": {"name": "q", "uid": created["metadata"]["uid"]}})  # fmt: skip
+    assert stale.status == 409  # the uid is p's: q is not the pod the binding was meant for
+    missing = await api.request("POST", api.path("pods", "nope/binding"), {**binding, "metadata": {"name": "nope"}})
+    assert missing.status == 404
+
+    gated = await api.ok("POST", api.path("pods"), pod("g", schedulingGates=[{"name": "example.com/quota"}]))
+    (condition,) = gated["status"]["conditions"]
+    assert {key: condition[key] for key in ("type", "status", "reason", "message")} == {
+        "type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+        "message": "Scheduling is blocked due to non-empty scheduling gates",
+    }  # fmt: skip
+    refused = await api.request("POST", api.path("pods", "g/binding"), {**binding, "metadata": {"name": "g"}})
+    assert (refused.status, refused.json["message"]) == (
+        409, 'Operation cannot be fulfilled on pods/binding "g": pod g has non-empty .spec.schedulingGates'
+    )  # fmt: skip
+    added = await api.request("PATCH", api.path("pods", "g"), {"spec": {"schedulingGates": [
+        {"name": "example.com/quota"}, {"name": "more"}]}}, content_type="application/merge-patch+json")  # fmt: skip
+    assert added.status == 422 and added.json["details"]["causes"][0]["field"] == "spec.schedulingGates[1].name"
+    await api.ok("PATCH", api.path("pods", "g"), {"spec": {"schedulingGates": None}},
+                 content_type="application/merge-patch+json")  # fmt: skip
+    await api.ok("POST", api.path("pods", "g/binding"), {**binding, "metadata": {"name": "g"}})
+
+
+def event(name: str, namespace: str, **fields: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": name},
+        "eventTime": "2026-11-23T10:00:00.000000Z",
+        "reportingController": "phalanx.dev/scheduler",
+        "reportingInstance": "phalanx-0",
+        "action": "Scheduling",
+        "reason": "FailedScheduling",
+        "type": "Warning",
+        "note": "0/64 nodes are available",
+        "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": "p", "uid": "u-1"},
+    }
+    for key, value in fields.items():
+        if value is None:
+            body.pop(key)
+        else:
+            body[key] = value
+    return body
+
+
+async def test_events_are_validated_as_the_api_server_validates_them(api: Api) -> None:
+    path = api.path("events", group="events.k8s.io")
+    cases = {
+        "p.18eaba7efe209df3": ({}, None),
+        "E": ({}, "metadata.name"),
+        "no-time": ({"eventTime": None}, "eventTime"),
+        "bad-type": ({"type": "Info"}, "type"),
+        "no-controller": ({"reportingInstance": None}, "reportingInstance"),
+        "no-action": ({"action": None}, "action"),
+        "long-reason": ({"reason": "r" * 129}, "reason"),
+        "long-note": ({"note": "é" * 513}, "message"),  # 1026 bytes: the limit counts bytes
+        "one-in-series": ({"series": {"count": 1, "lastObservedTime": "2026-11-23T10:00:00.000000Z"}}, "series.count"),
+    }
+    for name, (fields, field) in cases.items():
+        answer = await api.request("POST", path, event(name, api.namespace, **fields))
+        if field is None:
+            assert answer.status == 201, (name, answer.body[:300])
+        else:
+            assert answer.status == 422, (name, answer.status)
+            assert field in [cause["field"] for cause in answer.json["details"]["causes"]], (name, answer.json)
+    prefixed = await api.request("POST", path, {**event("", api.namespace), "metadata": {"generateName": "p."}})
+    assert prefixed.status == 422 and prefixed.json["details"]["causes"][0]["field"] == "metadata.generateName"
+
+
+async def test_an_event_reads_through_both_apis_with_their_own_field_selectors(api: Api) -> None:
+    await api.ok("POST", api.path("events", group="events.k8s.io"), event("p.1", api.namespace))
+    await api.ok("PATCH", api.path("events", "p.1", group="events.k8s.io"),
+                 {"series": {"count": 2, "lastObservedTime": "2026-11-23T10:00:05.000000Z"}},
+                 content_type="application/merge-patch+json")  # fmt: skip
+    core = await api.ok("GET", api.path("events", "p.1"))
+    assert {key: core[key] for key in ("involvedObject", "reason", "message", "type", "reportingComponent",
+                                       "reportingInstance", "action", "series", "eventTime")} == {
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": api.namespace, "name": "p", "uid": "u-1"},
+        "reason": "FailedScheduling", "message": "0/64 nodes are available", "type": "Warning",
+        "reportingComponent": "phalanx.dev/scheduler", "reportingInstance": "phalanx-0", "action": "Scheduling",
+        "series": {"count": 2, "lastObservedTime": "2026-11-23T10:00:05.000000Z"},
+        "eventTime": "2026-11-23T10:00:00.000000Z",
+    }  # fmt: skip
+    described = f"involvedObject.name=p,involvedObject.namespace={api.namespace},involvedObject.uid=u-1"
+    listing = await api.ok("GET", api.path("events") + f"?fieldSelector={described}")
+    assert [item["metadata"]["name"] for item in listing["items"]] == ["p.1"]
+    assert (await api.request("GET", api.path("events") + "?fieldSelector=regarding.name=p")).status == 400
+    modern = await api.ok("GET", api.path("events", group="events.k8s.io") + "?fieldSelector=regarding.name=p")
+    assert [item["note"] for item in modern["items"]] == ["0/64 nodes are available"]
+    wrong = await api.request("GET", api.path("events", group="events.k8s.io") + "?fieldSelector=involvedObject.name=p")
+    assert (wrong.status, wrong.json["message"]) == (400, "field label not supported: involvedObject.name")
+
+
+async def test_field_selectors_each_resource_supports(api: Api) -> None:
+    await api.ok("POST", api.path("pods"), pod("p"))
+    for query, found in (
+        ("spec.nodeName=", ["p"]),
+        ("spec.schedulerName=nobody,status.phase=Pending", ["p"]),
+        ("spec.nodeName!=", []),
+        ("metadata.name=p", ["p"]),
+    ):
+        listing = await api.ok("GET", api.path("pods") + f"?fieldSelector={query}")
+        assert [item["metadata"]["name"] for item in listing["items"]] == found, query
+    nodes = await api.ok("GET", "/api/v1/nodes?fieldSelector=spec.unschedulable=false,metadata.name=b0-r0-n1")
+    assert [item["metadata"]["name"] for item in nodes["items"]] == ["b0-r0-n1"]
+    for path, label in ((api.path("pods"), "foo"), ("/api/v1/nodes", "metadata.namespace")):
+        answer = await api.request("GET", f"{path}?fieldSelector={label}=x")
+        assert (answer.status, answer.json["message"]) == (400, f"field label not supported: {label}")
+
+
+async def test_a_watch_replays_from_its_version_and_sees_objects_leave_its_selection(api: Api) -> None:
+    version = (await api.ok("GET", api.path("pods")))["metadata"]["resourceVersion"]
+    seen: list[tuple[str, str, int]] = []
+
+    async def watch() -> None:
+        async for kind, obj in api.watch(api.path("pods"), version, fieldSelector="spec.nodeName="):
+            seen.append((kind, obj["metadata"]["name"], int(obj["metadata"]["resourceVersion"])))
+            if len(seen) == 6:
+                return
+
+    await api.ok("POST", api.path("pods"), pod("a"))
+    await api.ok("PATCH", api.path("pods", "a"), {"metadata": {"labels": {"x": "y"}}},
+                 content_type="application/merge-patch+json")  # fmt: skip
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "a"},
+        "target": {"kind": "Node", "name": "b0-r0-n0"},
+    }
+    await api.ok("POST", api.path("pods", "a/binding"), binding)  # a leaves the selection: DELETED
+    await api.ok("POST", api.path("pods"), pod("b"))
+    await api.ok("DELETE", api.path("pods", "b"), {"gracePeriodSeconds": 0})
+    with anyio.fail_after(20):
+        await watch()
+    assert [(kind, name) for kind, name, _ in seen] == [
+        ("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a"),  # bound: it left the selection
+        ("ADDED", "b"), ("MODIFIED", "b"), ("DELETED", "b"),  # a deleted pod is marked first, then removed
+    ]  # fmt: skip
+    versions = [version for _, _, version in seen]
+    assert versions == sorted(versions) and len(set(versions)) == 6
+
+
+async def test_deletion_honours_uid_preconditions(api: Api) -> None:
+    await api.ok("POST", api.path("pods"), pod("p"))
+    mismatch = await api.request("DELETE", api.path("pods", "p"), {"preconditions": {"uid": "not-its-uid"}})
+    assert (mismatch.status, mismatch.reason) == (409, "Conflict")
+    await api.ok("DELETE", api.path("pods", "p"), {"gracePeriodSeconds": 0})
+    assert (await api.request("GET", api.path("pods", "p"))).status == 404
+    assert (await api.request("DELETE", api.path("pods", "p"))).status == 404
+
+
+async def test_bodies_in_formats_the_server_cannot_read_are_415_and_answers_follow_accept(api: Api) -> None:
+    await api.ok("POST", api.path("pods"), pod("p"))
+    binary = (DATA / "kubectl-create-namespace-labelled.pb").read_bytes()  # what `kubectl create ns` sends
+    protobuf = "application/vnd.kubernetes.protobuf"
+    assert (await api.request("POST", api.path("pods"), b"{}", content_type="text/plain")).status == 415
+    created = await api.request("POST", "/api/v1/namespaces", binary, content_type=protobuf)
+    assert created.status == 201 and created.json["metadata"]["name"] == "labelled"
+    as_yaml = await api.request("GET", api.path("pods", "p"), accept="application/yaml")
+    assert as_yaml.status == 200 and from_yaml(as_yaml)["metadata"]["name"] == "p"
+    assert (await api.request("GET", api.path("pods", "p"), accept="text/html")).status == 406
+    await api.ok("DELETE", "/api/v1/namespaces/labelled")
+
+
+async def test_server_side_apply_creates_then_updates(api: Api) -> None:
+    manifest = (
+        b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: applied\n"
+        b"spec:\n  schedulerName: nobody\n  containers:\n  - name: c\n    image: pause\n"
+    )
+    apply = "application/apply-patch+yaml"
+    path = api.path("pods", "applied")
+    assert (await api.request("PATCH", path, manifest, content_type=apply)).status == 422  # fieldManager is required
+    created = await api.request("PATCH", path + "?fieldManager=test", manifest, content_type=apply)
+    assert created.status == 201
+    labelled = manifest.replace(b"  name: applied\n", b"  name: applied\n  labels: {team: a}\n")
+    updated = await api.request("PATCH", path + "?fieldManager=test", labelled, content_type=apply)
+    assert updated.status == 200 and updated.json["metadata"]["labels"] == {"team": "a"}
+
+
+async def test_tables_have_the_columns_kubectl_prints(api: Api) -> None:
+    await api.ok(
+        "POST", api.path("pods"), pod("p", containers=[{"name": "a", "image": "i"}, {"name": "b", "image": "i"}])
+    )
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "p"},
+        "target": {"kind": "Node", "name": "b0-r0-n3"},
+    }
+    await api.ok("POST", api.path("pods", "p/binding"), binding)
+    table = await api.ok("GET", api.path("pods"), accept=TABLE)
+    assert table["kind"] == "Table" and table["apiVersion"] == "meta.k8s.io/v1"
+    assert [(c["name"], c["priority"]) for c in table["columnDefinitions"]] == [
+        ("Name", 0), ("Ready", 0), ("Status", 0), ("Restarts", 0), ("Age", 0),
+        ("IP", 1), ("Node", 1), ("Nominated Node", 1), ("Readiness Gates", 1),
+    ]  # fmt: skip
+    (row,) = table["rows"]
+    cells = row["cells"]
+    assert cells[:4] == ["p", "0/2", "Pending", "0"] and cells[5:] == ["<none>", "b0-r0-n3", "<none>", "<none>"]
+    assert re.fullmatch(r"\d+s", cells[4]) and row["object"]["metadata"]["name"] == "p"
+
+    nodes = await api.ok("GET", "/api/v1/nodes", accept=TABLE)
+    assert [c["name"] for c in nodes["columnDefinitions"]][:5] == ["Name", "Status", "Roles", "Age", "Version"]
+    assert nodes["rows"][0]["cells"][:3] == ["b0-r0-n0", "Ready", "<none>"]
+    group = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "g"},
+        "spec": {"minMember": 3},
+    }
+    await api.ok("POST", api.path("podgroups", **PODGROUPS), group)
+    groups = await api.ok("GET", api.path("podgroups", **PODGROUPS), accept=TABLE)
+    assert [c["name"] for c in groups["columnDefinitions"]] == [
+        "Name", "Phase", "MinMember", "Running", "Succeeded", "Failed", "Age"
+    ]  # fmt: skip
+    (row,) = groups["rows"]
+    assert row["cells"][:6] == ["g", None, 3, None, None, None] and re.fullmatch(r"\d+s", row["cells"][6])
+    await api.ok("POST", api.path("events", group="events.k8s.io"), event("p.1", api.namespace))
+    events = await api.ok("GET", api.path("events"), accept=TABLE)
+    assert [c["name"] for c in events["columnDefinitions"]] == [
+        "Last Seen", "Type", "Reason", "Object", "Subobject", "Source", "Message", "First Seen", "Count", "Name"
+    ]  # fmt: skip
+    assert events["rows"][0]["cells"][1:7] == [
+        "Warning", "FailedScheduling", "pod/p", "", "phalanx.dev/scheduler, phalanx-0", "0/64 nodes are available"
+    ]  # fmt: skip
+
+
+async def test_openapi_says_the_server_validates_fields_so_kubectl_apply_can_rely_on_it(api: Api) -> None:
+    root = await api.ok("GET", "/openapi/v3")
+    assert {"api/v1", "apis/scheduling.x-k8s.io/v1alpha1"} <= set(root["paths"])
+    document = await api.ok("GET", root["paths"]["api/v1"]["serverRelativeURL"])
+    operation = document["paths"]["/api/v1/namespaces/{namespace}/pods"]["post"]
+    parameters = [p.get("name") for p in operation.get("parameters", []) if isinstance(p, dict)]
+    assert "fieldValidation" in parameters
+    assert operation["x-kubernetes-group-version-kind"] == {"group": "", "version": "v1", "kind": "Pod"}
