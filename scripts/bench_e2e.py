@@ -12,6 +12,10 @@
   rss_20k_100k     peak resident memory of a `phalanx run` process watching 20,480 nodes and 100,000 bound
                    pods (served over HTTP by a separate process), once ready. Target <= 600 MB.
 
+With --real, instead: Phalanx, the reference kube-scheduler and a bare binding client side by side on a
+real kube-apiserver from KUBEBUILDER_ASSETS (see scripts/realbench.py). Targets: Phalanx's gang pods/s at
+least 1.5x kube-scheduler's plain pods/s, and at least 80% of the raw binding rate.
+
 The client-side write limit is raised to 20,000/s for the throughput scenarios, as upstream's scheduler
 benchmarks raise theirs (the default 500/s would cap any figure at 500 pods/s by design). Events and
 conditions are written as in production.
@@ -294,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--quick", action="store_true", help="smaller clusters, one run each (under a minute)")
     parser.add_argument("--repeat", type=int, default=None, help="runs per scenario (default 3, quick 1)")
+    parser.add_argument("--real", action="store_true", help="Phalanx vs kube-scheduler on a real kube-apiserver")
+    parser.add_argument("--profile", action="store_true", help="with --real: one more Phalanx run under cProfile")
     parser.add_argument("--create-gangs", nargs=2, metavar=("URL", "GANGS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.create_gangs:
@@ -305,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}", file=log)
     print(f"runs per scenario: {args.repeat} (figures are medians)\n", file=log)
     configure("error")
+    if args.real:
+        return real(args)
     result = asyncio.run(main_async(args))
     result["machine"] = machine()
     if args.json:
@@ -325,6 +333,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<16} {row['nodes']:>6.0f} {row['pods']:>7.0f} {row['seconds']:>8.2f} {extra}  {verdict}")
         if "invariant_violations" in row:
             print(f"{'':<16} invariant violations after the run: {row['invariant_violations']:.0f}")
+    return 0
+
+
+def real(args: argparse.Namespace) -> int:
+    import realbench  # noqa: PLC0415  (imports the test suite's control plane: only for --real)
+
+    pods = realbench.QUICK_PODS if args.quick else realbench.PODS
+    result = asyncio.run(realbench.run(args.repeat, args.profile, pods=pods))
+    result["machine"] = machine()
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"server: kube-apiserver v1.36 from KUBEBUILDER_ASSETS, {realbench.NODES} (256 nodes of 8 GPUs), audit off")
+    if args.quick:
+        print(f"--quick: {pods} pods instead of {realbench.PODS}; the goals are for the full size")
+    print(f"{'':<16} {'pods':>5} {'pods/s':>8} {'bind window s':>14} {'start to last bind s':>21}  runs (pods/s)")
+    for name in ("phalanx", "kube-scheduler", "raw binding"):
+        row = result[name]
+        print(
+            f"{name:<16} {row['pods']:>5} {row['pods_per_s']:>8.0f} {row['window_s']:>14.2f} "
+            f"{row['start_to_last_bind_s']:>21.2f}  {row['runs_pods_per_s']}"
+        )
+    phalanx, scheduler, limit = (result[name]["pods_per_s"] for name in ("phalanx", "kube-scheduler", "raw binding"))
+    versus, share = phalanx / scheduler, phalanx / limit
+    print(f"phalanx / kube-scheduler: {versus:.2f}x (target >= 1.5x: {'met' if versus >= 1.5 else 'MISSED'})")
+    print(f"phalanx / raw binding:    {share:.0%} (target >= 80%: {'met' if share >= 0.8 else 'MISSED'})")
+    if "profile" in result:
+        print(f"\nwhere Phalanx's CPU goes (one more run under cProfile, which about doubles it):\n{result['profile']}")
     return 0
 
 

@@ -13,8 +13,9 @@ from kubernetes_asyncio import client
 
 from scheduler.dryrun import dry_run, read_real_cluster
 from scheduler.explain import explain
-from scheduler.kube import connect
+from scheduler.kube import KubeCluster, connect
 from scheduler.kube.readonly import ReadOnlyViolation, read_only
+from scheduler.port import NODES
 from scheduler.settings import Settings
 from tests.scheduler.support import Cluster, cluster, free_port, gpu_pod, kubeconfig, pfn
 
@@ -48,6 +49,10 @@ async def test_a_read_only_client_refuses_every_write_before_it_is_sent(tmp_path
             ):
                 with pytest.raises(ReadOnlyViolation):
                     await write
+            port = KubeCluster(api)  # the scheduler's own client, which sends beneath kubernetes_asyncio's
+            assert (await port.list(NODES)).items
+            with pytest.raises(ReadOnlyViolation):
+                await port.bind("team", "x", "uid", "b0-r0-n0")
         finally:
             await api.close()
         assert set(where.server.methods) == {"GET"}

@@ -1,0 +1,326 @@
+"""``scripts/bench_e2e.py --real``: Phalanx and kube-scheduler side by side on one real kube-apiserver.
+
+Three measurements on the same server (a fresh etcd and kube-apiserver v1.36 from KUBEBUILDER_ASSETS for
+each, audit off, 256 nodes of 8 GPUs created with their status):
+
+  phalanx         1,000 one-GPU pods in 125 PFN gangs of 8, created first, then bound by ``phalanx run``
+                  (a separate process, leader election off, client writes limited to 5,000/s);
+  kube-scheduler  1,000 plain one-GPU pods, created first, then bound by the reference kube-scheduler
+                  from the same assets (client QPS and burst 5,000, leader election off);
+  raw binding     the same 1,000 plain pods, created first, then bound by a bare client: one
+                  ``pods/binding`` POST each, 64 in flight, no scheduling at all. The server's limit.
+
+Each figure is pods per second over the bind window, from the first bind to the last, as a watch of the
+pods sees them (so that process start-up, which differs, is not counted); the time from starting the
+scheduler to its last bind is printed beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scheduler.sim import ClusterShape  # noqa: E402
+from tests.integration.controlplane import HOW_TO_GET, ControlPlane, assets_dir, free_port  # noqa: E402
+
+NODES = "blocks=1,racks=8,nodes=32,gpus=8"  # 256 nodes of 8 GPUs
+PODS = 1000
+QUICK_PODS = 256
+GANG = 8
+CLIENT_QPS = 5000
+PFN = "gang-scheduling.preferred.jp/gang"
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    name: str
+    pods: int
+    window_s: float  # first bind to last bind
+    total_s: float  # scheduler (or binder) start to last bind
+
+    @property
+    def pods_per_s(self) -> float:
+        return (self.pods - 1) / self.window_s if self.window_s > 0 else float("inf")
+
+
+class Api:
+    """An aiohttp session as the cluster admin; what the benchmark itself does on the server."""
+
+    def __init__(self, plane: ControlPlane, session: aiohttp.ClientSession) -> None:
+        self.plane = plane
+        self.session = session
+        self.ssl: ssl.SSLContext = plane.ssl_context()
+        self.headers = {"Authorization": f"Bearer {plane.admin_token}"}
+
+    async def call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
+        headers = {**self.headers, "Content-Type": content_type}
+        data = None if body is None else json.dumps(body)
+        async with self.session.request(
+            method, self.plane.url + path, data=data, headers=headers, ssl=self.ssl
+        ) as answer:
+            text = await answer.text()
+            if answer.status >= 300:
+                raise RuntimeError(f"{method} {path}: {answer.status} {text[:300]}")
+            return json.loads(text) if text else {}
+
+
+async def gather_limited(calls: list[Callable[[], Any]], limit: int) -> None:
+    slots = asyncio.Semaphore(limit)
+
+    async def one(call: Callable[[], Any]) -> None:
+        async with slots:
+            await call()
+
+    await asyncio.gather(*(one(call) for call in calls))
+
+
+async def prepare(api: Api, pods: list[dict[str, Any]]) -> None:
+    """Nodes (created, then their status written as a kubelet would), the namespace, then every pod."""
+    nodes = ClusterShape.parse(NODES).node_manifests()
+
+    async def node(manifest: dict[str, Any]) -> None:
+        await api.call("POST", "/api/v1/nodes", {k: v for k, v in manifest.items() if k != "status"})
+        await api.call(
+            "PATCH",
+            f"/api/v1/nodes/{manifest['metadata']['name']}/status",
+            {"status": manifest["status"]},
+            content_type="application/strategic-merge-patch+json",
+        )
+
+    await gather_limited([lambda m=m: node(m) for m in nodes], 32)
+    await api.call("POST", "/api/v1/namespaces", {"metadata": {"name": "bench"}})
+    await gather_limited([lambda p=p: api.call("POST", "/api/v1/namespaces/bench/pods", p) for p in pods], 32)
+
+
+def pod(name: str, scheduler: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "bench", "annotations": annotations or {}},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.9",
+                    "resources": {
+                        "requests": {"cpu": "1", "memory": "4Gi", "nvidia.com/gpu": "1"},
+                        "limits": {"nvidia.com/gpu": "1"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def gang_pods(count: int = PODS) -> list[dict[str, Any]]:
+    return [
+        pod(f"g{i // GANG:03d}-{i % GANG}", "phalanx", {f"{PFN}-name": f"g{i // GANG:03d}", f"{PFN}-size": str(GANG)})
+        for i in range(count)
+    ]
+
+
+def plain_pods(scheduler: str, count: int = PODS) -> list[dict[str, Any]]:
+    return [pod(f"p{i:04d}", scheduler) for i in range(count)]
+
+
+async def watch_binds(api: Api, version: str, count: int, started: asyncio.Event) -> list[float]:
+    """Monotonic times at which the watch saw each pod get its node, until ``count`` have."""
+    seen: dict[str, float] = {}
+    params = {"watch": "true", "resourceVersion": version, "timeoutSeconds": "600"}
+    url = api.plane.url + "/api/v1/namespaces/bench/pods"
+    async with api.session.get(url, params=params, headers=api.headers, ssl=api.ssl, timeout=None) as answer:
+        started.set()
+        async for line in answer.content:
+            event = json.loads(line)
+            obj = event["object"]
+            name = obj["metadata"]["name"]
+            if (obj.get("spec") or {}).get("nodeName") and name not in seen:
+                seen[name] = time.monotonic()
+                if len(seen) == count:
+                    break
+    return sorted(seen.values())
+
+
+@asynccontextmanager
+async def control_plane(assets: Path, pods: list[dict[str, Any]]) -> AsyncIterator[tuple[ControlPlane, Api, str]]:
+    """A fresh server with the nodes and ``pods`` created; yields it, an admin client and the list version."""
+    with tempfile.TemporaryDirectory(prefix="bench-real-") as folder:
+        plane = ControlPlane.start(assets, Path(folder) / "plane", audit=False)
+        try:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=128)) as session:
+                api = Api(plane, session)
+                await prepare(api, pods)
+                listing = await api.call("GET", "/api/v1/namespaces/bench/pods?limit=1")
+                yield plane, api, str(listing["metadata"]["resourceVersion"])
+        finally:
+            plane.stop()
+
+
+async def measure(
+    name: str, assets: Path, pods: list[dict[str, Any]], start: Callable[[ControlPlane, Api, Path], Any]
+) -> Figure:
+    """Create ``pods``, then call ``start`` (which starts whatever binds them; it may return a stop
+    function), and time the binds as a watch sees them."""
+    async with control_plane(assets, pods) as (plane, api, version):
+        watching = asyncio.Event()
+        watcher = asyncio.create_task(watch_binds(api, version, len(pods), watching))
+        await watching.wait()
+        with tempfile.TemporaryDirectory(prefix="bench-run-") as folder:
+            began = time.monotonic()
+            stop = await start(plane, api, Path(folder))
+            try:
+                times = await asyncio.wait_for(watcher, timeout=900)
+            finally:
+                if stop is not None:
+                    await stop()
+    return Figure(name, len(pods), times[-1] - times[0], times[-1] - began)
+
+
+def process_stopper(process: subprocess.Popen[bytes]) -> Callable[[], Any]:
+    async def stop() -> None:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(process.wait)
+
+    return stop
+
+
+async def start_phalanx(
+    plane: ControlPlane, api: Api, folder: Path, *, profile: Path | None = None
+) -> Callable[[], Any]:
+    kubeconfig = plane.kubeconfig(folder / "kubeconfig")
+    entry = [str(ROOT / "scripts" / "profiled.py"), str(profile)] if profile else ["-m", "scheduler.cli"]
+    command = [
+        sys.executable, *entry, "run", "--kubeconfig", str(kubeconfig),
+        "--config", str(ROOT / "manifests" / "phalanx.yaml"), "--no-leader-elect",
+        "--metrics-address", f"127.0.0.1:{free_port()}", "--log-level", "warning",
+        "--set", f"binding.writesPerSecond={CLIENT_QPS}", "--set", f"binding.burst={CLIENT_QPS}",
+    ]  # fmt: skip
+    return process_stopper(subprocess.Popen(command, cwd=ROOT, stderr=subprocess.DEVNULL))
+
+
+async def start_kube_scheduler(plane: ControlPlane, api: Api, folder: Path) -> Callable[[], Any]:
+    kubeconfig = plane.kubeconfig(folder / "kubeconfig")
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": CLIENT_QPS, "burst": CLIENT_QPS},
+        "leaderElection": {"leaderElect": False},
+    }
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    assets = assets_dir()
+    assert assets is not None
+    command = [str(assets / "kube-scheduler"), f"--config={folder / 'config.yaml'}", "--secure-port=0", "-v=0"]
+    log = (folder / "kube-scheduler.log").open("wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    stop = process_stopper(process)
+
+    async def stop_and_close() -> None:
+        await stop()
+        log.close()
+
+    return stop_and_close
+
+
+async def start_raw_binder(plane: ControlPlane, api: Api, folder: Path) -> Callable[[], Any]:
+    """Bind every pod to the nodes in turn (8 a node), 64 requests in flight: no scheduling, no Events."""
+    nodes = [n["metadata"]["name"] for n in ClusterShape.parse(NODES).node_manifests()]
+    listing = await api.call("GET", "/api/v1/namespaces/bench/pods")
+    count = len(listing["items"])
+
+    def bind(i: int) -> Callable[[], Any]:
+        name = f"p{i:04d}"
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": nodes[i // GANG]}}  # fmt: skip
+        return lambda: api.call("POST", f"/api/v1/namespaces/bench/pods/{name}/binding", body)
+
+    task = asyncio.create_task(gather_limited([bind(i) for i in range(count)], 64))
+
+    async def stop() -> None:
+        await task
+
+    return stop
+
+
+#: Where a scheduler's CPU goes, by the task that spends it (cProfile's cumulative time of each, which for
+#: a coroutine counts only the time it runs, not the time it waits).
+ACTIVITIES = {
+    "binding (pods/binding requests)": "binding.py:{}(_bind_one)",
+    "placing gangs (scheduling cycles)": "cycle.py:{}(cycle)",
+    "folding cluster news into the queue": "cycle.py:{}(sync)",
+    "watch events (informers)": "informers.py:{}(_watch)",
+    "first lists (informers)": "informers.py:{}(_list)",
+    "Events and status (reporter)": "reporting.py:{}(flush)",
+}
+
+
+def profile_summary(path: Path) -> str:
+    import pstats  # noqa: PLC0415
+
+    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    total = max(cumulative for (_, _, _, cumulative, _) in stats.values())
+    lines = [f"  CPU of the whole process (start-up, imports and all): {total:.2f} s"]
+    for label, pattern in ACTIVITIES.items():
+        prefix, _, name = pattern.partition("{}")
+        spent = sum(
+            cumulative
+            for (filename, line, function), (_, _, _, cumulative, _) in stats.items()
+            if filename.endswith(prefix.rstrip(":")) and f"({function})" == name.lstrip(":")
+        )
+        lines.append(f"  {label:<40} {spent:6.2f} s  {spent / total:4.0%}")
+    return "\n".join(lines)
+
+
+async def run(repeat: int, profile: bool, *, pods: int = PODS) -> dict[str, Any]:
+    assets = assets_dir()
+    if assets is None:
+        raise SystemExit(f"bench_e2e.py --real: KUBEBUILDER_ASSETS is not set; {HOW_TO_GET}")
+    if not os.access(assets / "kube-scheduler", os.X_OK):
+        raise SystemExit(f"bench_e2e.py --real: {assets} has no kube-scheduler binary to compare with")
+    runs: dict[str, list[Figure]] = {"phalanx": [], "kube-scheduler": [], "raw binding": []}
+    for _ in range(repeat):
+        runs["raw binding"].append(await measure("raw binding", assets, plain_pods("nobody", pods), start_raw_binder))
+        runs["kube-scheduler"].append(
+            await measure("kube-scheduler", assets, plain_pods("default-scheduler", pods), start_kube_scheduler)
+        )
+        runs["phalanx"].append(await measure("phalanx", assets, gang_pods(pods), start_phalanx))
+    result: dict[str, Any] = {}
+    for name, figures in runs.items():
+        ordered = sorted(figures, key=lambda f: f.pods_per_s)
+        middle = ordered[len(ordered) // 2]
+        result[name] = {
+            "pods": middle.pods,
+            "pods_per_s": round(middle.pods_per_s, 1),
+            "window_s": round(middle.window_s, 3),
+            "start_to_last_bind_s": round(middle.total_s, 3),
+            "runs_pods_per_s": [round(f.pods_per_s, 1) for f in figures],
+        }
+    if profile:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "phalanx.prof"
+
+            async def profiled(plane: ControlPlane, api: Api, run_folder: Path) -> Callable[[], Any]:
+                return await start_phalanx(plane, api, run_folder, profile=path)
+
+            await measure("phalanx (profiled)", assets, gang_pods(pods), profiled)
+            result["profile"] = profile_summary(path)
+    return result
