@@ -190,10 +190,11 @@ class Binder:
                 except Conflict as error:
                     self.metrics.bind_errors.labels("409").inc()
                     outcome = await self._after_conflict(pod, node)
-                    if outcome is not Outcome.REFUSED:
-                        return outcome
-                    self._refused(pod, node, error)
-                    if first:
+                    if outcome is Outcome.REFUSED:
+                        self._refused(pod, node, error)
+                        if first:
+                            return outcome
+                    elif outcome is not None:
                         return outcome
                     wait = delay
                 except PortError as error:
@@ -220,13 +221,16 @@ class Binder:
             action="Binding",
         )
 
-    async def _after_conflict(self, pod: str, node: str) -> Outcome:
-        """What a 409 meant, from the pod as the server has it now."""
+    async def _after_conflict(self, pod: str, node: str) -> Outcome | None:
+        """What a 409 meant, from the pod as the server has it now; None when the server could not say (the
+        bind is tried again after a backoff, and asks again if it conflicts again)."""
         namespace, name = pod.split("/", 1)
         try:
             current = await self.port.get(PODS, namespace, name)
-        except PortError:
+        except NotFound:
             return Outcome.GONE
+        except PortError:
+            return None
         bound_to = (current.get("spec") or {}).get("nodeName")
         if (current.get("metadata") or {}).get("uid") != self.state.uid(pod) or bound_to not in (None, node):
             return Outcome.GONE

@@ -296,8 +296,13 @@ def _require_plotting() -> None:
 def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
     configure(args.log_level, "console")
     host, _, port = args.address.rpartition(":")
-    if not host or not port.isdigit():
-        raise UserError(f"--address {args.address}: give it as HOST:PORT, e.g. 127.0.0.1:8080")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise UserError(f"--address {args.address}: give it as HOST:PORT, e.g. 127.0.0.1:8080 (a port up to 65535)")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        sys.stderr.write(
+            f"phalanx: warning: the sandbox asks for no credentials, and {host} is not loopback: anyone who can "
+            "reach it can change it\n"
+        )
     nodes = cluster_nodes(args.cluster)
     workload: list[dict[str, Any]] = []
     for path in args.workload:
@@ -312,7 +317,7 @@ def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
             f"Phalanx scheduling in it.\nkubeconfig written to {sandbox.kubeconfig}. Try:\n"
             f"  export KUBECONFIG={sandbox.kubeconfig.resolve()}\n"
             "  kubectl create namespace team-a\n"
-            "  kubectl apply -f examples/pfn/training-gang.yaml\n"
+            "  kubectl apply -f examples/pfn/training-gang.yaml     # from a checkout of Phalanx's repository\n"
             "  kubectl get pods -n team-a -o wide\n"
             "  kubectl describe pod -n team-a resnet-worker-0\n"
             "Ctrl-C stops it (bound pods stay Pending: nothing runs them).",

@@ -53,8 +53,13 @@ _NOTE_BYTES = 1024
 _FIELD_LIMIT = 128
 _EVENTS_TRACKED = 4096
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-#: ``_attempt``'s answer when the server refused a write for good: drop it, do not retry.
-_DROPPED: dict[str, Any] = {}
+
+
+class _Dropped:
+    """``_attempt``'s answer when the server refused a write for good: drop it, do not retry."""
+
+
+_DROPPED = _Dropped()
 #: Group objects whose published CRD keeps status in the object, with no status subresource. Other kinds
 #: without the subresource have no status at all (the upstream Workload): nothing is written to them.
 _STATUS_IN_OBJECT = frozenset({("scheduling.volcano.sh", "PodGroup")})
@@ -376,7 +381,7 @@ class Reporter:
                     "the installed CRD has no such status field; the API server drops what Phalanx writes there",
                     resource=f"{ref.kind}.{ref.group}",
                     field=f"status.{field_name}",
-                    hint="install the CRD as its project publishes it (README: Gang sources)",
+                    hint="install the CRD as its project publishes it (README: Input formats)",
                 )
 
     def _group_status(self, ref: ObjectRef, raw: Any, scheduled: bool, message: str) -> dict[str, Any]:

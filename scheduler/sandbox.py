@@ -57,7 +57,8 @@ def write_kubeconfig(path: Path, url: str) -> Path:
 
 
 def sandbox_settings(settings: Settings) -> Settings:
-    """One instance, nothing served besides the API: no leader election, no metrics port to collide on."""
+    """One instance, so no leader election (the health and metrics server is not started either: see
+    :func:`serve`)."""
     return replace(settings, leader_election=LeaderSettings(enabled=False, identity="phalanx-sandbox"))
 
 

@@ -53,7 +53,10 @@ def make_pod(i: int) -> dict[str, Any]:
                 {
                     "name": "main",
                     "image": "registry.k8s.io/pause:3.9",
-                    "resources": {"requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": "1"}},
+                    "resources": {
+                        "requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": "1"},
+                        "limits": {"nvidia.com/gpu": "1"},
+                    },
                 }
             ],
         },

@@ -39,7 +39,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scheduler.sim import ClusterShape  # noqa: E402
-from tests.integration.controlplane import HOW_TO_GET, ControlPlane, assets_dir, free_port  # noqa: E402
+from tests.integration.controlplane import (  # noqa: E402
+    HOW_TO_GET,
+    ControlPlane,
+    assets_dir,
+    dying_with_parent,
+    free_port,
+)
 
 NODES = "blocks=1,racks=8,nodes=32,gpus=8"  # 256 nodes of 8 GPUs
 PODS = 1000
@@ -175,38 +181,60 @@ async def control_plane(assets: Path, pods: list[dict[str, Any]]) -> AsyncIterat
             plane.stop()
 
 
+@dataclass
+class Binder:
+    """Whatever binds the pods in one measurement: ``ended`` completes when it stops by itself (a process
+    that exits, or the bare client once every bind is sent), ``stop`` ends it, ``log`` is where it writes."""
+
+    ended: asyncio.Task[Any]
+    stop: Callable[[], Any]
+    log: Path | None = None
+
+
 async def measure(
     name: str, assets: Path, pods: list[dict[str, Any]], start: Callable[[ControlPlane, Api, Path], Any]
 ) -> Figure:
-    """Create ``pods``, then call ``start`` (which starts whatever binds them; it may return a stop
-    function), and time the binds as a watch sees them."""
+    """Create ``pods``, then call ``start`` (which starts whatever binds them and returns its
+    :class:`Binder`), and time the binds as a watch sees them. A binder that fails or exits before the last
+    bind ends the measurement with what it said, instead of a wait for binds that will not come."""
     async with control_plane(assets, pods) as (plane, api, version):
         watching = asyncio.Event()
         watcher = asyncio.create_task(watch_binds(api, version, len(pods), watching))
         await watching.wait()
         with tempfile.TemporaryDirectory(prefix="bench-run-") as folder:
             began = time.monotonic()
-            stop = await start(plane, api, Path(folder))
+            binder: Binder = await start(plane, api, Path(folder))
             try:
-                times = await asyncio.wait_for(watcher, timeout=900)
+                await asyncio.wait({watcher, binder.ended}, timeout=900, return_when=asyncio.FIRST_COMPLETED)
+                if not watcher.done():
+                    if binder.ended.done():
+                        binder.ended.result()  # the bare client's error, if it had one
+                        if binder.log is not None:  # a scheduler process exited before binding every pod
+                            tail = binder.log.read_text(errors="replace")[-2000:]
+                            raise RuntimeError(f"{name} exited before binding every pod; its log ends:\n{tail}")
+                    times = await asyncio.wait_for(watcher, timeout=60)
+                times = watcher.result()
             finally:
-                if stop is not None:
-                    await stop()
+                watcher.cancel()
+                await binder.stop()
     return Figure(name, len(pods), times[-1] - times[0], times[-1] - began)
 
 
-def process_stopper(process: subprocess.Popen[bytes]) -> Callable[[], Any]:
+def process_binder(command: list[str], log_path: Path, **options: Any) -> Binder:
+    """A scheduler process, its output in ``log_path``, killed with the benchmark if that dies."""
+    log = log_path.open("wb")
+    process = subprocess.Popen(dying_with_parent(command), stdout=log, stderr=subprocess.STDOUT, **options)
+
     async def stop() -> None:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
         await asyncio.to_thread(process.wait)
+        log.close()
 
-    return stop
+    return Binder(asyncio.create_task(asyncio.to_thread(process.wait)), stop, log_path)
 
 
-async def start_phalanx(
-    plane: ControlPlane, api: Api, folder: Path, *, profile: Path | None = None
-) -> Callable[[], Any]:
+async def start_phalanx(plane: ControlPlane, api: Api, folder: Path, *, profile: Path | None = None) -> Binder:
     kubeconfig = plane.kubeconfig(folder / "kubeconfig")
     entry = [str(ROOT / "scripts" / "profiled.py"), str(profile)] if profile else ["-m", "scheduler.cli"]
     command = [
@@ -215,10 +243,10 @@ async def start_phalanx(
         "--metrics-address", f"127.0.0.1:{free_port()}", "--log-level", "warning",
         "--set", f"binding.writesPerSecond={CLIENT_QPS}", "--set", f"binding.burst={CLIENT_QPS}",
     ]  # fmt: skip
-    return process_stopper(subprocess.Popen(command, cwd=ROOT, stderr=subprocess.DEVNULL))
+    return process_binder(command, folder / "phalanx.log", cwd=ROOT)
 
 
-async def start_kube_scheduler(plane: ControlPlane, api: Api, folder: Path) -> Callable[[], Any]:
+async def start_kube_scheduler(plane: ControlPlane, api: Api, folder: Path) -> Binder:
     kubeconfig = plane.kubeconfig(folder / "kubeconfig")
     config = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -230,18 +258,10 @@ async def start_kube_scheduler(plane: ControlPlane, api: Api, folder: Path) -> C
     assets = assets_dir()
     assert assets is not None
     command = [str(assets / "kube-scheduler"), f"--config={folder / 'config.yaml'}", "--secure-port=0", "-v=0"]
-    log = (folder / "kube-scheduler.log").open("wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    stop = process_stopper(process)
-
-    async def stop_and_close() -> None:
-        await stop()
-        log.close()
-
-    return stop_and_close
+    return process_binder(command, folder / "kube-scheduler.log")
 
 
-async def start_raw_binder(plane: ControlPlane, api: Api, folder: Path) -> Callable[[], Any]:
+async def start_raw_binder(plane: ControlPlane, api: Api, folder: Path) -> Binder:
     """Bind every pod to the nodes in turn (8 a node), 64 requests in flight: no scheduling, no Events."""
     nodes = [n["metadata"]["name"] for n in ClusterShape.parse(NODES).node_manifests()]
     listing = await api.call("GET", "/api/v1/namespaces/bench/pods")
@@ -256,9 +276,11 @@ async def start_raw_binder(plane: ControlPlane, api: Api, folder: Path) -> Calla
     task = asyncio.create_task(gather_limited([bind(i) for i in range(count)], 64))
 
     async def stop() -> None:
-        await task
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
-    return stop
+    return Binder(task, stop)
 
 
 #: Where a scheduler's CPU goes, by the task that spends it (cProfile's cumulative time of each, which for
@@ -294,17 +316,19 @@ async def run(repeat: int, profile: bool, *, pods: int = PODS) -> dict[str, Any]
     assets = assets_dir()
     if assets is None:
         raise SystemExit(f"bench_e2e.py --real: KUBEBUILDER_ASSETS is not set; {HOW_TO_GET}")
-    if not os.access(assets / "kube-scheduler", os.X_OK):
-        raise SystemExit(f"bench_e2e.py --real: {assets} has no kube-scheduler binary to compare with")
+    compare = os.access(assets / "kube-scheduler", os.X_OK)  # setup-envtest's directories have none
     runs: dict[str, list[Figure]] = {"phalanx": [], "kube-scheduler": [], "raw binding": []}
     for _ in range(repeat):
         runs["raw binding"].append(await measure("raw binding", assets, plain_pods("nobody", pods), start_raw_binder))
-        runs["kube-scheduler"].append(
-            await measure("kube-scheduler", assets, plain_pods("default-scheduler", pods), start_kube_scheduler)
-        )
+        if compare:
+            runs["kube-scheduler"].append(
+                await measure("kube-scheduler", assets, plain_pods("default-scheduler", pods), start_kube_scheduler)
+            )
         runs["phalanx"].append(await measure("phalanx", assets, gang_pods(pods), start_phalanx))
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = {"kube-scheduler": None} if not compare else {}
     for name, figures in runs.items():
+        if not figures:
+            continue
         ordered = sorted(figures, key=lambda f: f.pods_per_s)
         middle = ordered[len(ordered) // 2]
         result[name] = {
@@ -318,7 +342,7 @@ async def run(repeat: int, profile: bool, *, pods: int = PODS) -> dict[str, Any]
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "phalanx.prof"
 
-            async def profiled(plane: ControlPlane, api: Api, run_folder: Path) -> Callable[[], Any]:
+            async def profiled(plane: ControlPlane, api: Api, run_folder: Path) -> Binder:
                 return await start_phalanx(plane, api, run_folder, profile=path)
 
             await measure("phalanx (profiled)", assets, gang_pods(pods), profiled)

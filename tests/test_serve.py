@@ -103,12 +103,13 @@ async def test_serve_writes_a_kubeconfig_and_schedules_what_kubectl_applies(tmp_
 
 
 def test_serve_refuses_a_bad_address_in_one_line(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "scheduler.cli", "serve", "--address", "nowhere",
-         "--write-kubeconfig", str(tmp_path / "k")],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert (result.returncode, result.stderr) == (
-        2,
-        "phalanx: --address nowhere: give it as HOST:PORT, e.g. 127.0.0.1:8080\n",
-    )
+    for address in ("nowhere", "127.0.0.1:99999"):
+        result = subprocess.run(
+            [sys.executable, "-m", "scheduler.cli", "serve", "--address", address,
+             "--write-kubeconfig", str(tmp_path / "k")],
+            cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert (result.returncode, result.stderr) == (
+            2,
+            f"phalanx: --address {address}: give it as HOST:PORT, e.g. 127.0.0.1:8080 (a port up to 65535)\n",
+        )

@@ -17,9 +17,11 @@ applied to every request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +31,11 @@ from scheduler.sim import media, openapi
 from scheduler.sim.errors import ApiError
 from scheduler.sim.faults import Faults
 from scheduler.sim.resources import Resource
-from scheduler.sim.selectors import selector
+from scheduler.sim.schema import unknown_fields
+from scheduler.sim.selectors import Selector, selector
 from scheduler.sim.store import MERGE_PATCH, Store, Watch
 from scheduler.sim.tables import table
+from scheduler.sim.validation import strict, unknown_pod_fields
 
 _VERBS_COLLECTION = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 _NOT_ALLOWED = "the server does not allow this method on the requested resource"
@@ -60,6 +64,32 @@ def _error(error: ApiError) -> web.Response:
     if error.retry_after is not None:
         response.headers["Retry-After"] = str(error.retry_after)
     return response
+
+
+def _refuse_unknown_fields(resource: Resource, body: Any) -> None:
+    """``fieldValidation=Strict``: a field the server does not know is a 400 (kubectl sends Strict, and relies
+    on it: it skips its own validation when the server's OpenAPI says the server validates)."""
+    if not isinstance(body, Mapping):
+        return
+    if resource.schema is not None:
+        unknown = unknown_fields(body, resource.schema)
+    elif resource.kind == "Pod" and not resource.group:
+        unknown = unknown_pod_fields(body)
+    else:
+        return  # SimCluster keeps no schema of other built-in kinds (README: phalanx serve)
+    if unknown:
+        raise strict(resource.kind, resource.version, unknown)
+
+
+def _selector(query: Mapping[str, str], resource: Resource) -> Selector:
+    """The label and field selectors a list or watch asks for, with the field labels ``resource`` has."""
+    return selector(
+        query.get("labelSelector"),
+        query.get("fieldSelector"),
+        group=resource.group,
+        kind=resource.kind,
+        namespaced=resource.namespaced,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,13 +269,7 @@ class SimServer:
             raise ApiError(404, "the server could not find the requested resource")
         wanted = media.wanted(request, table_possible=verb in ("list", "get") and not target.subresource)
         if verb in ("list", "deletecollection"):
-            chosen = selector(
-                query.get("labelSelector"),
-                query.get("fieldSelector"),
-                group=resource.group,
-                kind=resource.kind,
-                namespaced=resource.namespaced,
-            )
+            chosen = _selector(query, resource)
             limit = int(query["limit"]) if query.get("limit", "").isdigit() and verb == "list" else None
             items, version, token = store.list(
                 resource, namespace, chosen, limit=limit, continue_token=query.get("continue")
@@ -274,25 +298,53 @@ class SimServer:
                 stamp = str(found["metadata"].get("resourceVersion", ""))
                 return _json(table(resource, [found], now=store.now(), version=stamp, full=wanted.full))
             return media.answer(found, wanted)
+        if verb == "create" and resource.namespaced and namespace is None:
+            raise ApiError(405, _NOT_ALLOWED)  # a namespaced kind is created in its namespace's collection
+        if verb == "patch" and request.content_type == media.APPLY_PATCH:
+            given = await self._applied(request)
+        else:
+            creates_namespace = verb == "create" and resource.kind == "Namespace" and not resource.group
+            given = await media.body(request, namespace_create=creates_namespace, any_json=verb == "patch")
+        if verb in ("create", "update", "patch") and request.query.get("fieldValidation") == "Strict":
+            _refuse_unknown_fields(resource, given)
+        if verb == "delete" and given:  # a DELETE's options are its body when it has one (kubectl's dryRun is there)
+            dry = "All" in (given.get("dryRun") or [])
+        else:
+            dry = request.query.get("dryRun") == "All"
+        # Reading the body awaited; the store is changed (or, dry, only asked) without awaiting.
+        with store.dry_run() if dry else contextlib.nullcontext():
+            return self._write(request, verb, target, given, wanted)
+
+    def _write(
+        self, request: web.Request, verb: str, target: _Target, given: Any, wanted: media.Wanted
+    ) -> web.Response:
+        store, resource, namespace, name = self.store, target.resource, target.namespace, str(target.name)
         if verb == "bind":
-            store.bind(str(namespace), name, await media.body(request))
+            store.bind(str(namespace), name, given)
             return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
         if verb == "create":
-            given = await media.body(request, namespace_create=resource.kind == "Namespace" and not resource.group)
             return media.answer(store.create(resource, namespace, given), wanted, 201)
         if verb == "update":
-            given = await media.body(request)
             return media.answer(store.update(resource, namespace, name, given, subresource=target.subresource), wanted)
-        if verb == "patch":
-            if request.content_type == media.APPLY_PATCH:
-                return await self._apply(request, target, wanted)
-            given = await media.body(request, any_json=True)
-            patched = store.patch(
-                resource, namespace, name, given, request.content_type, subresource=target.subresource
+        if verb == "patch" and request.content_type == media.APPLY_PATCH:
+            # Server-side apply, as far as a single manager needs it: create the object when it does not
+            # exist, otherwise merge what was applied into it.
+            try:
+                store.get(resource, namespace, name)
+            except ApiError as error:
+                if error.code != 404 or target.subresource:
+                    raise
+                named = {**given, "metadata": {**(given.get("metadata") or {}), "name": name}}
+                return media.answer(store.create(resource, namespace, named), wanted, 201)
+            return media.answer(
+                store.patch(resource, namespace, name, given, MERGE_PATCH, subresource=target.subresource), wanted
             )
-            return media.answer(patched, wanted)
-        options = await media.body(request)
-        preconditions = options.get("preconditions") or {}
+        if verb == "patch":
+            return media.answer(
+                store.patch(resource, namespace, name, given, request.content_type, subresource=target.subresource),
+                wanted,
+            )
+        preconditions = given.get("preconditions") or {}
         removed = store.delete(
             resource,
             namespace,
@@ -302,42 +354,18 @@ class SimServer:
         )
         return media.answer(removed, wanted)
 
-    async def _apply(self, request: web.Request, target: _Target, wanted: media.Wanted) -> web.Response:
-        """Server-side apply, as far as a single manager needs it: create when the object does not exist,
-        otherwise merge what was applied into it."""
+    async def _applied(self, request: web.Request) -> Any:
         if not request.query.get("fieldManager"):
             raise ApiError(
                 422,
                 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
             )
-        applied = await media.body(request)
-        store, resource, namespace, name = self.store, target.resource, target.namespace, str(target.name)
-        try:
-            store.get(resource, namespace, name)
-        except ApiError as error:
-            if error.code != 404 or target.subresource:
-                raise
-            return media.answer(
-                store.create(
-                    resource, namespace, {**applied, "metadata": {**(applied.get("metadata") or {}), "name": name}}
-                ),
-                wanted,
-                201,
-            )
-        return media.answer(
-            store.patch(resource, namespace, name, applied, MERGE_PATCH, subresource=target.subresource), wanted
-        )
+        return await media.body(request)
 
     async def _watch(self, request: web.Request, target: _Target) -> web.StreamResponse:
         query = request.query
-        resource = target.resource
-        chosen = selector(
-            query.get("labelSelector"),
-            query.get("fieldSelector"),
-            group=resource.group,
-            kind=resource.kind,
-            namespaced=resource.namespaced,
-        )
+        chosen = _selector(query, target.resource)
+        as_table = media.wanted(request, table_possible=True).form == "table"  # kubectl get -w
         timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds", "").isdigit() else None
         bookmarks = query.get("allowWatchBookmarks") in ("1", "true", "True")
         response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
@@ -361,7 +389,14 @@ class SimServer:
         self._streams.add(stream)
         try:
             async for event in stream:
-                await response.write(json.dumps({"type": event.type, "object": event.object}).encode() + b"\n")
+                shown = event.object
+                if as_table and event.type != "BOOKMARK":
+                    # One row per event; the columns only in the first, as the API server sends them.
+                    version = str((event.object.get("metadata") or {}).get("resourceVersion", ""))
+                    shown = table(target.resource, [event.object], now=self.store.now(), version=version)
+                    if sent:
+                        shown["columnDefinitions"] = None
+                await response.write(json.dumps({"type": event.type, "object": shown}).encode() + b"\n")
                 sent += 1
                 if self.faults.unavailable:  # an outage cuts open connections too (bookmarks bring us here)
                     self.faults.injected["watch cut"] += 1

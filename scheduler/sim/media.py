@@ -21,7 +21,7 @@ import yaml
 from aiohttp import web
 
 from scheduler.sim.errors import ApiError
-from scheduler.sim.protobuf import read_namespace
+from scheduler.sim.protobuf import NotANamespace, read_namespace
 
 JSON = "application/json"
 YAML = "application/yaml"
@@ -79,11 +79,12 @@ async def body(request: web.Request, *, namespace_create: bool = False, any_json
     if not raw:
         return {}
     if media == PROTOBUF:
-        if namespace_create:
-            return read_namespace(raw)
-        raise ApiError(
-            415, UNKNOWN_FORMAT.replace(", application/vnd.kubernetes.protobuf", "") + " (protobuf: a Namespace only)"
-        )
+        try:
+            if namespace_create:
+                return read_namespace(raw)
+        except NotANamespace:
+            pass
+        raise ApiError(415, UNKNOWN_FORMAT.replace(PROTOBUF, f"{PROTOBUF} (SimCluster: only for a Namespace)"))
     if media in (YAML, APPLY_PATCH):
         try:
             parsed = yaml.safe_load(raw)

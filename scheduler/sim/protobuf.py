@@ -15,10 +15,10 @@ from typing import Any
 from scheduler.sim.errors import ApiError
 
 MAGIC = b"k8s\x00"
-UNREADABLE = (
-    "the body of the request was in an unknown format - accepted media types include: application/json, "
-    "application/yaml (SimCluster reads protobuf only for a Namespace)"
-)
+
+
+class NotANamespace(ValueError):
+    """A protobuf body of another kind: the caller answers 415."""
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:
@@ -86,14 +86,15 @@ def _object_meta(data: bytes) -> dict[str, Any]:
 
 
 def read_namespace(body: bytes) -> dict[str, Any]:
-    """The Namespace in a protobuf body; 415 for any other kind, 400 for bytes that are not protobuf."""
+    """The Namespace in a protobuf body; :class:`NotANamespace` for any other kind, a 400 for bytes that are
+    not protobuf."""
     if not body.startswith(MAGIC):
         raise ApiError(400, "the protobuf body does not start with the Kubernetes magic number")
     try:
         envelope = dict(fields(body[len(MAGIC) :]))
         type_meta = {number: _text(value) for number, value in fields(_bytes(envelope.get(1)))}
         if (type_meta.get(1), type_meta.get(2)) != ("v1", "Namespace"):
-            raise ApiError(415, UNREADABLE)
+            raise NotANamespace(f"{type_meta.get(1)} {type_meta.get(2)}")
         parts = dict(fields(_bytes(envelope.get(2))))
         metadata = _object_meta(_bytes(parts.get(1)))
     except (ValueError, UnicodeDecodeError) as error:

@@ -55,6 +55,8 @@ _BOOLEANS = frozenset({"spec.unschedulable", "spec.hostNetwork"})
 _SET_REQUIREMENT = re.compile(r"^\s*([^\s!=<>()]+)\s+(in|notin)\s*\((.*)\)\s*$")
 _COMPARE = re.compile(r"^\s*([^\s!=<>()]+)\s*(==|!=|=|>|<)\s*([^\s]*)\s*$")
 _EXISTS = re.compile(r"^\s*(!?)\s*([^\s!=<>(),]+)\s*$")
+_LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,8 @@ def parse_labels(text: str | None) -> tuple[LabelRequirement, ...]:
             requirements.append(LabelRequirement(key, operator, chosen))
         elif found := _COMPARE.match(part):
             key, operator, value = found.groups()
+            if not _LABEL_KEY.fullmatch(key) or not _LABEL_VALUE.fullmatch(value):
+                raise ApiError(400, f"unable to parse requirement: {part.strip()!r}: not a label key and value")
             if operator in (">", "<"):
                 try:
                     int(value)

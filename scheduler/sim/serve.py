@@ -32,7 +32,10 @@ def bound_pods(count: int, nodes: list[str]) -> list[dict[str, object]]:
                     {
                         "name": "main",
                         "image": "registry.k8s.io/pause:3.9",
-                        "resources": {"requests": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "1"}},
+                        "resources": {
+                            "requests": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "1"},
+                            "limits": {"nvidia.com/gpu": "1"},
+                        },
                     }
                 ],
             },

@@ -31,6 +31,7 @@ old versions stay intact in watch history.
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import random
 import time
@@ -47,14 +48,19 @@ from scheduler.sim.errors import ApiError, already_exists, conflict, not_found
 from scheduler.sim.events import to_core, to_modern
 from scheduler.sim.patch import json_patch, merge_patch, strategic_merge_patch
 from scheduler.sim.resources import Catalog, Resource
-from scheduler.sim.schema import structural
+from scheduler.sim.schema import structural, validate
 from scheduler.sim.selectors import Selector
 from scheduler.sim.validation import (
     event_causes,
     invalid,
     name_causes,
+    pod_causes,
+    pod_defaults,
     pod_update_causes,
+    qos_class,
+    refuse_unreadable_quantities,
 )
+from topology.resources import parse_quantity
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # namespace ("" when cluster-scoped), name
@@ -64,6 +70,11 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 _BUILTIN_GROUPS = frozenset({"", "events.k8s.io", "coordination.k8s.io"})
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+#: The PriorityClasses every API server creates at start (the admission plugin knows them by name).
+SYSTEM_PRIORITY_CLASSES: dict[str, dict[str, Any]] = {
+    "system-cluster-critical": {"value": 2_000_000_000, "preemptionPolicy": "PreemptLowerPriority"},
+    "system-node-critical": {"value": 2_000_001_000, "preemptionPolicy": "PreemptLowerPriority"},
+}
 GATED = {
     "type": "PodScheduled",
     "status": "False",
@@ -226,6 +237,7 @@ class Store:
         self._list_snapshots: dict[int, tuple[int, list[Obj]]] = {}
         self._next_snapshot = 0
         self._observers: list[Observer] = []
+        self._dry = False
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -366,8 +378,13 @@ class Store:
         causes = causes or name_causes(resource.kind, name)
         if resource.storage == ("events.k8s.io", "events"):
             causes += event_causes(obj, str(namespace), modern=resource.view_of is None)
+        elif resource.kind == "Pod" and not resource.group:
+            refuse_unreadable_quantities(obj)
+            causes += pod_causes(obj, parse_quantity)
         if causes:
             raise invalid(resource.kind, resource.group, name, causes)
+        if resource.kind == "Pod" and not resource.group:
+            obj = {**obj, "spec": self._admit_priority(name, pod_defaults(obj.get("spec") or {}))}
         key = self._key(resource, namespace, name)
         table = self._table(resource)
         if key in table:
@@ -384,14 +401,49 @@ class Store:
             metadata["namespace"] = namespace
         stored: Obj = {**obj, "apiVersion": self._stored_version(resource), "kind": resource.kind, "metadata": metadata}
         if resource.kind == "Pod" and not resource.group:
-            stored["status"] = {"phase": "Pending"}
+            stored["status"] = {"phase": "Pending", "qosClass": qos_class(stored["spec"])}
             if (stored.get("spec") or {}).get("schedulingGates"):
                 stored["status"]["conditions"] = [{**GATED, "lastTransitionTime": now}]
         elif "status" in resource.subresources:
             stored.pop("status", None)
         if resource.schema is not None:
-            stored = structural(stored, resource.schema)
+            stored = self._schematic(resource, name, stored)
         return self._write(resource, key, "ADDED", stored, None)
+
+    def _schematic(self, resource: Resource, name: str, obj: Obj) -> Obj:
+        """A custom resource pruned to its CRD's schema, defaulted, and validated against it (422)."""
+        assert resource.schema is not None
+        shaped = structural(obj, resource.schema)
+        causes = validate(shaped, resource.schema)
+        if causes:
+            raise invalid(resource.kind, resource.group, name, causes)
+        return shaped
+
+    def _admit_priority(self, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """The Priority admission plugin: ``spec.priority`` (and ``preemptionPolicy``) from the pod's
+        PriorityClass, the global default class, or 0; 403 for a class that does not exist, or a
+        ``spec.priority`` the user set to something else."""
+        class_name = spec.get("priorityClassName")
+        classes = {
+            obj["metadata"]["name"]: obj for obj in self.objects(self.resource("scheduling.k8s.io/v1", "PriorityClass"))
+        }
+        chosen: Mapping[str, Any] | None
+        if class_name:
+            chosen = classes.get(class_name) or SYSTEM_PRIORITY_CLASSES.get(class_name)
+            if chosen is None:
+                raise ApiError(403, f'pods "{name}" is forbidden: no PriorityClass with name {class_name} was found')
+        else:
+            chosen = next((c for c in classes.values() if c.get("globalDefault")), None)
+        value = int((chosen or {}).get("value", 0))
+        given = spec.get("priority")
+        if given is not None and given != value:
+            raise ApiError(
+                403,
+                f'pods "{name}" is forbidden: the integer value of priority ({given}) must not be provided in pod '
+                f"spec; priority admission controller computed {value} from the given PriorityClass name",
+            )
+        policy = (chosen or {}).get("preemptionPolicy") or "PreemptLowerPriority"
+        return {**spec, "priority": value, "preemptionPolicy": spec.get("preemptionPolicy") or policy}
 
     def restore(self, resource: Resource, obj: Mapping[str, Any]) -> Obj:
         """Load an object as it is (status, ``nodeName`` and all), as when copying a real cluster in."""
@@ -643,10 +695,21 @@ class Store:
             if _spec(result) != _spec(current):
                 metadata["generation"] = int(current["metadata"].get("generation", 1)) + 1
         if resource.schema is not None:
-            result = structural(result, resource.schema)
+            result = self._schematic(resource, key[1], result)
         return self._write(resource, key, "MODIFIED", result, current)
 
+    @contextlib.contextmanager
+    def dry_run(self) -> Iterator[None]:
+        """Writes inside are checked and answered as usual but change nothing (``dryRun=All``)."""
+        self._dry = True
+        try:
+            yield
+        finally:
+            self._dry = False
+
     def _remove(self, resource: Resource, key: Key) -> Obj:
+        if self._dry:
+            return self._view(self._table(resource)[key], resource)
         current = self._table(resource).pop(key)
         self._version += 1
         final = {**current, "metadata": {**current["metadata"], "resourceVersion": str(self._version)}}
@@ -654,6 +717,9 @@ class Store:
         return self._view(final, resource)
 
     def _write(self, resource: Resource, key: Key, kind: str, obj: Obj, previous: Obj | None) -> Obj:
+        if self._dry:
+            obj["metadata"].pop("resourceVersion", None)  # a dry run stores nothing, so it has no version
+            return self._view(obj, resource)
         self._version += 1
         obj["metadata"]["resourceVersion"] = str(self._version)
         self._table(resource)[key] = obj

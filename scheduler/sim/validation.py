@@ -9,7 +9,7 @@ API server's, so that a client (or a test) cannot tell the two apart.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from scheduler.sim.errors import ApiError
@@ -130,4 +130,213 @@ def pod_update_causes(before: Mapping[str, Any], after: Mapping[str, Any]) -> li
                     f"only deletion is allowed, but found new scheduling gate '{gate.get('name')}'",
                 )
             )
+    return causes
+
+
+#: The fields a 1.36 API server knows in a Pod's spec and containers (and the 1.35 ``workloadRef``, which
+#: SimCluster's 1.35 Workload API still serves): ``fieldValidation=Strict`` refuses any other.
+POD_SPEC_FIELDS = frozenset(
+    [
+        "activeDeadlineSeconds",
+        "affinity",
+        "automountServiceAccountToken",
+        "containers",
+        "dnsConfig",
+        "dnsPolicy",
+        "enableServiceLinks",
+        "ephemeralContainers",
+        "hostAliases",
+        "hostIPC",
+        "hostNetwork",
+        "hostPID",
+        "hostUsers",
+        "hostname",
+        "hostnameOverride",
+        "imagePullSecrets",
+        "initContainers",
+        "nodeName",
+        "nodeSelector",
+        "os",
+        "overhead",
+        "preemptionPolicy",
+        "priority",
+        "priorityClassName",
+        "readinessGates",
+        "resourceClaims",
+        "resources",
+        "restartPolicy",
+        "runtimeClassName",
+        "schedulerName",
+        "schedulingGates",
+        "schedulingGroup",
+        "securityContext",
+        "serviceAccount",
+        "serviceAccountName",
+        "setHostnameAsFQDN",
+        "shareProcessNamespace",
+        "subdomain",
+        "terminationGracePeriodSeconds",
+        "tolerations",
+        "topologySpreadConstraints",
+        "volumes",
+        "workloadRef",
+    ]
+)
+CONTAINER_FIELDS = frozenset(
+    [
+        "args",
+        "command",
+        "env",
+        "envFrom",
+        "image",
+        "imagePullPolicy",
+        "lifecycle",
+        "livenessProbe",
+        "name",
+        "ports",
+        "readinessProbe",
+        "resizePolicy",
+        "resources",
+        "restartPolicy",
+        "restartPolicyRules",
+        "securityContext",
+        "startupProbe",
+        "stdin",
+        "stdinOnce",
+        "terminationMessagePath",
+        "terminationMessagePolicy",
+        "tty",
+        "volumeDevices",
+        "volumeMounts",
+        "workingDir",
+    ]
+)
+OBJECT_META_FIELDS = frozenset(
+    [
+        "annotations",
+        "creationTimestamp",
+        "deletionGracePeriodSeconds",
+        "deletionTimestamp",
+        "finalizers",
+        "generateName",
+        "generation",
+        "labels",
+        "managedFields",
+        "name",
+        "namespace",
+        "ownerReferences",
+        "resourceVersion",
+        "selfLink",
+        "uid",
+    ]
+)
+
+
+def unknown_pod_fields(pod: Mapping[str, Any]) -> list[str]:
+    """Misspelt fields of a pod's metadata, spec and containers (the places people type by hand)."""
+    found = [f"metadata.{key}" for key in (pod.get("metadata") or {}) if key not in OBJECT_META_FIELDS]
+    spec = pod.get("spec") or {}
+    found += [f"spec.{key}" for key in spec if key not in POD_SPEC_FIELDS]
+    for kind in ("containers", "initContainers"):
+        for i, container in enumerate(spec.get(kind) or []):
+            if isinstance(container, Mapping):
+                found += [f"spec.{kind}[{i}].{key}" for key in container if key not in CONTAINER_FIELDS]
+    return found
+
+
+def strict(kind: str, version: str, unknown: list[str]) -> ApiError:
+    """``fieldValidation=Strict``'s 400 for fields the server does not know."""
+    fields = ", ".join(f'unknown field "{field}"' for field in unknown)
+    return ApiError(
+        400, f'{kind} in version "{version}" cannot be handled as a {kind}: strict decoding error: {fields}'
+    )
+
+
+def _extended(resource: str) -> bool:
+    """A resource the node cannot overcommit: any with a domain other than kubernetes.io (nvidia.com/gpu)."""
+    return "/" in resource and not resource.startswith(("kubernetes.io/", "requests."))
+
+
+def _resources(spec: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(field path, resources) of every container and init container."""
+    for kind in ("containers", "initContainers"):
+        for i, container in enumerate(spec.get(kind) or []):
+            found = container.get("resources") if isinstance(container, Mapping) else None
+            yield f"spec.{kind}[{i}].resources", found if isinstance(found, Mapping) else {}
+
+
+def refuse_unreadable_quantities(pod: Mapping[str, Any]) -> None:
+    """A quantity that does not parse is the API server's 400 (it cannot even decode the pod)."""
+    for _, resources in _resources(pod.get("spec") or {}):
+        for amounts in (resources.get("requests"), resources.get("limits")):
+            for amount in (amounts or {}).values() if isinstance(amounts, Mapping) else ():
+                if not isinstance(amount, (int, float)) and not _QUANTITY.fullmatch(str(amount)):
+                    raise ApiError(
+                        400,
+                        'Pod in version "v1" cannot be handled as a Pod: quantities must match the regular '
+                        "expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+                    )
+
+
+_QUANTITY = re.compile(r"[+-]?[0-9.]+([eEinumkKMGTP]*[-+]?[0-9]*)")
+
+
+def pod_defaults(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What the API server fills into a new pod's spec that a scheduler reads: the scheduler's name, the
+    restart policy, and each container's requests from its limits where none is given."""
+    containers = []
+    for container in spec.get("containers") or []:
+        resources = dict(container.get("resources") or {}) if isinstance(container, Mapping) else {}
+        limits = resources.get("limits")
+        if isinstance(limits, Mapping) and limits:
+            resources["requests"] = {**limits, **(resources.get("requests") or {})}
+            containers.append({**container, "resources": resources})
+        else:
+            containers.append(container)
+    defaults = {"schedulerName": "default-scheduler", "restartPolicy": "Always"}
+    return {**defaults, **spec, **({"containers": containers} if "containers" in spec else {})}
+
+
+def qos_class(spec: Mapping[str, Any]) -> str:
+    """Guaranteed when every container limits CPU and memory to what it requests, BestEffort when none
+    asks for anything, Burstable otherwise (``status.qosClass``)."""
+    everything = list(_resources(spec))
+    if not any(resources.get("requests") or resources.get("limits") for _, resources in everything):
+        return "BestEffort"
+    guaranteed = all(
+        all(
+            (resources.get("limits") or {}).get(name) is not None
+            and (resources.get("limits") or {}).get(name) == (resources.get("requests") or {}).get(name)
+            for name in ("cpu", "memory")
+        )
+        for _, resources in everything
+    )
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def pod_causes(pod: Mapping[str, Any], parse: Any) -> list[Cause]:
+    """A pod needs containers; extended resources (GPUs) must have a limit, and a request equal to it.
+    ``parse`` turns a quantity string into a comparable number (``topology.resources.parse_quantity``)."""
+    causes: list[Cause] = []
+    spec = pod.get("spec") or {}
+    if not spec.get("containers"):
+        causes.append(required("spec.containers"))
+    for kind in ("containers", "initContainers"):
+        for i, container in enumerate(spec.get(kind) or []):
+            resources = (container or {}).get("resources") or {} if isinstance(container, Mapping) else {}
+            requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+            where = f"spec.{kind}[{i}].resources"
+            for name, amount in requests.items():
+                if not _extended(str(name)):
+                    continue
+                if name not in limits:
+                    causes.append(
+                        {
+                            "reason": "FieldValueRequired",
+                            "message": "Required value: Limit must be set for non overcommitable resources",
+                            "field": f"{where}.limits",
+                        }
+                    )
+                elif parse(str(amount)) != parse(str(limits[name])):
+                    causes.append(bad(f"{where}.requests", amount, f"must be equal to {name} limit of {limits[name]}"))
     return causes

@@ -165,7 +165,8 @@ def _pod(job: Job, index: int, gpus: int, now: float) -> dict[str, Any]:
                 {
                     "name": "main",
                     "resources": {
-                        "requests": {"nvidia.com/gpu": str(gpus), "cpu": str(4 * gpus), "memory": f"{32 * gpus}Gi"}
+                        "requests": {"nvidia.com/gpu": str(gpus), "cpu": str(4 * gpus), "memory": f"{32 * gpus}Gi"},
+                        "limits": {"nvidia.com/gpu": str(gpus)},
                     },
                 }
             ],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -362,7 +363,7 @@ async def test_tables_have_the_columns_kubectl_prints(api: Api) -> None:
     ]  # fmt: skip
 
 
-async def test_openapi_says_the_server_validates_fields_so_kubectl_apply_can_rely_on_it(api: Api) -> None:
+async def test_openapi_advertises_server_side_field_validation_for_each_kind(api: Api) -> None:
     root = await api.ok("GET", "/openapi/v3")
     assert {"api/v1", "apis/scheduling.x-k8s.io/v1alpha1"} <= set(root["paths"])
     document = await api.ok("GET", root["paths"]["api/v1"]["serverRelativeURL"])
@@ -370,3 +371,138 @@ async def test_openapi_says_the_server_validates_fields_so_kubectl_apply_can_rel
     parameters = [p.get("name") for p in operation.get("parameters", []) if isinstance(p, dict)]
     assert "fieldValidation" in parameters
     assert operation["x-kubernetes-group-version-kind"] == {"group": "", "version": "v1", "kind": "Pod"}
+
+
+async def test_a_dry_run_answers_as_the_write_would_and_changes_nothing(api: Api) -> None:
+    created = await api.request("POST", api.path("pods") + "?dryRun=All", pod("p"))
+    assert created.status == 201 and created.json["metadata"]["name"] == "p"
+    assert (await api.request("GET", api.path("pods", "p"))).status == 404  # kubectl apply --dry-run=server
+    await api.ok("POST", api.path("pods"), pod("q"))
+    kubectl = {"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["All"]}  # kubectl delete --dry-run=server
+    assert (await api.request("DELETE", api.path("pods", "q"), kubectl)).status == 200
+    assert (await api.request("DELETE", api.path("pods", "q") + "?dryRun=All")).status == 200
+    assert (await api.request("GET", api.path("pods", "q"))).status == 200
+
+
+async def test_strict_field_validation_refuses_fields_the_server_does_not_know(api: Api) -> None:
+    typo = pod("p")
+    typo["spec"]["schedulngGates"] = [{"name": "example.com/quota"}]
+    answer = await api.request("POST", api.path("pods") + "?fieldValidation=Strict", typo)
+    assert (answer.status, answer.json["message"]) == (
+        400, 'Pod in version "v1" cannot be handled as a Pod: strict decoding error: '
+        'unknown field "spec.schedulngGates"'
+    )  # fmt: skip
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "g"},
+             "spec": {"minMemebr": 2}}  # fmt: skip
+    answer = await api.request("POST", api.path("podgroups", **PODGROUPS) + "?fieldValidation=Strict", group)
+    assert (answer.status, answer.json["message"]) == (
+        400, 'PodGroup in version "v1alpha1" cannot be handled as a PodGroup: strict decoding error: '
+        'unknown field "spec.minMemebr"'
+    )  # fmt: skip
+    assert (await api.request("GET", api.path("pods", "p"))).status == 404
+
+
+async def test_a_crd_schema_refuses_wrong_types_minimums_and_values(api: Api) -> None:
+    def group(spec: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "g"},
+            "spec": spec,
+        }
+
+    for spec, message in (
+        ({"minMember": 0}, "spec.minMember in body should be greater than or equal to 1"),
+        ({"minMember": "two"}, "spec.minMember in body must be of type integer"),
+    ):
+        answer = await api.request("POST", api.path("podgroups", **PODGROUPS), group(spec))
+        assert answer.status == 422 and message in answer.json["message"], answer.json["message"]
+        assert [cause["field"] for cause in answer.json["details"]["causes"]] == ["spec.minMember"]
+    volcano = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": "v"},
+               "spec": {"minMember": 1}, "status": {"phase": "Bogus"}}  # fmt: skip
+    answer = await api.request("POST", api.path("podgroups", **VOLCANO), volcano)
+    assert answer.status == 422
+    (cause,) = answer.json["details"]["causes"]
+    assert (cause["field"], cause["reason"]) == ("status.phase", "FieldValueNotSupported")
+
+
+def gpu_pod(name: str, requests: dict[str, str], limits: dict[str, str], **spec: Any) -> dict[str, Any]:
+    body = pod(name, **spec)
+    body["spec"]["containers"][0]["resources"] = {"requests": requests, "limits": limits}
+    return body
+
+
+async def test_pods_are_admitted_as_the_api_server_admits_them(api: Api) -> None:
+    gpu = "nvidia.com/gpu"
+    no_limit = await api.request("POST", api.path("pods"), gpu_pod("a", {gpu: "1"}, {}))
+    assert no_limit.status == 422
+    assert [c["field"] for c in no_limit.json["details"]["causes"]] == ["spec.containers[0].resources.limits"]
+    unequal = await api.request("POST", api.path("pods"), gpu_pod("b", {gpu: "1"}, {gpu: "2"}))
+    assert unequal.status == 422
+    assert [c["field"] for c in unequal.json["details"]["causes"]] == ["spec.containers[0].resources.requests"]
+
+    plain = await api.ok("POST", api.path("pods"), pod("c"))
+    assert (plain["spec"]["priority"], plain["spec"]["preemptionPolicy"]) == (0, "PreemptLowerPriority")
+    unknown = await api.request("POST", api.path("pods"), pod("d", priorityClassName="no-such-class"))
+    assert (unknown.status, unknown.json["message"]) == (
+        403, 'pods "d" is forbidden: no PriorityClass with name no-such-class was found'
+    )  # fmt: skip
+    critical = await api.ok("POST", api.path("pods"), pod("e", priorityClassName="system-cluster-critical"))
+    assert critical["spec"]["priority"] == 2_000_000_000
+    high = f"{api.namespace}-high"  # PriorityClasses are cluster-wide: one per test
+    await api.ok("POST", "/apis/scheduling.k8s.io/v1/priorityclasses",
+                 {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": high},
+                  "value": 1000, "preemptionPolicy": "Never"})  # fmt: skip
+    try:
+        classed = await api.ok("POST", api.path("pods"), pod("f", priorityClassName=high))
+        assert (classed["spec"]["priority"], classed["spec"]["preemptionPolicy"]) == (1000, "Never")
+        forged = await api.request("POST", api.path("pods"), pod("g", priority=5))
+        assert forged.status == 403 and "must not be provided in pod spec" in forged.json["message"]
+    finally:
+        await api.ok("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{high}")
+    assert (await api.request("POST", "/api/v1/pods", pod("h"))).status == 405  # not in a namespace
+    assert (await api.request("GET", api.path("pods") + "?labelSelector=a===b")).status == 400
+
+
+async def test_a_new_pod_gets_the_defaults_a_scheduler_reads(api: Api) -> None:
+    body = pod("p")
+    del body["spec"]["schedulerName"]
+    body["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2", "cpu": "1", "memory": "1Gi"}}
+    created = await api.ok("POST", api.path("pods"), body)
+    assert created["spec"]["schedulerName"] == "default-scheduler"  # not Phalanx's unless it says so
+    assert created["spec"]["containers"][0]["resources"]["requests"] == {
+        "nvidia.com/gpu": "2",
+        "cpu": "1",
+        "memory": "1Gi",
+    }
+    assert created["status"]["qosClass"] == "Guaranteed"
+    empty = await api.request("POST", api.path("pods"), {**pod("q"), "spec": {"schedulerName": "nobody"}})
+    assert empty.status == 422 and [c["field"] for c in empty.json["details"]["causes"]] == ["spec.containers"]
+    lots = gpu_pod("r", {}, {"nvidia.com/gpu": "lots"})
+    answer = await api.request("POST", api.path("pods"), lots)
+    assert answer.status == 400 and "quantities must match the regular expression" in answer.json["message"]
+
+
+async def test_a_watch_asked_for_tables_sends_rows_as_kubectl_get_w_prints_them(api: Api) -> None:
+    version = (await api.ok("GET", api.path("pods")))["metadata"]["resourceVersion"]
+    seen: list[dict[str, Any]] = []
+
+    async def watch() -> None:
+        params = {"watch": "true", "resourceVersion": version, "timeoutSeconds": "30"}
+        headers = {**api.headers, "Accept": TABLE}
+        async with api.session.get(api.url + api.path("pods"), params=params, headers=headers, ssl=api.ssl) as answer:
+            async for line in answer.content:
+                if line.strip():
+                    seen.append(json.loads(line))
+                    if len(seen) == 2:
+                        return
+
+    await api.ok("POST", api.path("pods"), pod("a"))
+    await api.ok("POST", api.path("pods"), pod("b"))
+    with anyio.fail_after(20):
+        await watch()
+    first, second = (event["object"] for event in seen)
+    assert (first["kind"], second["kind"]) == ("Table", "Table")
+    assert [c["name"] for c in first["columnDefinitions"]][:3] == ["Name", "Ready", "Status"]
+    assert second["columnDefinitions"] is None  # the columns come once, with the first row
+    assert [first["rows"][0]["cells"][0], second["rows"][0]["cells"][0]] == ["a", "b"]

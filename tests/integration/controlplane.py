@@ -64,6 +64,14 @@ def assets_dir() -> Path | None:
     return path
 
 
+def dying_with_parent(argv: list[str]) -> list[str]:
+    """``argv`` run so that it is killed when the process that started it dies, even by SIGKILL (a test run
+    stopped by a timeout must not leave servers behind): util-linux's ``setpriv --pdeathsig``, which sets
+    Linux's PR_SET_PDEATHSIG and executes the command, where the machine has it."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -170,7 +178,9 @@ class ControlPlane:
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = (self.workdir / f"{name}.log").open("wb")
         self._logs.append(log)
-        self.processes[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes[name] = subprocess.Popen(
+            dying_with_parent(argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def _wait_ready(self, *, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -261,7 +271,8 @@ class ControlPlane:
                     yield json.loads(line)
 
     def stop(self) -> None:
-        """Stop kube-apiserver, then etcd (SIGTERM, then SIGKILL after 10 s), and remove the work directory."""
+        """Stop kube-apiserver, then etcd (SIGTERM, then SIGKILL after 10 s). Their logs stay in the work
+        directory, which belongs to whoever made it."""
         for name in ("kube-apiserver", "etcd"):
             process = self.processes.pop(name, None)
             if process is None:
@@ -276,7 +287,6 @@ class ControlPlane:
         for log in self._logs:
             log.close()
         self._logs.clear()
-        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def collection_path(obj: Mapping[str, Any], plural: str | None = None) -> str:

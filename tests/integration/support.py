@@ -23,7 +23,7 @@ from scheduler.gangs import GangSettings
 from scheduler.sim import ClusterShape, Store, load
 from scheduler.sim.invariants import InvariantMonitor
 from scheduler.sim.schema import crd_documents
-from tests.integration.controlplane import ControlPlane, ControlPlaneError, free_port
+from tests.integration.controlplane import ControlPlane, ControlPlaneError, dying_with_parent, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
@@ -182,7 +182,7 @@ class PhalanxProcess:
         ]  # fmt: skip
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            argv, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
+            dying_with_parent(argv), stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
         )
 
     def get(self, path: str) -> tuple[int, str]:
@@ -212,6 +212,11 @@ class PhalanxProcess:
             if line.startswith(wanted + " "):
                 return float(line.rsplit(" ", 1)[1])
         return 0.0
+
+    def metric_total(self, name: str) -> float:
+        """The sum of every sample of ``name`` (all label values)."""
+        _, text = self.get("/metrics")
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

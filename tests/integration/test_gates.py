@@ -7,6 +7,7 @@ from tests.integration.support import (
     PHALANX_USER,
     PhalanxProcess,
     bound,
+    described_events,
     ensure_namespace,
     eventually,
     pod_scheduled,
@@ -26,12 +27,21 @@ def test_a_gated_member_is_left_alone_and_its_gang_binds_once_the_gate_is_remove
     held["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
     plane.apply(held)
 
-    waiting = eventually(
-        lambda: (pod_scheduled(pods(plane, "gated")["gated/train-0"]) or {}).get("reason") == "GangWaiting",
-        what="Phalanx's decision on the free member: the gang waits",
+    eventually(
+        lambda: [
+            e for e in described_events(plane, pods(plane, "gated")["gated/train-0"]) if e["reason"] == "GangWaiting"
+        ],
+        what="Phalanx's decision on the free member, written: the gang waits",
     )
-    assert waiting
-    attempts = scheduler.metric("phalanx_schedule_attempts_total", 'result="unschedulable"')
+    attempts = scheduler.metric_total("phalanx_schedule_attempts_total")
+    # Let Phalanx go round its loop and its reporter more than once: a plain pod elsewhere is scheduled
+    # and its Event written. The gated pod must still be untouched, and the waiting gang not tried again.
+    ensure_namespace(plane, "elsewhere")
+    plane.apply(gpu_pod("plain", "elsewhere", gpus=1))
+    other = eventually(lambda: pods(plane, "elsewhere")["elsewhere/plain"] if bound(plane, "elsewhere") else None)
+    eventually(lambda: [e for e in described_events(plane, other) if e["reason"] == "Scheduled"], what="its Event")
+    assert scheduler.metric_total("phalanx_schedule_attempts_total") == attempts + 1  # the plain pod's, no other
+
     gated = pods(plane, "gated")["gated/train-1"]
     assert pod_scheduled(gated) == {  # the API server's own condition, which Phalanx leaves alone
         "type": "PodScheduled",
@@ -41,7 +51,9 @@ def test_a_gated_member_is_left_alone_and_its_gang_binds_once_the_gate_is_remove
         "lastProbeTime": None,
         "lastTransitionTime": gated["status"]["conditions"][0]["lastTransitionTime"],
     }
-    assert bound(plane, "gated") == {}
+    touched = [e for e in requests_by(plane, PHALANX_USER, audit_from) if e["objectRef"].get("name") == "train-1"]
+    assert [e["verb"] for e in touched] == []  # not bound, not patched: not Phalanx's yet
+    assert "gated/train-0" not in bound(plane, "gated")
 
     plane.call(
         "PATCH",
@@ -51,8 +63,9 @@ def test_a_gated_member_is_left_alone_and_its_gang_binds_once_the_gate_is_remove
     )
     placed = eventually(lambda: len(bound(plane, "gated")) == 2 and bound(plane, "gated"), what="both bound")
     assert len({node.rsplit("-", 1)[0] for node in placed.values()}) == 1  # one rack, as PFN gangs prefer
-
     binds = [e for e in requests_by(plane, PHALANX_USER, audit_from) if e["objectRef"].get("subresource") == "binding"]
-    assert sorted(e["objectRef"]["name"] for e in binds) == ["train-0", "train-1"]  # one each, none refused
+    assert sorted(e["objectRef"]["name"] for e in binds if e["objectRef"]["namespace"] == "gated") == [
+        "train-0",
+        "train-1",
+    ]  # one each, once the gate was gone
     assert all(e["responseStatus"]["code"] == 201 for e in binds)
-    assert scheduler.metric("phalanx_schedule_attempts_total", 'result="unschedulable"') == attempts  # no loop

@@ -88,6 +88,14 @@ class Cluster:
             self.store.ensure_namespace(namespace)
         return self.store.create(resource, namespace, obj)
 
+    def restore(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Put an object in as it is, past the API server's validation: what an older server, or a CRD
+        installed without a schema, may hold (and Phalanx must survive)."""
+        namespace = (obj.get("metadata") or {}).get("namespace")
+        if namespace:
+            self.store.ensure_namespace(namespace)
+        return self.store.restore(self.store.resource(obj["apiVersion"], obj["kind"]), obj)
+
     def events(self, reason: str | None = None) -> list[dict[str, Any]]:
         found = list(self.store.objects(self.store.resource("events.k8s.io/v1", "Event")))
         return [event for event in found if reason is None or event["reason"] == reason]

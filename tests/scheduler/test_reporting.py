@@ -1,14 +1,22 @@
-"""How Events are aggregated, as a user reading `kubectl get events` sees them."""
+"""How Events are aggregated and written, as a user reading `kubectl get events` sees them, and what is said
+when a group object's CRD drops the status Phalanx writes."""
+
+from typing import Any
+
+from structlog.testing import capture_logs
 
 from scheduler.cache import ClusterState
 from scheduler.clock import ManualClock
+from scheduler.gangs import GangKey, GangSpec, ObjectRef, Source, Timeout
 from scheduler.metrics import Metrics
+from scheduler.port import ApiResource
 from scheduler.ratelimit import TokenBucket
 from scheduler.reporting import Reporter, Subject, clip_bytes, event_name
 from scheduler.settings import ReportingSettings
 from scheduler.sim import Store
 from scheduler.sim.adapter import SimCluster
 from tests.scheduler.support import FAST
+from topology import GangRequest
 
 
 def reporter_on(store: Store) -> tuple[Reporter, ManualClock]:
@@ -103,3 +111,38 @@ async def test_an_over_long_instance_is_clipped_and_an_event_about_a_vanished_na
     await reporter.flush()
     assert reporter.metrics.api_write_errors.labels("event", "404")._value.get() == 0  # 404: dropped quietly
     assert not reporter._due
+
+
+class _PruningPort(SimCluster):
+    """A cluster whose PodGroup CRD is older than scheduler-plugins' current one: no scheduleStartTime."""
+
+    async def patch_status(self, resource: Any, namespace: str, name: str, patch: Any) -> dict[str, Any]:
+        stored = await super().patch_status(resource, namespace, name, patch)
+        stored["status"].pop("scheduleStartTime", None)
+        return stored
+
+
+async def test_a_status_field_the_installed_crd_drops_is_logged_once_with_what_to_do() -> None:
+    store = Store()
+    store.ensure_namespace("team")
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "g"},
+             "spec": {"minMember": 1}}  # fmt: skip
+    store.create(store.resource("scheduling.x-k8s.io/v1alpha1", "PodGroup"), "team", group)
+    reporter, _ = reporter_on(store)
+    reporter.port = _PruningPort(store)
+    for obj in store.objects(store.resource("scheduling.x-k8s.io/v1alpha1", "PodGroup")):
+        reporter.state.index.upsert_group(obj)
+    reporter.watching([ApiResource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")])
+    spec = GangSpec(key=GangKey("scheduler-plugins:team/g"), source=Source.SCHEDULER_PLUGINS,
+                    request=GangRequest.leaf("team/g", [], min_pods=1), priority=0, created=0.0,
+                    timeout=Timeout(seconds=30, jitter_seconds=0),
+                    objects=(ObjectRef("scheduling.x-k8s.io", "PodGroup", "team", "g"),))  # fmt: skip
+    with capture_logs() as logs:
+        for scheduled in (True, False):  # two writes, one warning
+            reporter.group(spec, scheduled=scheduled, message="m")
+            await reporter.flush()
+    warnings = [line for line in logs if line["log_level"] == "warning"]
+    assert [(line["resource"], line["field"]) for line in warnings] == [
+        ("PodGroup.scheduling.x-k8s.io", "status.scheduleStartTime")
+    ]
+    assert "install the CRD as its project publishes it" in warnings[0]["hint"]

@@ -3,6 +3,7 @@
 import json
 from typing import Any
 
+import aiohttp
 import anyio
 import pytest
 from kubernetes_asyncio import client, watch
@@ -258,3 +259,20 @@ async def test_a_forced_410_makes_the_next_watch_expire() -> None:
         assert [event["raw_object"]["metadata"]["name"] for event in await next_events(again, 1)] == ["x"]
         await again.close()
         assert server.faults.injected["watch 410"] == 1
+
+
+async def test_protobuf_bodies_other_than_a_namespace_are_415_naming_what_is_read() -> None:
+    def field(number: int, payload: bytes) -> bytes:
+        return bytes([number << 3 | 2, len(payload)]) + payload
+
+    type_meta = field(1, b"scheduling.k8s.io/v1") + field(2, b"PriorityClass")
+    body = b"k8s\x00" + field(1, type_meta) + field(2, field(1, field(1, b"high")))  # kubectl create priorityclass
+    sim = store()
+    async with served(sim) as (server, _), aiohttp.ClientSession() as session:
+        answer = await session.post(
+            server.url + "/apis/scheduling.k8s.io/v1/priorityclasses",
+            data=body,
+            headers={"Content-Type": "application/vnd.kubernetes.protobuf"},
+        )
+        status = await answer.json()
+    assert answer.status == 415 and "(SimCluster: only for a Namespace)" in status["message"]

@@ -18,11 +18,11 @@ def test_create_sets_identity_and_every_write_advances_the_resource_version() ->
     created = sim.create(pods_of(sim), "ns", pod("a"))
     metadata = created["metadata"]
     assert metadata["uid"] and metadata["creationTimestamp"].endswith("Z") and metadata["generation"] == 1
-    assert created["status"] == {"phase": "Pending"}
+    assert created["status"] == {"phase": "Pending", "qosClass": "BestEffort"}  # as the API server fills it
     first = int(metadata["resourceVersion"])
     second = sim.create(pods_of(sim), "ns", pod("b"))
     assert int(second["metadata"]["resourceVersion"]) == first + 1
-    named = sim.create(pods_of(sim), "ns", {"metadata": {"generateName": "worker-"}, "spec": {}})
+    named = sim.create(pods_of(sim), "ns", {**pod(""), "metadata": {"generateName": "worker-"}})
     assert named["metadata"]["name"].startswith("worker-") and len(named["metadata"]["name"]) == len("worker-") + 5
 
 
