@@ -51,14 +51,11 @@ from scheduler.sim.resources import Catalog, Resource
 from scheduler.sim.schema import structural, validate
 from scheduler.sim.selectors import Selector
 from scheduler.sim.validation import (
+    admit_pod,
     event_causes,
     invalid,
     name_causes,
-    pod_causes,
-    pod_defaults,
     pod_update_causes,
-    qos_class,
-    refuse_unreadable_quantities,
 )
 from topology.resources import parse_quantity
 
@@ -379,12 +376,13 @@ class Store:
         if resource.storage == ("events.k8s.io", "events"):
             causes += event_causes(obj, str(namespace), modern=resource.view_of is None)
         elif resource.kind == "Pod" and not resource.group:
-            refuse_unreadable_quantities(obj)
-            causes += pod_causes(obj, parse_quantity)
+            spec, qos, refused = admit_pod(obj, parse_quantity)
+            causes += refused
+            obj = {**obj, "spec": spec}
         if causes:
             raise invalid(resource.kind, resource.group, name, causes)
         if resource.kind == "Pod" and not resource.group:
-            obj = {**obj, "spec": self._admit_priority(name, pod_defaults(obj.get("spec") or {}))}
+            obj = {**obj, "spec": self._admit_priority(name, obj["spec"])}
         key = self._key(resource, namespace, name)
         table = self._table(resource)
         if key in table:
@@ -401,7 +399,7 @@ class Store:
             metadata["namespace"] = namespace
         stored: Obj = {**obj, "apiVersion": self._stored_version(resource), "kind": resource.kind, "metadata": metadata}
         if resource.kind == "Pod" and not resource.group:
-            stored["status"] = {"phase": "Pending", "qosClass": qos_class(stored["spec"])}
+            stored["status"] = {"phase": "Pending", "qosClass": qos}
             if (stored.get("spec") or {}).get("schedulingGates"):
                 stored["status"]["conditions"] = [{**GATED, "lastTransitionTime": now}]
         elif "status" in resource.subresources:
@@ -424,9 +422,7 @@ class Store:
         PriorityClass, the global default class, or 0; 403 for a class that does not exist, or a
         ``spec.priority`` the user set to something else."""
         class_name = spec.get("priorityClassName")
-        classes = {
-            obj["metadata"]["name"]: obj for obj in self.objects(self.resource("scheduling.k8s.io/v1", "PriorityClass"))
-        }
+        classes = {key[1]: obj for key, obj in self._objects.get(("scheduling.k8s.io", "priorityclasses"), {}).items()}
         chosen: Mapping[str, Any] | None
         if class_name:
             chosen = classes.get(class_name) or SYSTEM_PRIORITY_CLASSES.get(class_name)

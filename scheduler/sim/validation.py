@@ -9,7 +9,7 @@ API server's, so that a client (or a test) cannot tell the two apart.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from scheduler.sim.errors import ApiError
@@ -252,83 +252,59 @@ def strict(kind: str, version: str, unknown: list[str]) -> ApiError:
     )
 
 
-def _extended(resource: str) -> bool:
-    """A resource the node cannot overcommit: any with a domain other than kubernetes.io (nvidia.com/gpu)."""
-    return "/" in resource and not resource.startswith(("kubernetes.io/", "requests."))
+_QUANTITY = re.compile(r"[+-]?[0-9.]+([eEinumkKMGTP]*[-+]?[0-9]*)")
+_UNREADABLE_QUANTITY = (
+    'Pod in version "v1" cannot be handled as a Pod: quantities must match the regular expression '
+    "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
+_POD_DEFAULTS = {"schedulerName": "default-scheduler", "restartPolicy": "Always"}
+_READABLE: set[str] = set()  # quantities already found readable
 
 
-def _resources(spec: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """(field path, resources) of every container and init container."""
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def admit_pod(pod: Mapping[str, Any], parse: Any) -> tuple[dict[str, Any], str, list[Cause]]:
+    """A new pod as the API server takes it, in one pass over its containers: its spec with the defaults a
+    scheduler reads (schedulerName, restartPolicy, each container's requests from its limits), its
+    ``status.qosClass``, and what is wrong with it (no containers; a GPU or other extended resource
+    without a limit, or with a request that differs from it). A quantity that does not parse is the
+    server's 400: it cannot decode the pod. ``parse`` compares quantities written differently
+    (``topology.resources.parse_quantity``)."""
+    spec = pod.get("spec") or {}
+    causes: list[Cause] = [] if spec.get("containers") else [required("spec.containers")]
+    asks = False  # any request or limit at all (else BestEffort)
+    guaranteed = True  # every container limits cpu and memory to what it requests
+    admitted: dict[str, list[Any]] = {}
     for kind in ("containers", "initContainers"):
+        admitted[kind] = []
         for i, container in enumerate(spec.get(kind) or []):
             found = container.get("resources") if isinstance(container, Mapping) else None
-            yield f"spec.{kind}[{i}].resources", found if isinstance(found, Mapping) else {}
-
-
-def refuse_unreadable_quantities(pod: Mapping[str, Any]) -> None:
-    """A quantity that does not parse is the API server's 400 (it cannot even decode the pod)."""
-    for _, resources in _resources(pod.get("spec") or {}):
-        for amounts in (resources.get("requests"), resources.get("limits")):
-            for amount in (amounts or {}).values() if isinstance(amounts, Mapping) else ():
-                if not isinstance(amount, (int, float)) and not _QUANTITY.fullmatch(str(amount)):
-                    raise ApiError(
-                        400,
-                        'Pod in version "v1" cannot be handled as a Pod: quantities must match the regular '
-                        "expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
-                    )
-
-
-_QUANTITY = re.compile(r"[+-]?[0-9.]+([eEinumkKMGTP]*[-+]?[0-9]*)")
-
-
-def pod_defaults(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """What the API server fills into a new pod's spec that a scheduler reads: the scheduler's name, the
-    restart policy, and each container's requests from its limits where none is given."""
-    containers = []
-    for container in spec.get("containers") or []:
-        resources = dict(container.get("resources") or {}) if isinstance(container, Mapping) else {}
-        limits = resources.get("limits")
-        if isinstance(limits, Mapping) and limits:
-            resources["requests"] = {**limits, **(resources.get("requests") or {})}
-            containers.append({**container, "resources": resources})
-        else:
-            containers.append(container)
-    defaults = {"schedulerName": "default-scheduler", "restartPolicy": "Always"}
-    return {**defaults, **spec, **({"containers": containers} if "containers" in spec else {})}
-
-
-def qos_class(spec: Mapping[str, Any]) -> str:
-    """Guaranteed when every container limits CPU and memory to what it requests, BestEffort when none
-    asks for anything, Burstable otherwise (``status.qosClass``)."""
-    everything = list(_resources(spec))
-    if not any(resources.get("requests") or resources.get("limits") for _, resources in everything):
-        return "BestEffort"
-    guaranteed = all(
-        all(
-            (resources.get("limits") or {}).get(name) is not None
-            and (resources.get("limits") or {}).get(name) == (resources.get("requests") or {}).get(name)
-            for name in ("cpu", "memory")
-        )
-        for _, resources in everything
-    )
-    return "Guaranteed" if guaranteed else "Burstable"
-
-
-def pod_causes(pod: Mapping[str, Any], parse: Any) -> list[Cause]:
-    """A pod needs containers; extended resources (GPUs) must have a limit, and a request equal to it.
-    ``parse`` turns a quantity string into a comparable number (``topology.resources.parse_quantity``)."""
-    causes: list[Cause] = []
-    spec = pod.get("spec") or {}
-    if not spec.get("containers"):
-        causes.append(required("spec.containers"))
-    for kind in ("containers", "initContainers"):
-        for i, container in enumerate(spec.get(kind) or []):
-            resources = (container or {}).get("resources") or {} if isinstance(container, Mapping) else {}
-            requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
-            where = f"spec.{kind}[{i}].resources"
-            for name, amount in requests.items():
-                if not _extended(str(name)):
+            resources: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+            limits: Mapping[str, Any] = _mapping(resources.get("limits"))
+            given: Mapping[str, Any] = _mapping(resources.get("requests"))
+            for amount in (*limits.values(), *given.values()):
+                if isinstance(amount, (int, float)) and not isinstance(amount, bool):
                     continue
+                if not isinstance(amount, str):
+                    raise ApiError(400, _UNREADABLE_QUANTITY)
+                if amount not in _READABLE:  # most pods repeat a few quantities: each is checked once
+                    if not _QUANTITY.fullmatch(amount):
+                        raise ApiError(400, _UNREADABLE_QUANTITY)
+                    if len(_READABLE) < 4096:
+                        _READABLE.add(amount)
+            requests = {**limits, **given} if limits else given
+            asks = asks or bool(requests)
+            if guaranteed:
+                cpu, memory = limits.get("cpu"), limits.get("memory")
+                guaranteed = (
+                    cpu is not None and memory is not None and cpu == requests["cpu"] and memory == requests["memory"]
+                )
+            where = f"spec.{kind}[{i}].resources"
+            for name, amount in given.items():
+                if "/" not in name or name.startswith(("kubernetes.io/", "requests.")):
+                    continue  # not an extended resource: it may be overcommitted
                 if name not in limits:
                     causes.append(
                         {
@@ -337,6 +313,12 @@ def pod_causes(pod: Mapping[str, Any], parse: Any) -> list[Cause]:
                             "field": f"{where}.limits",
                         }
                     )
-                elif parse(str(amount)) != parse(str(limits[name])):
+                elif str(amount) != str(limits[name]) and parse(str(amount)) != parse(str(limits[name])):
                     causes.append(bad(f"{where}.requests", amount, f"must be equal to {name} limit of {limits[name]}"))
-    return causes
+            defaulted = limits and requests is not given
+            admitted[kind].append(
+                {**container, "resources": {**resources, "requests": requests}} if defaulted else container
+            )
+    spec = {**_POD_DEFAULTS, **spec, **{kind: items for kind, items in admitted.items() if kind in spec}}
+    qos = "BestEffort" if not asks else "Guaranteed" if guaranteed else "Burstable"
+    return spec, qos, causes
