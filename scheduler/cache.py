@@ -256,6 +256,11 @@ class ClusterState:
             self.assumed[assignment.pod] = Assumption(assignment.node, requests, gang, assignment.shape)
             self.snapshot.assume(assignment.pod, assignment.node, requests)
 
+    def hold(self, gang: GangKey, key: str, node: str, shape: PodShape, requests: dict[str, int]) -> None:
+        """Assume room that no pod owns yet (a gang's placeholders on one node, whatever their count)."""
+        self.assumed[key] = Assumption(node, requests, gang, shape)
+        self.snapshot.assume(key, node, requests)
+
     def unreserve(self, pod: str) -> None:
         """Release what was assumed for a pod or placeholder (idempotent). A pod the watch already shows
         bound keeps counting: it is bound, whatever happened to our assumption."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Protocol
 
 import anyio
@@ -32,9 +33,17 @@ from anyio.abc import TaskStatus
 from scheduler.binding import Binder, BindJob
 from scheduler.cache import ClusterState
 from scheduler.clock import Clock
-from scheduler.gangs import GangError, GangKey, GangSpec, Problem, min_resources_problem
+from scheduler.gangs import GangError, GangKey, GangSpec, Problem, beyond_cluster, min_resources_problem
 from scheduler.metrics import Metrics
-from scheduler.permit import Permit, Placeholder, Reservation, is_placeholder, placeholder_requests, with_placeholders
+from scheduler.permit import (
+    Permit,
+    Placeholder,
+    Reservation,
+    is_placeholder,
+    placeholder_key,
+    placeholder_requests,
+    with_placeholders,
+)
 from scheduler.queue import GangQueue, Wake
 from scheduler.reporting import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.settings import Settings
@@ -178,9 +187,13 @@ class Scheduler:
         if not unplaced:
             self.queue.done(spec.key)
             return
-        request, leaves = with_placeholders(spec, self._pinned(spec.request))
+        request, missing = with_placeholders(self._pinned(spec.request))
         wake = Wake(nodes=True, shapes=frozenset(member.shape for member in unplaced), pods=len(unplaced))
-        if leaves:
+        too_big = beyond_cluster(request, self.state.snapshot)
+        if too_big is not None:  # only more nodes help: wait for a node change, hold nothing
+            self._fail(spec, unplaced, Wake(nodes=True), UNSCHEDULABLE, too_big.message)
+            return
+        if missing:
             totals = self._allocatable()
             if not self.permit.can_hold(placeholder_requests(request), totals):
                 self._fail(
@@ -188,7 +201,7 @@ class Scheduler:
                     unplaced,
                     wake,
                     UNSCHEDULABLE,
-                    f"Gang {spec.key} waits for {len(leaves)} member(s) that do not exist yet, and room held "
+                    f"Gang {spec.key} waits for {missing} member(s) that do not exist yet, and room held "
                     f"for waiting gangs is at its limit ({self.settings.permit.max_reserved_share:.0%} of the "
                     "cluster).",
                 )
@@ -203,19 +216,25 @@ class Scheduler:
         self.metrics.placement_duration.observe(placement_ms / 1000)
         if isinstance(outcome, Infeasible):
             message = outcome.message
-            if leaves:  # the room was sought for members that do not exist yet, too: say so
-                message += f" {len(leaves)} of its members do not exist yet."
+            if missing:  # the room was sought for members that do not exist yet, too: say so
+                message += f" {missing} of its members do not exist yet."
             self._fail(spec, unplaced, wake, UNSCHEDULABLE, message, placement_ms=placement_ms)
             return
         self.state.reserve(spec.key, outcome.assignments)
-        placeholders = [Placeholder(leaves[a.pod], a) for a in outcome.assignments if is_placeholder(a.pod)]
-        real = [a for a in outcome.assignments if not is_placeholder(a.pod)]
+        placeholders: dict[str, Placeholder] = {}
+        for room in outcome.held:
+            key = placeholder_key(spec.key, room.part, room.node)
+            count = room.count + (placeholders[key].count if key in placeholders else 0)
+            placeholders[key] = Placeholder(room.part, room.node, room.shape, count)
+        for key, placeholder in placeholders.items():
+            self.state.hold(spec.key, key, placeholder.node, placeholder.shape, placeholder.requests)
+        real = list(outcome.assignments)
         log.info(
             "placed",
             gang=spec.key,
             pods=len(real),
-            placeholders=len(placeholders),
-            nodes=len({a.node for a in outcome.assignments}),
+            placeholders=sum(placeholder.count for placeholder in placeholders.values()),
+            nodes=len({a.node for a in outcome.assignments} | {room.node for room in outcome.held}),
             domains={choice.gang: f"{choice.key}={choice.value}" for choice in outcome.domains},
             unplaced=len(outcome.unplaced),
             placement_ms=placement_ms,
@@ -273,10 +292,10 @@ class Scheduler:
 
     # -- permit -------------------------------------------------------------------------------
 
-    def _hold(self, spec: GangSpec, placeholders: list[Placeholder]) -> None:
+    def _hold(self, spec: GangSpec, placeholders: dict[str, Placeholder]) -> None:
         reservation = self.permit.hold(spec, placeholders)
         self.metrics.attempts.labels("waiting").inc()
-        missing = len(placeholders)
+        missing = reservation.missing
         message = (
             f"Gang {spec.key} holds room for {missing} member(s) that do not exist yet; it binds when they "
             f"arrive, or releases the room in {reservation.deadline - self.clock.monotonic():.0f}s."
@@ -291,26 +310,29 @@ class Scheduler:
     def _fill(self, spec: GangSpec, reservation: Reservation) -> bool:
         """Give arrived members their placeholders' places; False if they do not match (start over)."""
         leaf_of = {member.key: leaf.key for leaf in spec.request.walk() if leaf.is_leaf for member in leaf.pods}
-        arrivals = self._unplaced(spec)
+        # Arrivals take the room in the order placement filled it (reversed, to pop from the end).
+        slots: dict[tuple[str, PodShape], list[str]] = {}
+        for key, held in reversed(reservation.placeholders.items()):
+            slots.setdefault((held.leaf, held.shape), []).append(key)
+        left = {key: held.count for key, held in reservation.placeholders.items()}
         moves: list[tuple[str, Member]] = []
-        free = dict(reservation.placeholders)
-        for member in arrivals:
-            match = next(
-                (
-                    key
-                    for key, held in free.items()
-                    if held.leaf == leaf_of.get(member.key) and held.assignment.shape == member.shape
-                ),
-                None,
-            )
-            if match is None:
+        for member in self._unplaced(spec):
+            keys = slots.get((leaf_of.get(member.key, ""), member.shape), [])
+            while keys and not left[keys[-1]]:
+                keys.pop()
+            if not keys:
                 return False
-            moves.append((match, member))
-            del free[match]
-        for placeholder, member in moves:
-            held = reservation.placeholders.pop(placeholder)
-            self.state.unreserve(placeholder)
-            self.state.reserve(spec.key, [Assignment(pod=member.key, node=held.assignment.node, shape=member.shape)])
+            left[keys[-1]] -= 1
+            moves.append((keys[-1], member))
+        for key, member in moves:
+            held = reservation.placeholders[key]
+            if held.count > 1:
+                held = reservation.placeholders[key] = replace(held, count=held.count - 1)
+                self.state.hold(spec.key, key, held.node, held.shape, held.requests)
+            else:
+                del reservation.placeholders[key]
+                self.state.unreserve(key)
+            self.state.reserve(spec.key, [Assignment(pod=member.key, node=held.node, shape=member.shape)])
         if reservation.placeholders:
             self.queue.remove(spec.key)
             return True
@@ -327,7 +349,7 @@ class Scheduler:
 
     def _timeout(self, reservation: Reservation) -> None:
         key = reservation.gang
-        missing = len(reservation.placeholders)
+        missing = reservation.missing
         self._release(key)
         spec = self.state.index.get(key)
         message = (

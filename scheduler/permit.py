@@ -15,71 +15,80 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scheduler.clock import Clock
 from scheduler.gangs import GangKey, GangSpec
 from scheduler.settings import PermitSettings
-from topology import Assignment, GangRequest, Member
+from topology import GangRequest, PodShape
 
 PLACEHOLDER = "~placeholder"
 
 
-def placeholder_key(gang: str, leaf: str, index: int) -> str:
-    return f"{PLACEHOLDER}/{gang}/{leaf}/{index}"
+def placeholder_key(gang: str, leaf: str, node: str) -> str:
+    """The key of the room a gang holds on one node for members of one leaf (one entry, any count)."""
+    return f"{PLACEHOLDER}/{gang}/{leaf}/{node}"
 
 
 def is_placeholder(key: str) -> bool:
     return key.startswith(PLACEHOLDER + "/")
 
 
-def with_placeholders(spec: GangSpec, request: GangRequest) -> tuple[GangRequest, dict[str, str]]:
-    """``request`` with a placeholder member for every member a leaf's minimum still lacks, shaped like
-    the leaf's other members (a leaf with none gets none). Returns the request and, for each placeholder
-    added, the key of its leaf."""
-    leaves: dict[str, str] = {}
+def with_placeholders(request: GangRequest) -> tuple[GangRequest, int]:
+    """``request`` with room asked for every member a leaf's minimum still lacks, shaped like the leaf's
+    first member (a leaf with none gets none: nothing says what its pods will need). A count per
+    leaf, whatever the gang's size. Returns the request and the number of placeholders."""
+    total = 0
 
     def fill(node: GangRequest) -> GangRequest:
+        nonlocal total
         if not node.is_leaf:
-            return GangRequest(
-                key=node.key,
-                children=tuple(fill(child) for child in node.children),
-                min_pods=node.min_pods,
-                min_children=node.min_children,
-                required=node.required,
-                preferred=node.preferred,
-            )
+            return replace(node, children=tuple(fill(child) for child in node.children))
         missing = node.min_pods - len(node.pods)
         if missing <= 0 or not node.pods:
             return node
-        shape = node.pods[0].shape
-        extra = tuple(Member(key=placeholder_key(spec.key, node.key, i), shape=shape) for i in range(missing))
-        leaves.update((member.key, node.key) for member in extra)
-        return GangRequest(
-            key=node.key,
-            pods=node.pods + extra,
-            min_pods=node.min_pods,
-            required=node.required,
-            preferred=node.preferred,
-        )
+        total += missing
+        return replace(node, placeholders=missing, placeholder_shape=node.pods[0].shape)
 
-    return fill(request), leaves
+    return fill(request), total
+
+
+def placeholder_requests(request: GangRequest) -> dict[str, int]:
+    """Total requests of the placeholders a request tree asks room for."""
+    total: dict[str, int] = {}
+    for part in request.walk():
+        if part.placeholders and part.placeholder_shape is not None:
+            for name, amount in part.placeholder_shape.requests:
+                total[name] = total.get(name, 0) + amount * part.placeholders
+    return total
 
 
 @dataclass(frozen=True, slots=True)
 class Placeholder:
+    """Room held on ``node`` for ``count`` members of the leaf ``leaf`` that do not exist yet."""
+
     leaf: str
-    assignment: Assignment
+    node: str
+    shape: PodShape
+    count: int
+
+    @property
+    def requests(self) -> dict[str, int]:
+        return {name: amount * self.count for name, amount in self.shape.requests}
 
 
 @dataclass(slots=True)
 class Reservation:
-    """Room a waiting gang holds: a placeholder per missing member, until ``deadline``."""
+    """Room a waiting gang holds: placeholders by key, until ``deadline``."""
 
     gang: GangKey
     deadline: float
     missing_at_start: int
     placeholders: dict[str, Placeholder] = field(default_factory=dict)
+
+    @property
+    def missing(self) -> int:
+        return sum(placeholder.count for placeholder in self.placeholders.values())
 
 
 class Permit:
@@ -89,14 +98,14 @@ class Permit:
         self.rng = rng or random.Random(0)
         self.waiting: dict[GangKey, Reservation] = {}
 
-    def hold(self, spec: GangSpec, placeholders: list[Placeholder]) -> Reservation:
+    def hold(self, spec: GangSpec, placeholders: dict[str, Placeholder]) -> Reservation:
         """Start a reservation; the deadline is the gang's timeout plus a jitter drawn now."""
         timeout = spec.timeout.seconds + self.rng.uniform(0, spec.timeout.jitter_seconds)
         reservation = Reservation(
             gang=spec.key,
             deadline=self.clock.monotonic() + timeout,
-            missing_at_start=len(placeholders),
-            placeholders={placeholder.assignment.pod: placeholder for placeholder in placeholders},
+            missing_at_start=sum(placeholder.count for placeholder in placeholders.values()),
+            placeholders=dict(placeholders),
         )
         self.waiting[spec.key] = reservation
         return reservation
@@ -109,7 +118,7 @@ class Permit:
         total: dict[str, int] = {}
         for reservation in self.waiting.values():
             for placeholder in reservation.placeholders.values():
-                for name, amount in placeholder.assignment.shape.requests:
+                for name, amount in placeholder.requests.items():
                     total[name] = total.get(name, 0) + amount
         return total
 
@@ -129,13 +138,3 @@ class Permit:
 
     def next_deadline(self) -> float | None:
         return min((reservation.deadline for reservation in self.waiting.values()), default=None)
-
-
-def placeholder_requests(request: GangRequest) -> dict[str, int]:
-    """Total requests of the placeholders in a request tree."""
-    total: dict[str, int] = {}
-    for member in request.members():
-        if is_placeholder(member.key):
-            for name, amount in member.shape.requests:
-                total[name] = total.get(name, 0) + amount
-    return total

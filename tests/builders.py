@@ -134,6 +134,11 @@ def check_placement(snapshot: Snapshot, request: GangRequest, placement: Placeme
         )
         for name, amount in assignment.shape.requests:
             used[row, columns[name]] += amount
+    for room in placement.held:  # room for members not created yet counts like the pods it stands for
+        row = snapshot.index_of(room.node)
+        assert row is not None and eligibility(snapshot, room.shape.constraints).mask[row], room
+        for name, amount in room.shape.requests:
+            used[row, columns[name]] += amount * room.count
     over = np.argwhere(used > np.maximum(snapshot.free, 0))
     assert not len(over), f"over-committed: {[(snapshot.names[r], snapshot.resources[c]) for r, c in over]}"
 
@@ -141,7 +146,13 @@ def check_placement(snapshot: Snapshot, request: GangRequest, placement: Placeme
     placed_pods = set(node_of)
 
     def nodes_under(part: GangRequest) -> list[str]:
-        found = []
+        found = [
+            room.node
+            for leaf in part.walk()
+            for room in placement.held
+            if room.part == leaf.key
+            for _ in range(room.count)
+        ]
         for member in part.members():
             if member.key in node_of:
                 found.append(node_of[member.key])

@@ -8,7 +8,7 @@ from topology.errors import SpecError
 from topology.explain import DomainCapacity, capacity_by_domain
 from topology.model import HOSTNAME, NodeRecord, Taint, Topology
 from topology.objects import node_constraints, node_record, pod_shape, unsupported_constraints
-from topology.outcome import Assignment, DomainChoice, Infeasible, Placement
+from topology.outcome import Assignment, DomainChoice, HeldRoom, Infeasible, Placement
 from topology.place import DEFAULT_MAX_TRIES, place
 from topology.request import (
     ConstraintError,
@@ -31,6 +31,7 @@ __all__ = [
     "DomainCapacity",
     "DomainChoice",
     "GangRequest",
+    "HeldRoom",
     "Infeasible",
     "Member",
     "NodeConstraints",

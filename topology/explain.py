@@ -105,3 +105,21 @@ def capacity_by_domain(snapshot: Snapshot, shape: PodShape, key: str) -> list[Do
         for i, value in enumerate(column.values)
     ]
     return sorted(found, key=lambda domain: (-domain.pods, domain.value))
+
+
+def node_limit(snapshot: Snapshot, shape: ShapeFit) -> str:
+    """What bounds the copies of ``shape`` the roomiest node holds when empty, as kube-scheduler names a
+    short resource: ``"each node holds at most 1 (nvidia.com/gpu 8 of 8)"``. Empty when no node may
+    take the shape at all."""
+    if shape.missing or not snapshot.n_nodes or not len(shape.columns):
+        return ""
+    best = int(np.argmax(shape.empty_fit))
+    copies = int(shape.empty_fit[best])
+    if not copies:
+        return ""
+    allocatable = snapshot.allocatable[best, shape.columns]
+    limiting = int(np.argmin(allocatable // shape.quotas))
+    name = snapshot.resources[int(shape.columns[limiting])]
+    used, total = copies * int(shape.quotas[limiting]), int(allocatable[limiting])
+    amounts = f"{used} of {total}" if name != PODS else f"{total} pods"
+    return f"each node holds at most {copies} ({name} {amounts})"

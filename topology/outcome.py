@@ -19,6 +19,16 @@ class Assignment:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HeldRoom:
+    """Room placed for ``count`` placeholders of the leaf ``part`` on one node (see ``GangRequest.placeholders``)."""
+
+    part: str
+    node: str
+    shape: PodShape
+    count: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DomainChoice:
     """The domain a part of the gang was confined to: ``gang`` is the part's key."""
 
@@ -31,10 +41,12 @@ class DomainChoice:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Placement:
     """Where every placed pod goes. ``unplaced`` lists members beyond the minimums that did not fit
-    (they stay pending and are placed later, inside the same domains when those are required)."""
+    (they stay pending and are placed later, inside the same domains when those are required).
+    ``held`` is the room placed for placeholders, per leaf and node."""
 
     gang: str
     assignments: tuple[Assignment, ...]
+    held: tuple[HeldRoom, ...] = ()
     domains: tuple[DomainChoice, ...] = ()
     unplaced: tuple[str, ...] = ()
     tries: int = 0

@@ -34,7 +34,7 @@ from topology.domains import BoolArray, Domains, IdArray, IntArray
 from topology.explain import node_reasons, plural, short_name
 from topology.fit import ShapeFit, domain_totals, shape_fit
 from topology.model import HOSTNAME
-from topology.outcome import Assignment, DomainChoice, Infeasible, Placement
+from topology.outcome import Assignment, DomainChoice, HeldRoom, Infeasible, Placement
 from topology.request import GangRequest, PodShape
 from topology.snapshot import Snapshot
 from topology.trial import Trial
@@ -69,6 +69,11 @@ class _Part:
     shapes: list[ShapeFit] = field(default_factory=list)
     #: Per shape, the member keys still unplaced, in reverse order (placement pops from the end).
     pending: list[list[str]] = field(default_factory=list)
+    #: Per shape, placeholders still unplaced (a count: they are no objects), placed after the members.
+    anonymous: list[int] = field(default_factory=list)
+    #: Room placed for placeholders: (node indices, counts, shape index) per fill.
+    held: list[tuple[IntArray, IntArray, int]] = field(default_factory=list)
+    held_count: int = 0
     #: Node indices of members already running, for this leaf only.
     pinned: list[int] = field(default_factory=list)
     placed: list[tuple[str, int, int]] = field(default_factory=list)  # (pod, node index, shape index)
@@ -89,7 +94,14 @@ class _Part:
         return [node for leaf in self.leaves() for node in leaf.pinned]
 
     def pod_count(self) -> int:
-        return sum(len(leaf.placed) + len(leaf.pinned) for leaf in self.leaves())
+        return sum(len(leaf.placed) + len(leaf.pinned) + leaf.held_count for leaf in self.leaves())
+
+    def waiting(self, shape_index: int) -> int:
+        """Pods of one shape still to place: members, then placeholders."""
+        return len(self.pending[shape_index]) + self.anonymous[shape_index]
+
+    def any_waiting(self) -> bool:
+        return any(self.waiting(i) for i in range(len(self.shapes)))
 
 
 def place(snapshot: Snapshot, request: GangRequest, *, max_tries: int = DEFAULT_MAX_TRIES) -> Placement | Infeasible:
@@ -131,9 +143,12 @@ class _Search:
                     row = self.snapshot.index_of(member.node)
                     if row is not None:  # a member on a node that is gone counts for nothing
                         part.pinned.append(row)
+            if request.placeholders and request.placeholder_shape is not None:
+                by_shape.setdefault(request.placeholder_shape, [])
             for shape, keys in by_shape.items():
                 part.shapes.append(self._shape(shape))
                 part.pending.append(list(reversed(keys)))
+                part.anonymous.append(request.placeholders if shape == request.placeholder_shape else 0)
             biggest = max((fit.size for fit in part.shapes), default=0.0)
             part.difficulty = max(0, request.min_pods - len(part.pinned)) * min(biggest, 1e9)
         else:
@@ -274,7 +289,7 @@ class _Search:
 
     def _leaf_minimum(self, part: _Part, scope: Scope, where: str) -> _Failure | None:
         need = max(0, part.request.min_pods - len(part.pinned))
-        waiting = sum(len(keys) for keys in part.pending)
+        waiting = sum(part.waiting(i) for i in range(len(part.shapes)))
         if need > waiting:
             exist = len(part.pinned) + waiting
             return _Failure(
@@ -282,7 +297,7 @@ class _Search:
             )
         if need == 0:
             return None
-        active = [i for i, keys in enumerate(part.pending) if keys]
+        active = [i for i in range(len(part.shapes)) if part.waiting(i)]
         more = " more" if part.pinned else ""
         wanted = plural(need, "more pod" if part.pinned else "pod")
         if len(active) == 1:
@@ -299,7 +314,7 @@ class _Search:
         mark = self.trial.mark()
         placed = 0
         for i in sorted(active, key=lambda i: -part.shapes[i].size):
-            placed += self._fill(part, i, scope, min(need - placed, len(part.pending[i])))
+            placed += self._fill(part, i, scope, min(need - placed, part.waiting(i)))
             if placed == need:
                 return None
         self.trial.rollback(mark)
@@ -367,7 +382,7 @@ class _Search:
         """Phase 4: whatever else fits, inside the domains each part already uses."""
         if part.request.is_leaf:
             self._fill_extras(part, None, part.scope)
-            if part.domain is not None and not part.domain.required and any(part.pending):
+            if part.domain is not None and not part.domain.required and part.any_waiting():
                 self._fill_extras(part, None, part.outer)  # a preference may widen for extras too
             return
         for child in part.children:
@@ -386,7 +401,7 @@ class _Search:
     def _fill_extras(self, part: _Part, limit: int | None, scope: Scope) -> int:
         placed = 0
         for i in sorted(range(len(part.shapes)), key=lambda i: -part.shapes[i].size):
-            want = len(part.pending[i]) if limit is None else min(len(part.pending[i]), limit - placed)
+            want = part.waiting(i) if limit is None else min(part.waiting(i), limit - placed)
             if want > 0:
                 placed += self._fill(part, i, scope, want)
         return placed
@@ -447,21 +462,37 @@ class _Search:
         return [snapshot.level_ids[i] for i, key in enumerate(snapshot.topology.levels) if key != HOSTNAME]
 
     def _take(self, part: _Part, shape_index: int, nodes: IntArray, counts: IntArray) -> None:
+        """Take ``counts`` pods on ``nodes``: the members first (one entry each), then placeholders (one
+        entry per fill, whatever their number)."""
         self.trial.take(part.shapes[shape_index], nodes, counts)
         pending = part.pending[shape_index]
-        placed = [(pending.pop(), node, shape_index) for node in np.repeat(nodes, counts).tolist()]
+        before = np.cumsum(counts) - counts
+        for_members = np.clip(min(len(pending), int(counts.sum())) - before, 0, counts)
+        for_placeholders = counts - for_members
+        placed = [(pending.pop(), node, shape_index) for node in np.repeat(nodes, for_members).tolist()]
         part.placed.extend(placed)
+        held = int(for_placeholders.sum())
+        if held:
+            used = for_placeholders > 0
+            part.held.append((nodes[used], for_placeholders[used], shape_index))
+            part.anonymous[shape_index] -= held
+            part.held_count += held
 
         def undo() -> None:
-            del part.placed[-len(placed) :]
-            pending.extend(pod for pod, _, _ in reversed(placed))
+            if placed:
+                del part.placed[-len(placed) :]
+                pending.extend(pod for pod, _, _ in reversed(placed))
+            if held:
+                part.held.pop()
+                part.anonymous[shape_index] += held
+                part.held_count -= held
 
         self.trial.record(undo)
 
     def _exact(self, part: _Part, scope: Scope, need: int) -> bool:
         """Settle a small several-shape leaf exhaustively (see ``topology.exact``)."""
-        active = sorted((i for i, keys in enumerate(part.pending) if keys), key=lambda i: -part.shapes[i].size)
-        if sum(len(part.pending[i]) for i in active) > exact.MAX_PODS:
+        active = sorted((i for i in range(len(part.shapes)) if part.waiting(i)), key=lambda i: -part.shapes[i].size)
+        if sum(part.waiting(i) for i in active) > exact.MAX_PODS:
             return False
         fits = [self._fit(part.shapes[i], scope) for i in active]
         positions = np.flatnonzero(np.logical_or.reduce([fit > 0 for fit in fits]))
@@ -479,7 +510,7 @@ class _Search:
             demand=demand,
             # a shape asking for a resource no node offers fits nowhere, whatever its columns say
             allowed=[(part.shapes[i].eligibility.mask[nodes] & (not part.shapes[i].missing)).tolist() for i in active],
-            pending=[len(part.pending[i]) for i in active],
+            pending=[part.waiting(i) for i in active],
         )
         solution = exact.solve(leaf, need)
         if solution is None:
@@ -521,15 +552,16 @@ class _Search:
         if request.is_leaf:
             capacity = np.zeros(n_domains, dtype=np.int64)
             pods = np.zeros(n_domains, dtype=np.int64)
-            for shape, pending in zip(part.shapes, part.pending, strict=True):
-                if not pending:
+            for i, shape in enumerate(part.shapes):
+                waiting = part.waiting(i)
+                if not waiting:
                     continue
                 totals = memo.get((id(shape), domains.path))
                 if totals is None:
                     ids = domains.ids if scope is None else domains.ids[scope]
                     totals = memo[(id(shape), domains.path)] = domain_totals(ids, self._fit(shape, scope), n_domains)
                 capacity += totals
-                pods += np.minimum(totals, len(pending))
+                pods += np.minimum(totals, waiting)
             need = max(0, request.min_pods - len(part.pinned))
             return pods >= need, capacity, pods + len(part.pinned)
         satisfiable = np.zeros(n_domains, dtype=np.int64)
@@ -596,6 +628,7 @@ class _Search:
     def _placement(self) -> Placement:
         names = self.snapshot.names
         assignments: list[Assignment] = []
+        held: list[HeldRoom] = []
         domains: list[DomainChoice] = []
         unplaced: list[str] = []
         stack = [self.root]
@@ -605,12 +638,19 @@ class _Search:
                 domains.append(part.domain)
             for pod, node, shape_index in part.placed:
                 assignments.append(Assignment(pod=pod, node=names[node], shape=part.shapes[shape_index].shape))
+            for nodes, counts, shape_index in part.held:
+                shape = part.shapes[shape_index].shape
+                held += [
+                    HeldRoom(part=part.request.key, node=names[node], shape=shape, count=count)
+                    for node, count in zip(nodes.tolist(), counts.tolist(), strict=True)
+                ]
             for keys in part.pending:
                 unplaced.extend(reversed(keys))
             stack.extend(reversed(part.children))
         return Placement(
             gang=self.root.request.key,
             assignments=tuple(assignments),
+            held=tuple(held),
             domains=tuple(domains),
             unplaced=tuple(unplaced),
             tries=self.tries,

@@ -8,6 +8,10 @@ members share one domain of a node label.
 
 Members are grouped by :class:`PodShape`: pods with equal requests and node constraints are
 interchangeable for placement, so fit is computed once per shape, never once per pod.
+
+A leaf may also ask for ``placeholders``: room for that many members that do not exist yet, shaped
+like ``placeholder_shape``. They are a count, never an object each: a gang that says it will have a
+billion members costs the same to place as one that says two.
 """
 
 from __future__ import annotations
@@ -141,12 +145,17 @@ class GangRequest:
     min_children: int = 0
     required: str | None = None
     preferred: str | None = None
+    #: Room to place for members not created yet (a count of ``placeholder_shape`` pods), leaves only.
+    placeholders: int = 0
+    placeholder_shape: PodShape | None = None
 
     def __post_init__(self) -> None:
         if not self.key:
             raise ValueError("a gang request needs a key")
         if self.pods and self.children:
             raise ValueError(f"{self.key}: a gang node holds either pods or children, not both")
+        if self.placeholders < 0 or (self.placeholders and (self.children or self.placeholder_shape is None)):
+            raise ValueError(f"{self.key}: placeholders need a leaf and a placeholder_shape")
         if self.min_pods < 0 or self.min_children < 0:
             raise ValueError(f"{self.key}: minimums must not be negative")
         if self.min_children > len(self.children):

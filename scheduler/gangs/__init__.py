@@ -18,7 +18,7 @@ from scheduler.gangs.model import (
     Timeout,
     gang_key,
 )
-from scheduler.gangs.precheck import min_resources_problem
+from scheduler.gangs.precheck import beyond_cluster, min_resources_problem
 from scheduler.gangs.settings import GangSettings, SettingsError
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "SettingsError",
     "Source",
     "Timeout",
+    "beyond_cluster",
     "gang_key",
     "min_resources_problem",
 ]

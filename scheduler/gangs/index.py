@@ -54,6 +54,15 @@ from topology import GangRequest
 MAX_DEPTH = 4
 
 _ROOT_KIND = {source: kind for kind, source in ROOT_SOURCE.items()}
+#: Where each source states the size a gang needs (for the error of a gang over gangs.maxGangSize).
+_SIZE_FIELDS = {
+    Source.SCHEDULER_PLUGINS: "spec.minMember",
+    Source.VOLCANO: "spec.minMember",
+    Source.PODGROUP: "spec.schedulingPolicy.gang.minCount",
+    Source.WORKLOAD: "spec.podGroups[].policy.gang.minCount",
+    Source.COMPOSITE: "spec.schedulingPolicy.gang.minGroupCount",
+    Source.PHALANX: "spec.schedulingPolicy.gang.minGroupCount",
+}
 _SIMPLE = (Source.PFN, Source.POD, Source.WORKLOAD)
 
 
@@ -302,6 +311,8 @@ class GangIndex:
         keys = tuple(pod.key for pod in pods)
         try:
             result: GangResult = build()
+            if isinstance(result, GangSpec):
+                self._check_size(result, pods)
             return result
         except SpecProblem as problem:
             return GangError(
@@ -323,6 +334,25 @@ class GangIndex:
                 value=None,
                 message=f"Phalanx could not read this gang ({type(error).__name__}: {error}); this is a bug in Phalanx",
             )
+
+    def _check_size(self, spec: GangSpec, pods: list[PodInfo]) -> None:
+        """A gang needing more pods together than ``gangs.maxGangSize`` is invalid: it names the field."""
+        limit = self.settings.max_gang_size
+        needed = max((part.min_pods for part in spec.request.walk()), default=0)
+        needed = max(needed, spec.request.minimum_pods())
+        if needed <= limit:
+            return
+        if spec.source is Source.PFN:
+            subject, field = pods[0].ref, f"metadata.annotations[{self.settings.annotation_prefix}-size]"
+        else:
+            subject, field = (spec.objects[0] if spec.objects else pods[0].ref), _SIZE_FIELDS.get(spec.source, "")
+        raise SpecProblem(
+            subject,
+            field,
+            needed,
+            f"the gang needs {needed} pods together, more than gangs.maxGangSize ({limit}) allows; "
+            "lower it, or raise gangs.maxGangSize in Phalanx's configuration",
+        )
 
     def _warnings(self, key: GangKey, pods: list[PodInfo]) -> tuple[str, ...]:
         return tuple(

@@ -1,14 +1,17 @@
-"""The ``minResources`` pre-check of scheduler-plugins and Volcano groups, as a pure function.
+"""Pre-checks that fail a gang fast, as pure functions, before any placement search.
 
-A group that declares minimum resources beyond what the whole cluster has free cannot fit however it
-is packed, so it fails fast with that reason instead of paying for a placement search.
+- ``minResources`` of scheduler-plugins and Volcano groups beyond what the whole cluster has free;
+- a minimum beyond what the whole cluster could hold even when empty (``gang-size: "1000000000"``):
+  decided per leaf and per shape, never per pod, so a size costs nothing however large it is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from topology import Snapshot
+from topology import GangRequest, Infeasible, PodShape, Snapshot
+from topology.explain import node_limit, node_reasons
+from topology.fit import shape_fit
 
 
 def min_resources_problem(gang: str, min_resources: Mapping[str, int], snapshot: Snapshot) -> str | None:
@@ -36,3 +39,39 @@ def _amount(resource: str, value: int) -> str:
             if value >= size and value % size == 0:
                 return f"{value // size}{unit}"
     return str(value)
+
+
+def beyond_cluster(request: GangRequest, snapshot: Snapshot) -> Infeasible | None:
+    """Why ``request``'s minimum could not fit even on the empty cluster, or None when it might.
+
+    A necessary condition only, per leaf: the copies of the leaf's shapes that fit on every node when
+    it is empty, summed, against the leaf's minimum (members and placeholders alike)."""
+    for leaf in request.walk():
+        if not leaf.is_leaf or not leaf.min_pods:
+            continue
+        shapes: set[PodShape] = {member.shape for member in leaf.pods}
+        if leaf.placeholder_shape is not None:
+            shapes.add(leaf.placeholder_shape)
+        if not shapes:
+            continue
+        fits = [shape_fit(snapshot, shape) for shape in sorted(shapes, key=repr)]
+        most = sum(int(fit.empty_fit.sum()) for fit in fits)
+        if leaf.min_pods <= most:
+            continue
+        part = f"Gang {request.key}" if leaf is request else f"Part {leaf.key} of gang {request.key}"
+        what = "of this shape" if len(fits) == 1 else f"of its {len(fits)} shapes"
+        roomiest = max(fits, key=lambda fit: int(fit.empty_fit.max(initial=0)))
+        limit = node_limit(snapshot, roomiest)
+        reasons, available = node_reasons(snapshot, roomiest)
+        return Infeasible(
+            gang=request.key,
+            reason=(
+                f"{part} needs {leaf.min_pods} pods; the cluster could hold at most {most} {what} even if it "
+                f"were empty{': ' + limit if limit else ''}."
+            ),
+            node_reasons=reasons,
+            available=available,
+            total=snapshot.n_nodes,
+            unresolvable=True,
+        )
+    return None

@@ -24,6 +24,7 @@ _SPELLINGS = {
     "timeout_limit_seconds": ("gangScheduleTimeoutSecondLimit", "gangScheduleTimeoutSecondsLimit"),
     "default_timeout_seconds": ("gangScheduleDefaultTimeoutSecond", "gangScheduleDefaultTimeoutSeconds"),
     "timeout_jitter_seconds": ("gangScheduleTimeoutJitterSecond", "gangScheduleTimeoutJitterSeconds"),
+    "max_gang_size": ("maxGangSize",),
 }
 
 
@@ -44,6 +45,10 @@ class GangSettings:
     timeout_jitter_seconds: float = 30.0
     """Upper bound of the random extra wait added per attempt (PFN's default)."""
 
+    max_gang_size: int = 10_000
+    """A gang whose minimum needs more pods than this is invalid (a size typed with three zeros too many
+    is an error to show, not a reservation to try)."""
+
     levels: tuple[str, ...] = ()
     """Configured topology levels, broad to narrow; Volcano tiers map onto them (see volcano.py)."""
 
@@ -53,6 +58,8 @@ class GangSettings:
         for name in ("timeout_limit_seconds", "default_timeout_seconds", "timeout_jitter_seconds"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{_SPELLINGS[name][0]} must not be negative, got {getattr(self, name)}")
+        if isinstance(self.max_gang_size, bool) or not isinstance(self.max_gang_size, int) or self.max_gang_size < 1:
+            raise SettingsError(f"maxGangSize must be an integer of at least 1, got {self.max_gang_size!r}")
 
     @property
     def tiers(self) -> tuple[str, ...]:
@@ -72,6 +79,9 @@ class GangSettings:
                 if attribute == "annotation_prefix":
                     if not isinstance(value, str):
                         raise SettingsError(f"{key} must be a string, got {value!r}")
+                elif attribute == "max_gang_size":
+                    pass  # checked with the other values below
+
                 elif isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise SettingsError(f"{key} must be a number of seconds, got {value!r}")
                 values[attribute] = value

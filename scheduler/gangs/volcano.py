@@ -138,6 +138,15 @@ def _policy_node(
                 f"only {len(leaves)} subgroup(s) exist and subGroupSize is not set, so the missing ones cannot be "
                 "reserved; set subGroupSize",
             )
+        limit = context.settings.max_gang_size
+        if minimum * size > limit:  # checked before a leaf is made for each missing subgroup
+            raise SpecProblem(
+                ref,
+                f"{where}.minSubGroups",
+                minimum,
+                f"{minimum} subgroups of {size} pods need {minimum * size} pods together, more than "
+                f"gangs.maxGangSize ({limit}) allows; lower it, or raise gangs.maxGangSize in Phalanx's configuration",
+            )
         # Subgroups whose pods do not exist yet: empty leaves that wait for their members.
         leaves += [
             GangRequest.leaf(f"{key}/missing-{i}", (), min_pods=size, required=required, preferred=preferred)

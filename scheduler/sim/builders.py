@@ -12,10 +12,15 @@ import yaml
 
 from scheduler.sim.errors import ApiError
 from scheduler.sim.store import Store
+from topology import QuantityError, parse_quantity
 
 BLOCK = "example.com/block"
 RACK = "example.com/rack"
 HOSTNAME = "kubernetes.io/hostname"
+
+
+#: The most nodes ``--cluster blocks=...,racks=...,nodes=...`` builds (documented in the README).
+MAX_SHAPE_NODES = 50_000
 
 
 class ManifestError(ValueError):
@@ -60,41 +65,67 @@ def read_manifest_file(path: str | Path) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterShape:
-    """A uniform GPU cluster: ``blocks x racks x nodes``, with the resources of each node."""
+    """A uniform GPU cluster: ``blocks x racks x nodes``, with the resources of each node.
+
+    ``cpu`` and ``memory`` are Kubernetes quantities (``64``, ``500m``, ``512Gi``), as on a Node; a bare
+    number for memory is GiB (bytes would make no sensible node). At most
+    :data:`MAX_SHAPE_NODES` nodes: a shape is for trying Phalanx out, and a typo with three zeros too
+    many should be refused at once, not build for minutes.
+    """
 
     blocks: int = 2
     racks: int = 4
     nodes: int = 8
     gpus: int = 8
-    cpu: int = 64
-    memory_gi: int = 512
+    cpu: str = "64"
+    memory: str = "512Gi"
     pods: int = 110
     block_label: str = BLOCK
     rack_label: str = RACK
 
     @staticmethod
     def parse(text: str) -> ClusterShape:
-        """``blocks=2,racks=4,nodes=8,gpus=8`` (any subset of the fields; the rest keep defaults)."""
-        known = {field.name: field.type for field in fields(ClusterShape)}
+        """``blocks=2,racks=4,nodes=8,gpus=8,memory=512Gi`` (any subset of the fields; the rest keep defaults)."""
+        known = [field.name for field in fields(ClusterShape)]
         values: dict[str, Any] = {}
         for part in filter(None, (item.strip() for item in text.split(","))):
-            name, sep, value = part.partition("=")
-            name = {"memory": "memory_gi"}.get(name.strip(), name.strip())
+            name, sep, value = (item.strip() for item in part.partition("="))
+            if name == "memory_gi" or (name == "memory" and value.isdigit()):
+                name, value = "memory", f"{value}Gi"  # a bare number of GiB, as earlier versions took it
             if not sep or name not in known:
                 raise ManifestError(
                     f"cluster shape {text!r}: {part!r} is not one of "
-                    f"{', '.join(key for key in known if not key.endswith('label'))}=<number>"
+                    f"{', '.join(key for key in known if not key.endswith('label'))}=<value>"
                 )
             if name.endswith("label"):
-                values[name] = value.strip()
-                continue
-            try:
-                values[name] = int(value)
-            except ValueError:
-                raise ManifestError(f"cluster shape {text!r}: {name} must be a whole number, got {value!r}") from None
-            if values[name] < (0 if name == "gpus" else 1):
-                raise ManifestError(f"cluster shape {text!r}: {name} must be at least {0 if name == 'gpus' else 1}")
-        return ClusterShape(**values)
+                values[name] = value
+            elif name in ("cpu", "memory"):
+                try:
+                    amount = parse_quantity(value, field=name)
+                except QuantityError:
+                    amount = None
+                if amount is None or amount <= 0:
+                    example = "64 or 500m" if name == "cpu" else "512Gi"
+                    raise ManifestError(
+                        f"cluster shape {text!r}: {name} must be a positive quantity such as {example}, got {value!r}"
+                    ) from None
+                values[name] = value
+            else:
+                try:
+                    values[name] = int(value)
+                except ValueError:
+                    raise ManifestError(
+                        f"cluster shape {text!r}: {name} must be a whole number, got {value!r}"
+                    ) from None
+                if values[name] < (0 if name == "gpus" else 1):
+                    raise ManifestError(f"cluster shape {text!r}: {name} must be at least {0 if name == 'gpus' else 1}")
+        shape = ClusterShape(**values)
+        if shape.blocks * shape.racks * shape.nodes > MAX_SHAPE_NODES:
+            raise ManifestError(
+                f"cluster shape {text!r}: {shape.blocks * shape.racks * shape.nodes:,} nodes is more than the "
+                f"{MAX_SHAPE_NODES:,} a shape may have; give a file of Node manifests for a larger cluster"
+            )
+        return shape
 
     def node_manifests(self) -> list[dict[str, Any]]:
         nodes = []
@@ -102,7 +133,7 @@ class ClusterShape:
             for rack in range(self.racks):
                 for index in range(self.nodes):
                     name = f"b{block}-r{rack}-n{index}"
-                    capacity = {"cpu": str(self.cpu), "memory": f"{self.memory_gi}Gi", "pods": str(self.pods)}
+                    capacity = {"cpu": self.cpu, "memory": self.memory, "pods": str(self.pods)}
                     if self.gpus:
                         capacity["nvidia.com/gpu"] = str(self.gpus)
                     nodes.append(

@@ -23,7 +23,10 @@ async def test_a_gang_of_four_where_three_fit_binds_nothing_then_all_within_two_
             where.create(gpu_pod(f"w{i}", annotations=pfn("train", 4)))
         condition = await eventually(lambda: where.condition("team/w0"), what="PodScheduled condition")
         assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
-        assert condition["message"] == ("3/3 nodes are available. Gang team/train needs 4 pods; the cluster fits 3.")
+        assert condition["message"] == (
+            "3/3 nodes are available. Gang team/train needs 4 pods; the cluster could hold at most 3 of this shape "
+            "even if it were empty: each node holds at most 1 (nvidia.com/gpu 8 of 8)."
+        )
         await eventually(lambda: where.events("FailedScheduling"), what="FailedScheduling Event")
         assert where.bound() == {}
         where.store.restore(where.store.resource("v1", "Node"), capacity_node("n3"))

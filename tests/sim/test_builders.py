@@ -96,8 +96,16 @@ def test_a_compact_shape_builds_labelled_ready_gpu_nodes() -> None:
         ("racks=0", "cluster shape 'racks=0': racks must be at least 1"),
         (
             "floors=3",
-            "cluster shape 'floors=3': 'floors=3' is not one of "
-            "blocks, racks, nodes, gpus, cpu, memory_gi, pods=<number>",
+            "cluster shape 'floors=3': 'floors=3' is not one of blocks, racks, nodes, gpus, cpu, memory, pods=<value>",
+        ),
+        (
+            "memory=lots",
+            "cluster shape 'memory=lots': memory must be a positive quantity such as 512Gi, got 'lots'",
+        ),
+        (
+            "blocks=100000,racks=100,nodes=100",
+            "cluster shape 'blocks=100000,racks=100,nodes=100': 1,000,000,000 nodes is more than the 50,000 a "
+            "shape may have; give a file of Node manifests for a larger cluster",
         ),
     ],
 )
@@ -105,3 +113,11 @@ def test_a_bad_shape_is_one_readable_line(text: str, message: str) -> None:
     with pytest.raises(ManifestError) as raised:
         ClusterShape.parse(text)
     assert str(raised.value) == message
+
+
+def test_a_shape_takes_memory_and_cpu_as_quantities_as_the_readme_says() -> None:
+    node = ClusterShape.parse("blocks=1,racks=1,nodes=1,memory=256Gi,cpu=500m").node_manifests()[0]
+    assert node["status"]["allocatable"]["memory"] == "256Gi"
+    assert node["status"]["allocatable"]["cpu"] == "500m"
+    legacy = ClusterShape.parse("blocks=1,racks=1,nodes=1,memory_gi=128").node_manifests()[0]
+    assert legacy["status"]["allocatable"]["memory"] == "128Gi"

@@ -412,3 +412,32 @@ def test_preferred_keys_widen_through_the_configured_levels_only() -> None:
     assert levels.widening("example.com/superpod") == ("example.com/superpod",)
     with pytest.raises(ValueError, match="distinct"):
         Topology(levels=(RACK, RACK))
+
+
+def test_room_for_members_not_created_yet_is_a_count_placed_beside_the_members() -> None:
+    snapshot = Snapshot(cluster(1, 2, 4), topology=LEVELS)
+    fill(snapshot, "b0-r0-n00", 8)
+    shape = gpu_shape(8)
+    request = GangRequest(
+        key="team/train",
+        pods=members("train", 2, shape),
+        min_pods=4,
+        required=RACK,
+        placeholders=2,
+        placeholder_shape=shape,
+    )
+    result = placed(snapshot, request)
+    assert len(result.assignments) == 2 and result.unplaced == ()
+    assert sum(room.count for room in result.held) == 2 and {room.part for room in result.held} == {"team/train"}
+    nodes = [a.node for a in result.assignments] + [room.node for room in result.held]
+    assert len(set(nodes)) == 4 and labels_of(snapshot, nodes, RACK) == {"b0-r1"}  # the only rack with room for 4
+
+
+def test_a_billion_placeholders_cost_no_more_than_two() -> None:
+    snapshot = Snapshot(cluster(1, 2, 4), topology=LEVELS)
+    shape = gpu_shape(8)
+    request = GangRequest(
+        key="team/huge", pods=members("huge", 1, shape), min_pods=10**9 + 1, placeholders=10**9, placeholder_shape=shape
+    )
+    result = infeasible(snapshot, request)
+    assert result.reason == "Gang team/huge needs 1000000001 pods; the cluster fits 8."
