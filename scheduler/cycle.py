@@ -47,6 +47,7 @@ from scheduler.permit import (
 from scheduler.queue import GangQueue, Wake
 from scheduler.reporting import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
 from scheduler.settings import Settings
+from scheduler.waiting import Shortfall, describe, split_unknown
 from topology import Assignment, GangRequest, Infeasible, Member, Placement, PodShape, Snapshot, place
 from topology.fit import pods_per_node, shape_fit
 
@@ -193,6 +194,10 @@ class Scheduler:
         if too_big is not None:  # only more nodes help: wait for a node change, hold nothing
             self._fail(spec, unplaced, Wake(nodes=True), UNSCHEDULABLE, too_big.message)
             return
+        trial, shortfalls = split_unknown(request)
+        if shortfalls:
+            self._wait_for_unknown(spec, unplaced, wake, trial, shortfalls)
+            return
         if missing:
             totals = self._allocatable()
             if not self.permit.can_hold(placeholder_requests(request), totals):
@@ -262,6 +267,34 @@ class Scheduler:
         else:
             self.queue.binding(spec.key)
 
+    def _wait_for_unknown(
+        self, spec: GangSpec, unplaced: list[Member], wake: Wake, trial: GangRequest | None, shortfalls: list[Shortfall]
+    ) -> None:
+        """Parts of the gang have no member yet, so no room can be held for them: the gang waits, holding
+        nothing. What exists is placed on trial (not kept), so that a gang that would not fit anyway says
+        so, and cluster-autoscaler only hears ``Unschedulable`` when more room would help."""
+        absent = describe(shortfalls)
+        if trial is not None:
+            outcome = self.placer(self.state.snapshot, trial, max_tries=self.settings.placement.max_domain_tries)
+            if isinstance(outcome, Infeasible):
+                message = f"{outcome.message} It also waits for members that do not exist yet: {absent}."
+                self._fail(spec, unplaced, wake, UNSCHEDULABLE, message)
+                return
+        self.metrics.attempts.labels("waiting").inc()
+        exists = " The members that exist fit now." if trial is not None else ""
+        message = f"Gang {spec.key} waits for members that do not exist yet: {absent}.{exists}"
+        log.info("waiting for members", gang=spec.key, missing=absent)
+        self._report_waiting(spec, message)
+        self.reporter.group(spec, scheduled=self._meets_minimum(spec.request), message=message)
+        self.queue.remove(spec.key)  # a member's arrival changes the gang, which brings it back
+
+    def _report_waiting(self, spec: GangSpec, message: str) -> None:
+        self.reporter.pending([m.key for m in spec.request.members()], GANG_WAITING, message)
+        for ref in spec.objects[:1]:
+            self.reporter.event(self.reporter.group_subject(ref), GANG_WAITING, message, type="Normal")
+        if not spec.objects:
+            self.reporter.event(self.reporter.pod_subject(spec.pods[0]), GANG_WAITING, message, type="Normal")
+
     def _pinned(self, request: GangRequest) -> GangRequest:
         """The request with every member that is bound or assumed pinned to its node."""
         if request.is_leaf:
@@ -300,11 +333,7 @@ class Scheduler:
             f"Gang {spec.key} holds room for {missing} member(s) that do not exist yet; it binds when they "
             f"arrive, or releases the room in {reservation.deadline - self.clock.monotonic():.0f}s."
         )
-        self.reporter.pending([m.key for m in spec.request.members()], GANG_WAITING, message)
-        for ref in spec.objects[:1] or ():
-            self.reporter.event(self.reporter.group_subject(ref), GANG_WAITING, message, type="Normal")
-        if not spec.objects:
-            self.reporter.event(self.reporter.pod_subject(spec.pods[0]), GANG_WAITING, message, type="Normal")
+        self._report_waiting(spec, message)
         self.queue.remove(spec.key)  # a member's arrival changes the gang, which brings it back
 
     def _fill(self, spec: GangSpec, reservation: Reservation) -> bool:

@@ -148,9 +148,12 @@ def _policy_node(
                 f"gangs.maxGangSize ({limit}) allows; lower it, or raise gangs.maxGangSize in Phalanx's configuration",
             )
         # Subgroups whose pods do not exist yet: empty leaves that wait for their members.
+        # Named as a user would say it (messages show the key): the n-th subgroup of the policy.
         leaves += [
-            GangRequest.leaf(f"{key}/missing-{i}", (), min_pods=size, required=required, preferred=preferred)
-            for i in range(minimum - len(leaves))
+            GangRequest.leaf(
+                f"{key} (subgroup {n} of {minimum})", (), min_pods=size, required=required, preferred=preferred
+            )
+            for n in range(len(leaves) + 1, minimum + 1)
         ]
     return GangRequest.group(key, leaves, min_children=minimum)
 

@@ -1,0 +1,70 @@
+"""What a gang waits for when members it needs do not exist yet, in the words of its own objects.
+
+Missing members of a leaf that has some are placeholders (``permit``): their shape is known, so room
+can be held for them. A leaf with no member at all (a Volcano subgroup none of whose pods exist, a
+group's ``minMember`` above the pods its parts have) says nothing about what its pods will need: no
+room can be held, and no placement could say whether they would fit. Such a gang is *waiting*, not
+unschedulable: :func:`split_unknown` takes those parts out of the request, so that what exists can still
+be checked for room, and lists what is missing, part by part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from topology import GangRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """``pods`` members of the part ``part`` (its key, as the user's objects name it) do not exist yet."""
+
+    part: str
+    pods: int
+
+
+def split_unknown(request: GangRequest) -> tuple[GangRequest | None, list[Shortfall]]:
+    """``request`` without the parts whose members are all missing, and what those parts lack.
+
+    Minimums that counted on the removed parts are lowered to what is left, so that the rest can be
+    placed on trial; the shortfalls say what was taken away. None when nothing is left to place.
+    """
+    if request.is_leaf:
+        if request.pods or request.placeholders or not request.min_pods:
+            return request, []
+        return None, [Shortfall(request.key, request.min_pods)]
+    kept: list[GangRequest] = []
+    dropped: list[list[Shortfall]] = []
+    shortfalls: list[Shortfall] = []
+    for child in request.children:
+        rest, missing = split_unknown(child)
+        if rest is not None:
+            kept.append(rest)
+            shortfalls += missing  # a part of the child is missing: the child still needs it
+        else:
+            dropped.append(missing)
+    short_children = request.min_children - len(kept)
+    if short_children > 0:  # the fewest missing members that would make up the children it lacks
+        dropped.sort(key=lambda missing: sum(item.pods for item in missing))
+        shortfalls += [item for missing in dropped[:short_children] for item in missing]
+    if not kept:
+        return None, shortfalls
+    relaxed = GangRequest.group(
+        request.key,
+        kept,
+        min_children=min(request.min_children, len(kept)),
+        min_pods=request.min_pods,
+        required=request.required,
+        preferred=request.preferred,
+    )
+    present = sum(1 for _ in relaxed.members()) + sum(part.placeholders for part in relaxed.walk())
+    if request.min_pods > present and not shortfalls:
+        shortfalls.append(Shortfall(request.key, request.min_pods - present))
+    if request.min_pods > present:
+        relaxed = replace(relaxed, min_pods=present)
+    return relaxed, shortfalls
+
+
+def describe(shortfalls: list[Shortfall]) -> str:
+    """``4 pods of infer/llm/prefill (subgroup 2 of 2), 2 pods of infer/llm/decode``."""
+    return ", ".join(f"{item.pods} pod{'s' if item.pods != 1 else ''} of {item.part}" for item in shortfalls)
