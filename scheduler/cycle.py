@@ -206,9 +206,8 @@ class Scheduler:
                     unplaced,
                     wake,
                     UNSCHEDULABLE,
-                    f"Gang {spec.key} waits for {missing} member(s) that do not exist yet, and room held "
-                    f"for waiting gangs is at its limit ({self.settings.permit.max_reserved_share:.0%} of the "
-                    "cluster).",
+                    f"Gang {spec.key} waits for {_absent(spec, missing)}, and room held for waiting gangs is "
+                    f"at its limit ({self.settings.permit.max_reserved_share:.0%} of the cluster).{_gated(spec)}",
                 )
                 return
         problem = min_resources_problem(spec.key, spec.min_resources, self.state.snapshot)
@@ -222,7 +221,7 @@ class Scheduler:
         if isinstance(outcome, Infeasible):
             message = outcome.message
             if missing:  # the room was sought for members that do not exist yet, too: say so
-                message += f" {missing} of its members do not exist yet."
+                message += f" It also waits for {_absent(spec, missing)}.{_gated(spec)}"
             self._fail(spec, unplaced, wake, UNSCHEDULABLE, message, placement_ms=placement_ms)
             return
         self.state.reserve(spec.key, outcome.assignments)
@@ -277,12 +276,12 @@ class Scheduler:
         if trial is not None:
             outcome = self.placer(self.state.snapshot, trial, max_tries=self.settings.placement.max_domain_tries)
             if isinstance(outcome, Infeasible):
-                message = f"{outcome.message} It also waits for members that do not exist yet: {absent}."
+                message = f"{outcome.message} It also waits for members that do not exist yet: {absent}.{_gated(spec)}"
                 self._fail(spec, unplaced, wake, UNSCHEDULABLE, message)
                 return
         self.metrics.attempts.labels("waiting").inc()
         exists = " The members that exist fit now." if trial is not None else ""
-        message = f"Gang {spec.key} waits for members that do not exist yet: {absent}.{exists}"
+        message = f"Gang {spec.key} waits for members that do not exist yet: {absent}.{exists}{_gated(spec)}"
         log.info("waiting for members", gang=spec.key, missing=absent)
         self._report_waiting(spec, message)
         self.reporter.group(spec, scheduled=self._meets_minimum(spec.request), message=message)
@@ -328,13 +327,14 @@ class Scheduler:
     def _hold(self, spec: GangSpec, placeholders: dict[str, Placeholder]) -> None:
         reservation = self.permit.hold(spec, placeholders)
         self.metrics.attempts.labels("waiting").inc()
-        missing = reservation.missing
-        message = (
-            f"Gang {spec.key} holds room for {missing} member(s) that do not exist yet; it binds when they "
-            f"arrive, or releases the room in {reservation.deadline - self.clock.monotonic():.0f}s."
-        )
-        self._report_waiting(spec, message)
+        self._report_waiting(spec, self._holding(spec, reservation))
         self.queue.remove(spec.key)  # a member's arrival changes the gang, which brings it back
+
+    def _holding(self, spec: GangSpec, reservation: Reservation) -> str:
+        return (
+            f"Gang {spec.key} holds room for {_absent(spec, reservation.missing)}; it binds when they arrive, or "
+            f"releases the room in {reservation.deadline - self.clock.monotonic():.0f}s.{_gated(spec)}"
+        )
 
     def _fill(self, spec: GangSpec, reservation: Reservation) -> bool:
         """Give arrived members their placeholders' places; False if they do not match (start over)."""
@@ -363,6 +363,8 @@ class Scheduler:
                 self.state.unreserve(key)
             self.state.reserve(spec.key, [Assignment(pod=member.key, node=held.node, shape=member.shape)])
         if reservation.placeholders:
+            # Still waiting; what it waits for may have changed (a member arrived, a pod got or lost gates).
+            self._report_waiting(spec, self._holding(spec, reservation))
             self.queue.remove(spec.key)
             return True
         self.permit.release(spec.key)
@@ -482,3 +484,21 @@ class Scheduler:
             with anyio.move_on_after(timeout):
                 await self._poke.wait()
         self._poke = anyio.Event()
+
+
+def _absent(spec: GangSpec, missing: int) -> str:
+    """``missing`` members a gang lacks, in words: not created yet, or held by scheduling gates."""
+    gated = min(spec.gated, missing)
+    if not gated:
+        return f"{missing} member(s) that do not exist yet"
+    if gated == missing:
+        return f"{missing} member(s) held by scheduling gates"
+    return f"{missing} member(s) ({missing - gated} not created yet, {gated} held by scheduling gates)"
+
+
+def _gated(spec: GangSpec) -> str:
+    """`` 3 of 4 members are held by scheduling gates: example.com/quota.`` (empty when none is)."""
+    if not spec.gated:
+        return ""
+    total = sum(1 for _ in spec.request.members()) + spec.gated
+    return f" {spec.gated} of {total} members are held by scheduling gates: {', '.join(spec.gates)}."

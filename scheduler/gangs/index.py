@@ -85,6 +85,9 @@ class GangIndex:
         self._children: dict[ObjectRef, set[ObjectRef]] = {}  # parent composite -> child objects
         self._workload_gangs: dict[ObjectRef, set[GangKey]] = {}  # 1.35 Workload -> its gangs
         self._workload_users: dict[ObjectRef, set[ObjectRef]] = {}  # Workload -> objects made from it
+        # Pods held by scheduling gates: not members, but counted (and named) by the gang they will join.
+        self._gated: dict[GangKey | ObjectRef, dict[PodKey, tuple[str, ...]]] = {}
+        self._gated_at: dict[PodKey, GangKey | ObjectRef] = {}
         self._results: dict[GangKey, GangResult] = {}
         self._gang_of: dict[PodKey, GangKey] = {}
         self._dirty: set[GangKey] = set()
@@ -102,6 +105,7 @@ class GangIndex:
             return
         self._detach(info.key)
         if self._is_member(info):
+            self._ungate(info.key)
             self._pods[info.key] = info
             self._attach(info)
         else:
@@ -109,10 +113,15 @@ class GangIndex:
             # cluster has far more of those than gang members).
             self._pods.pop(info.key, None)
             self._context.forget(info.key)
+            if info.held_by_gates and info.scheduler in self.settings.scheduler_names:
+                self._gate(info)
+            else:
+                self._ungate(info.key)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         key = PodKey(f"{namespace}/{name}")
         self._detach(key)
+        self._ungate(key)
         self._pods.pop(key, None)
         self._context.forget(key)
 
@@ -233,6 +242,33 @@ class GangIndex:
             if not self._members[membership.group]:
                 del self._members[membership.group]
 
+    def _gate(self, pod: PodInfo) -> None:
+        """Count a gated pod for the gang it will join; a change of its gates or gang marks that gang."""
+        membership = pod.membership
+        simple = membership.source in _SIMPLE or membership.problem is not None or membership.group is None
+        where: GangKey | ObjectRef = self._simple_key(pod) if simple else membership.group  # type: ignore[assignment]
+        if self._gated_at.get(pod.key) == where and self._gated[where].get(pod.key) == pod.gates:
+            return  # e.g. a status update of a pod that stays gated
+        self._ungate(pod.key)
+        self._gated.setdefault(where, {})[pod.key] = pod.gates
+        self._gated_at[pod.key] = where
+        self._dirty.add(where if isinstance(where, str) else self._root_key(where))
+
+    def _ungate(self, key: PodKey) -> None:
+        where = self._gated_at.pop(key, None)
+        if where is None:
+            return
+        held = self._gated[where]
+        del held[key]
+        if not held:
+            del self._gated[where]
+        self._dirty.add(where if isinstance(where, str) else self._root_key(where))
+
+    def _held(self, places: list[GangKey | ObjectRef]) -> tuple[int, tuple[str, ...]]:
+        """Gated pods waiting to join these places (a gang key, or group objects), and their gates."""
+        held = [gates for place in places for gates in self._gated.get(place, {}).values()]
+        return len(held), tuple(sorted({gate for gates in held for gate in gates}))
+
     # -- hierarchy -----------------------------------------------------------------------------
 
     def _link(self, group: GroupObject) -> None:
@@ -296,23 +332,30 @@ class GangIndex:
         if source in _SIMPLE or key in self._simple:
             pods = [self._pods[pod] for pod in sorted(self._simple.get(key, ()))]
             if not pods:
-                return None
-            return self._guarded(key, pods, lambda: self._compile_simple(key, source, namespace, name, pods))
+                return None  # nothing to schedule yet (its pods may all be gated: the API server says so)
+            held = self._held([key])
+            return self._guarded(key, pods, lambda: self._compile_simple(key, source, namespace, name, pods), held)
         group, kind = _ROOT_KIND[source]
         root = ObjectRef(group, kind, namespace, name)
         if self._root(root) != root:
             return None  # the object has a parent now: its pods belong to the gang above it
-        pods = [self._pods[pod] for ref in self._below(root) for pod in sorted(self._members.get(ref, ()))]
+        below = list(self._below(root))
+        pods = [self._pods[pod] for ref in below for pod in sorted(self._members.get(ref, ()))]
         if not pods:
             return None
-        return self._guarded(key, pods, lambda: self._compile_tree(key, source, root, pods))
+        held = self._held(list(below))
+        return self._guarded(key, pods, lambda: self._compile_tree(key, source, root, pods), held)
 
-    def _guarded(self, key: GangKey, pods: list[PodInfo], build: Any) -> GangResult:
+    def _guarded(
+        self, key: GangKey, pods: list[PodInfo], build: Any, held: tuple[int, tuple[str, ...]] = (0, ())
+    ) -> GangResult:
         keys = tuple(pod.key for pod in pods)
         try:
             result: GangResult = build()
             if isinstance(result, GangSpec):
                 self._check_size(result, pods)
+                if held[0]:
+                    result = replace(result, gated=held[0], gates=held[1])
             return result
         except SpecProblem as problem:
             return GangError(

@@ -107,6 +107,9 @@ class GangSpec:
     objects: tuple[ObjectRef, ...] = ()
     min_resources: Mapping[str, int] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    #: Pods of the gang still held by ``spec.schedulingGates`` (not members yet), and the gates' names.
+    gated: int = 0
+    gates: tuple[str, ...] = ()
 
     @property
     def pods(self) -> tuple[PodKey, ...]:

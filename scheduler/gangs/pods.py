@@ -54,7 +54,8 @@ class PodInfo:
     created: float
     finished: bool
     deleting: bool
-    gated: bool
+    #: Names of the pod's ``spec.schedulingGates`` (none once bound: gates only hold scheduling).
+    gates: tuple[str, ...]
     membership: Membership
     ignored_markers: tuple[str, ...] = ()
     ref: ObjectRef = field(init=False)
@@ -69,6 +70,22 @@ class PodInfo:
         it exactly as for a member not created yet, and its removal of the last gate is a pod update that
         makes it a member."""
         return not self.finished and not self.deleting and not self.gated
+
+    @property
+    def gated(self) -> bool:
+        return bool(self.gates)
+
+    @property
+    def held_by_gates(self) -> bool:
+        """A pod that would be a member but for its scheduling gates (its gang counts it as held)."""
+        return self.gated and not self.finished and not self.deleting
+
+
+def _gate_names(gates: object) -> tuple[str, ...]:
+    if not isinstance(gates, list):
+        return ()
+    names = [str(child(gate, "name") or "?") for gate in gates]
+    return tuple(names)
 
 
 def _strings(value: object) -> dict[str, str]:
@@ -101,7 +118,7 @@ def read_pod(raw: Mapping[str, Any], settings: GangSettings) -> PodInfo | None:
         created=timestamp(child(metadata, "creationTimestamp")) or 0.0,
         finished=child(status, "phase") in FINISHED_PHASES,
         deleting=child(metadata, "deletionTimestamp") is not None,
-        gated=bool(child(spec, "schedulingGates")) and not (isinstance(node, str) and node),
+        gates=() if isinstance(node, str) and node else _gate_names(child(spec, "schedulingGates")),
         membership=Membership(Source.POD, name),
     )
     found = _markers(info, spec, settings)

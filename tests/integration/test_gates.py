@@ -69,3 +69,42 @@ def test_a_gated_member_is_left_alone_and_its_gang_binds_once_the_gate_is_remove
         "train-1",
     ]  # one each, once the gate was gone
     assert all(e["responseStatus"]["code"] == 201 for e in binds)
+
+
+def test_the_kueue_pattern_gates_counted_then_released_with_a_rack_selector_into_that_rack(
+    plane: ControlPlane, scheduler: PhalanxProcess
+) -> None:
+    ensure_namespace(plane, "kueue")
+    for i in range(3):  # Kueue's TAS holds every pod of the workload until it has chosen their rack
+        held = gpu_pod(f"tas-{i}", "kueue", annotations=pfn("tas", 3))
+        held["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/topology"}]
+        plane.apply(held)
+
+    def admit(i: int) -> None:
+        """As Kueue does: the topology assignment becomes a nodeSelector, and the gate goes, in one update
+        (allowed while the pod is gated)."""
+        plane.call(
+            "PATCH",
+            f"/api/v1/namespaces/kueue/pods/tas-{i}",
+            {"spec": {"schedulingGates": None, "nodeSelector": {"example.com/rack": "b1-r2"}}},
+            content_type="application/merge-patch+json",
+        )
+
+    admit(0)
+    first = pods(plane, "kueue")["kueue/tas-0"]
+    said = "holds room for 2 member(s) held by scheduling gates"
+    counted = "2 of 3 members are held by scheduling gates: kueue.x-k8s.io/topology."
+    waiting = eventually(
+        lambda: [
+            e
+            for e in described_events(plane, first)
+            if e["reason"] == "GangWaiting" and said in e["message"] and e["message"].endswith(counted)
+        ],
+        what="the gang's Event on its released member, counting the gated ones",
+    )
+    assert waiting[0]["type"] == "Normal"
+    for i in (1, 2):
+        assert pod_scheduled(pods(plane, "kueue")[f"kueue/tas-{i}"])["reason"] == "SchedulingGated"  # type: ignore[index]
+        admit(i)
+    placed = eventually(lambda: len(bound(plane, "kueue")) == 3 and bound(plane, "kueue"), what="the gang bound")
+    assert {node.rsplit("-", 1)[0] for node in placed.values()} == {"b1-r2"}

@@ -205,6 +205,6 @@ async def test_a_gang_too_big_for_the_cluster_that_also_lacks_members_says_both(
         condition = await eventually(lambda: where.condition("team/big-0"), what="the pending condition")
         assert condition["message"] == (
             "2/4 nodes are available: 2 Insufficient nvidia.com/gpu. Gang team/big needs 3 pods; the cluster fits 2. "
-            "2 of its members do not exist yet."
+            "It also waits for 2 member(s) that do not exist yet."
         )
         check_invariants(where)
