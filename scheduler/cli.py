@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -35,6 +36,8 @@ from scheduler.sim.builders import ClusterShape, ManifestError, read_manifest_fi
 from scheduler.simulation import Simulation
 
 EXIT_USAGE, EXIT_CLUSTER = 2, 1
+#: What a shell reports for a command killed by SIGPIPE (128 + 13), as `phalanx simulate | head` ends.
+EXIT_BROKEN_PIPE = 141
 
 
 def _version() -> str:
@@ -382,7 +385,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command not in ("run", "serve"):
         configure("warning", "console")
     try:
-        return command(args, _settings(args))
+        code = command(args, _settings(args))
+        sys.stdout.flush()  # inside the try: a reader that went away (`| head`) is met here
+        return code
+    except BrokenPipeError:
+        # The reader of our output stopped reading, as `head` does: that is not an error worth a traceback.
+        # Point stdout at /dev/null so that the interpreter's last flush does not complain either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except (SettingsError, ManifestError, PlotError) as error:
         return _fail(str(error), EXIT_USAGE)
     except KubeConfigError as error:

@@ -90,6 +90,7 @@ class Scheduler:
         self.clock = clock
         self.metrics = metrics
         self._poke = anyio.Event()
+        self._reserved_labels: set[str] = set()
         self.cycles = 0
 
     def poke(self) -> None:
@@ -154,8 +155,13 @@ class Scheduler:
         for name, count in self.queue.depth().items():
             self.metrics.queue_depth.labels(name).set(count)
         self.metrics.waiting_gangs.set(len(self.permit.waiting))
-        for name, amount in self.permit.held().items():
-            self.metrics.reserved.labels(name).set(amount)
+        held = self.permit.held()
+        for name in self._reserved_labels - held.keys():
+            self.metrics.reserved.labels(name).set(0)  # a resource no longer held reads 0, not its last value
+        for name, amount in held.items():
+            # Base units, as the metric's help says: cores for cpu (held internally in millicores).
+            self.metrics.reserved.labels(name).set(amount / 1000 if name == "cpu" else amount)
+        self._reserved_labels |= held.keys()
 
     # -- one cycle ------------------------------------------------------------------------------
 

@@ -65,6 +65,10 @@ async def explain(copy: ClusterCopy, settings: Settings, target: str) -> str:
         return f"{subject['kind']} {target} belongs to no gang Phalanx schedules (no pod of Phalanx's names it)."
     gang = next(gang for gang in report.gangs if gang.key == gang_key)
     lines = [_describe(subject, gang, report.results[gang_key])]
+    members = [pod for pod, key in report.gang_of.items() if key == gang_key]
+    running = _bound_now(copy, members)
+    if members and len(running) == len(members):
+        return "\n".join([*lines, _where_bound(copy, settings, running)])
     lines += _verdict(gang, report)
     result = report.results[gang_key]
     if isinstance(result, GangSpec) and gang.state != BOUND:
@@ -127,6 +131,38 @@ def _constraints(request: GangRequest) -> list[str]:
         if part.preferred:
             found.append(f"{'each part' if part is not request else 'all'} preferably in one {part.preferred}")
     return list(dict.fromkeys(found))
+
+
+def _bound_now(copy: ClusterCopy, pods: list[str]) -> dict[str, str]:
+    """The node each of ``pods`` is bound to in the cluster as read (pods not bound are left out)."""
+    wanted = set(pods)
+    found = {}
+    for obj in copy.objects:
+        if obj.get("kind") != "Pod" or "/".join(_ns_name(obj)) not in wanted:
+            continue
+        node = (obj.get("spec") or {}).get("nodeName")
+        if node and (obj.get("status") or {}).get("phase") not in _FINISHED:
+            found["/".join(_ns_name(obj))] = str(node)
+    return found
+
+
+def _where_bound(copy: ClusterCopy, settings: Settings, placement: dict[str, str]) -> str:
+    """``Bound: 4 pod(s) on 4 node(s), in block b0, rack b0-r1 (b0-r1-n0, ...).``"""
+    nodes = sorted(set(placement.values()))
+    labels = {
+        str((node.get("metadata") or {}).get("name")): (node.get("metadata") or {}).get("labels") or {}
+        for node in copy.nodes
+    }
+    shared = []
+    for level in settings.levels:
+        if level == HOSTNAME:
+            continue
+        values = {labels.get(node, {}).get(level) for node in nodes}
+        if len(values) == 1 and None not in values:
+            shared.append(f"{short_name(level)} {values.pop()}")
+    listed = ", ".join(nodes[:8]) + (f", ... {len(nodes) - 8} more" if len(nodes) > 8 else "")
+    inside = f", in {', '.join(shared)}" if shared else ""
+    return f"Bound: {len(placement)} pod(s) on {len(nodes)} node(s){inside} ({listed}). Nothing is pending."
 
 
 def _verdict(gang: GangReport, report: Report) -> list[str]:

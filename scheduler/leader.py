@@ -47,6 +47,7 @@ class LeaderElector:
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
         self._renewed_at = -1e18
+        self._told_missing_namespace = False
 
     async def run(self, lead: Callable[[], Awaitable[None]]) -> None:
         """Campaign forever; while leading, run ``lead()`` (cancelled at once when leadership is lost)."""
@@ -103,6 +104,18 @@ class LeaderElector:
             try:
                 await self.port.create(LEASES, namespace, body)
                 return True
+            except NotFound:
+                # The namespace is missing (`phalanx run` from a laptop with the defaults): no replica can
+                # ever lead, and nothing is scheduled. Say so once, with the fix, and keep trying.
+                if not self._told_missing_namespace:
+                    self._told_missing_namespace = True
+                    log.warning(
+                        f"cannot lead: namespace {namespace} for the leader-election Lease does not exist; "
+                        f"create it (kubectl create namespace {namespace}), set leaderElection.namespace to one "
+                        "that exists, or run with --no-leader-elect. Nothing is scheduled until then.",
+                        namespace=namespace,
+                    )
+                return False
             except PortError as error:
                 log.info("could not create the lease", error=str(error)[:200])
                 return False

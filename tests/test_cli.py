@@ -191,3 +191,23 @@ def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]
         main([command, "--help"])
     assert exited.value.code == 0
     assert capsys.readouterr().out.startswith(f"usage: phalanx {command}")
+
+
+def test_output_cut_short_by_its_reader_ends_quietly(tmp_path: Path) -> None:
+    """`phalanx simulate ... | head`: the reader goes away after a line; no BrokenPipeError traceback."""
+    import subprocess  # noqa: PLC0415
+
+    workload = tmp_path / "many.yaml"
+    workload.write_text(yaml.safe_dump_all([pod("team", f"solo-{i:04d}", 1) for i in range(1500)]))
+    with subprocess.Popen(
+        [sys.executable, "-m", "scheduler.cli", "simulate", "--output", "json", "--workload", str(workload)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=Path(__file__).parents[1],
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout.readline() == b"{\n"
+        process.stdout.close()  # as head does once it has its lines
+        errors = process.stderr.read().decode()
+        assert process.wait(timeout=120) == 141, errors
+    assert errors == ""

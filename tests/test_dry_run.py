@@ -125,3 +125,24 @@ async def test_the_commands_exit_codes_and_messages(tmp_path: Path) -> None:
     assert code == 1 and err.startswith("phalanx: the cluster did not answer: ") and err.count("\n") == 1
     code, _, err = await phalanx_command("explain", "a/b", "--kubeconfig", str(tmp_path / "missing"))
     assert (code, err) == (1, f"phalanx: kubeconfig {tmp_path / 'missing'}: no such file\n")
+
+
+async def test_explain_of_a_gang_already_bound_says_where_it_runs(tmp_path: Path) -> None:
+    async with cluster(RACKS) as where:
+        where.create(gpu_pod("done-0", annotations=pfn("done", 2), nodeName="b0-r1-n0"))
+        where.create(
+            {
+                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {"name": "etl", "namespace": "team"},
+                "spec": {"minMember": 1},
+            }
+        )
+        where.create(gpu_pod("etl-0", labels={"scheduling.x-k8s.io/pod-group": "etl"}, nodeName="b0-r0-n3"))
+        copy = await read_real_cluster(str(kubeconfig(tmp_path / "kubeconfig", where.url)), None)
+    assert await explain(copy, SETTINGS, "team/done-0") == "Pod team/done-0 is bound to node b0-r1-n0."
+    group = await explain(copy, SETTINGS, "team/etl")
+    assert group.splitlines() == [
+        "PodGroup team/etl is in gang scheduler-plugins:team/etl: 1 pod(s), at least 1 together; {nvidia.com/gpu 8}.",
+        "Bound: 1 pod(s) on 1 node(s), in block b0, rack b0-r0 (b0-r0-n3). Nothing is pending.",
+    ]

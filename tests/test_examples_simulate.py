@@ -96,3 +96,11 @@ def test_example_lands_exactly_as_documented(example: str, capsys: pytest.Captur
     assert report["pending"] == {} and {gang["state"] for gang in report["gangs"]} == {"Bound"}
     workload = [obj for path in files for obj in read_manifest_file(path) if obj["kind"] == "Pod"]
     check_all_or_nothing(report, workload, gpus_per_node=8)
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*/*.yaml")), ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_each_example_file_creates_its_namespace_first(path: Path) -> None:
+    """`kubectl apply -f examples/<dir>/` on a fresh cluster: each file works alone, in any order."""
+    objects = read_manifest_file(str(path))
+    assert objects[0]["kind"] == "Namespace"
+    assert {obj["metadata"].get("namespace") for obj in objects[1:]} == {objects[0]["metadata"]["name"]}

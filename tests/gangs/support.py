@@ -23,7 +23,7 @@ def documents(path: Path) -> list[dict[str, Any]]:
             continue
         if str(document.get("kind", "")).endswith("List"):
             found.extend(document.get("items") or [])
-        else:
+        elif document.get("kind") != "Namespace":  # the examples create theirs, for kubectl apply -f examples/x/
             found.append(document)
     return found
 

@@ -74,3 +74,31 @@ def test_the_second_replica_takes_over_when_the_leader_is_killed(
         first.stop()
         if second is not None:
             second.stop()
+
+
+def test_a_missing_lease_namespace_is_said_once_with_the_fix(
+    plane: ControlPlane, workdir: Path, admin_kubeconfig: Path
+) -> None:
+    """`phalanx run --kubeconfig ~/.kube/config` from a laptop, with a namespace for the Lease that is not
+    there (as phalanx-system is not, before the manifests are applied)."""
+    lonely = PhalanxProcess(
+        workdir,
+        admin_kubeconfig,
+        name="replica-lonely",
+        overrides=(*OWN, "leaderElection.namespace=no-such-namespace", "leaderElection.retryPeriodSeconds=0.2"),
+    )
+    try:
+        lonely.wait_ready()
+        said = eventually(
+            lambda: [line for line in lonely.problems() if "cannot lead" in str(line.get("event"))],
+            what="the warning",
+        )
+        assert said[0]["event"] == (
+            "cannot lead: namespace no-such-namespace for the leader-election Lease does not exist; create it "
+            "(kubectl create namespace no-such-namespace), set leaderElection.namespace to one that exists, or run "
+            "with --no-leader-elect. Nothing is scheduled until then."
+        )
+        assert lonely.metric("phalanx_leader") == 0
+    finally:
+        lonely.stop()
+    assert len([line for line in lonely.problems() if "cannot lead" in str(line.get("event"))]) == 1  # once

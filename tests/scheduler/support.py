@@ -183,9 +183,13 @@ def pfn(gang: str, size: int, timeout: int | None = None) -> dict[str, str]:
 
 
 def create_manifests(where: Cluster, path: str) -> list[dict[str, Any]]:
-    """Create every object of an examples/ manifest file, as ``kubectl create -f`` would."""
+    """Create every object of an examples/ manifest file, as ``kubectl apply -f`` would on a fresh cluster
+    (its Namespace may exist already: the emulator makes namespaces as objects need them)."""
     created = []
     for obj in read_manifest_file(path):
+        if obj["kind"] == "Namespace":
+            where.store.ensure_namespace(obj["metadata"]["name"])
+            continue
         created.append(where.create(obj))
     return created
 

@@ -54,8 +54,16 @@ async def test_a_partial_gang_holds_room_and_binds_when_its_last_member_arrives(
 async def test_a_partial_gang_times_out_and_releases_the_room_it_held() -> None:
     async with cluster(nodes=[capacity_node(f"n{i}") for i in range(4)]) as where, phalanx(where) as app:
         for i in range(3):
-            where.create(gpu_pod(f"w{i}", annotations=pfn("train", 4, timeout=1)))
+            member = gpu_pod(f"w{i}", annotations=pfn("train", 4, timeout=1))
+            member["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "2"
+            where.create(member)
         await eventually(lambda: app.permit.waiting, what="a reservation")
+
+        def reserved(resource: str) -> float | None:
+            return app.metrics.registry.get_sample_value("phalanx_reserved", {"resource": resource})
+
+        await eventually(lambda: reserved("nvidia.com/gpu") == 8, what="the held GPUs on /metrics")
+        assert reserved("cpu") == 2  # cores, the base unit its help names
         for i in range(2):
             where.create(gpu_pod(f"other-{i}", annotations=pfn("other", 2)))
         timeout = await eventually(lambda: where.events("GangTimeout"), timeout=5, what="GangTimeout Event")
@@ -64,6 +72,7 @@ async def test_a_partial_gang_times_out_and_releases_the_room_it_held() -> None:
             lambda: {"team/other-0", "team/other-1"} <= set(where.bound()),
             what="the other gang bound in the released room",
         )
+        await eventually(lambda: reserved("nvidia.com/gpu") == 0 and reserved("cpu") == 0, what="nothing held")
         check_invariants(where)
 
 
