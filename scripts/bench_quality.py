@@ -14,6 +14,9 @@
                at once): a seeded 14-day window compressed to 70/85/95% offered load of 1,024 nodes,
                replayed for some hours; utilisation and p50/p95 queueing delay by gang size.
   adversarial  single-GPU jobs alternating with gangs of a whole rack that must share one rack.
+  elastic      6 elastic gangs (2-4 whole-node pods each at least, 2-4 more wanted, one rack each) on 64
+               nodes whose racks are partly taken, solved exactly as in "optimum": each algorithm's placed
+               GPUs as a share of the optimum, and the extra pods it placed beside the optimum's.
 
 Figures are medians over seeds (5, or 1 with --quick), with the spread (min-max) where it matters.
 --plots DIR writes the PNG pictures of docs/benchmarks.md.
@@ -36,7 +39,14 @@ from quality.baselines import algorithms
 from quality.optimum import optimum
 from quality.replay import TRACE, Replay, read_trace, stats, window
 from quality.saturation import run_stream, summary
-from quality.workloads import SIZES, adversarial_stream, cluster, saturation_stream, small_instance
+from quality.workloads import (
+    SIZES,
+    adversarial_stream,
+    cluster,
+    elastic_instance,
+    saturation_stream,
+    small_instance,
+)
 
 from scheduler.logs import configure
 
@@ -144,12 +154,39 @@ def adversarial(nodes: int) -> dict[str, Any]:
     return report
 
 
+def elastic(seeds: list[int], per_seed: int) -> dict[str, Any]:
+    shares: dict[str, list[float]] = {name: [] for name in NAMES}
+    extras: dict[str, int] = dict.fromkeys(NAMES, 0)
+    best_extras, unproven, count = 0, 0, 0
+    for seed in seeds:
+        for i in range(per_seed):
+            instance = elastic_instance(1000 * seed + i)
+            best = optimum(instance.snapshot(), instance.gangs)
+            count += 1
+            unproven += not best.proven
+            best_extras += best.extras
+            for name, placer in algorithms(seed).items():
+                result = run_stream(instance.snapshot(), instance.gangs, placer, close_sizes=False)
+                shares[name].append(result.placed_gpus / best.gpus if best.gpus else 1.0)
+                extras[name] += result.extras
+    report: dict[str, Any] = {
+        name: {
+            "share_mean": round(statistics.mean(values), 4),
+            "share_min": round(min(values), 4),
+            "extras_placed": extras[name],
+        }
+        for name, values in shares.items()
+    }
+    report["instances"] = {"count": count, "not_proven_optimal": unproven, "optimum_extras": best_extras}
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
     parser.add_argument("--quick", action="store_true", help="one seed, smaller runs (about a minute)")
     parser.add_argument("--plots", metavar="DIR", help="write the PNG pictures into DIR")
-    parser.add_argument("--only", nargs="+", choices=["saturation", "optimum", "philly", "adversarial"])
+    parser.add_argument("--only", nargs="+", choices=["saturation", "optimum", "philly", "adversarial", "elastic"])
     parser.add_argument("--trace", default=str(TRACE), help=f"the Philly CSV (default {TRACE})")
     args = parser.parse_args(argv)
     log = sys.stderr if args.json else sys.stdout
@@ -159,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}", file=log)
     configure("error")
     seeds = [0] if args.quick else [0, 1, 2, 3, 4]
-    wanted = set(args.only or ["saturation", "optimum", "philly", "adversarial"])
+    wanted = set(args.only or ["saturation", "optimum", "philly", "adversarial", "elastic"])
     report: dict[str, Any] = {}
     timings: dict[str, float] = {}
     pictures: dict[str, Any] = {}
@@ -182,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         report["adversarial"] = adversarial(1024)
         timings["adversarial"] = time.perf_counter() - started
+    if "elastic" in wanted:
+        started = time.perf_counter()
+        report["elastic"] = elastic(seeds, 3 if args.quick else 8)
+        timings["elastic"] = time.perf_counter() - started
     report["seconds"] = {key: round(value, 1) for key, value in timings.items()}
     report["seeds"] = seeds
     report["machine"] = machine()
@@ -235,6 +276,19 @@ def print_summary(report: dict[str, Any], out: Any) -> None:
                 f"  {name:<14} {row['rack_gangs_placed']:>3}/{row['rack_gangs_offered']} {row['gpu_allocation']:.3f}",
                 file=out,
             )
+    if "elastic" in report:
+        figures = report["elastic"]
+        instances = figures["instances"]
+        print(
+            f"\nelastic ({instances['count']} instances; the optimum placed {instances['optimum_extras']} extra pods): "
+            "share of the optimum's GPUs mean / min, extra pods placed",
+            file=out,
+        )
+        for name, row in figures.items():
+            if "share_mean" in row:
+                print(
+                    f"  {name:<14} {row['share_mean']:.3f} {row['share_min']:.3f} {row['extras_placed']:>5}", file=out
+                )
     print(f"\nseconds per scenario: {report['seconds']}", file=out)
 
 

@@ -62,6 +62,7 @@ def test_bench_quality_quick_json_compares_every_algorithm() -> None:
             "saturation",
             "optimum",
             "adversarial",
+            "elastic",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -77,4 +78,6 @@ def test_bench_quality_quick_json_compares_every_algorithm() -> None:
     ].keys()
     assert names <= set(report["optimum"]) and names <= set(report["optimum_arrival_order"])
     assert 0 < report["optimum"]["phalanx"]["share_min"] <= report["optimum"]["phalanx"]["share_mean"] <= 1
+    assert names <= set(report["elastic"])
+    assert 0 < report["elastic"]["phalanx"]["extras_placed"] <= report["elastic"]["instances"]["optimum_extras"]
     assert "machine:" in completed.stderr

@@ -13,7 +13,16 @@ from scripts.quality.baselines import algorithms
 from scripts.quality.optimum import optimum
 from scripts.quality.replay import Job, Replay, read_trace, stats, window
 from scripts.quality.saturation import run_stream, stranded_gpus
-from scripts.quality.workloads import GPU, ClusterSize, Gang, Instance, cluster, saturation_stream, small_instance
+from scripts.quality.workloads import (
+    GPU,
+    ClusterSize,
+    Gang,
+    Instance,
+    cluster,
+    elastic_instance,
+    saturation_stream,
+    small_instance,
+)
 from topology import Placement
 
 SMALL = ClusterSize(2, 4, 8)
@@ -51,6 +60,22 @@ def test_the_optimum_is_exact_and_no_algorithm_beats_it() -> None:
     assert (best.gpus, best.proven) == (12, True)
     for seed in range(3):
         other = small_instance(seed)
+        bound = optimum(other.snapshot(), other.gangs).gpus
+        for placer in algorithms(seed).values():
+            assert run_stream(other.snapshot(), other.gangs, placer, close_sizes=False).placed_gpus <= bound
+
+
+def test_the_elastic_optimum_counts_extras_and_phalanx_grows_where_it_can() -> None:
+    # One rack of four free nodes and one of two: an elastic gang of 2 to 4 whole-node pods in one rack.
+    size = ClusterSize(1, 2, 4)
+    gang = Gang("g/elastic", 32, "required-rack", min_pods=2)
+    instance = Instance(size, [gang], [("b00-r1-n00", 8), ("b00-r1-n01", 8)])
+    best = optimum(instance.snapshot(), instance.gangs)
+    assert (best.gpus, best.extras, best.proven) == (32, 2, True)
+    result = run_stream(instance.snapshot(), instance.gangs, algorithms(0)["phalanx"], close_sizes=False)
+    assert (result.placed_gpus, result.extras) == (32, 2)  # the roomy rack, not the tighter one
+    for seed in range(2):
+        other = elastic_instance(seed)
         bound = optimum(other.snapshot(), other.gangs).gpus
         for placer in algorithms(seed).values():
             assert run_stream(other.snapshot(), other.gangs, placer, close_sizes=False).placed_gpus <= bound

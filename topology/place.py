@@ -84,6 +84,8 @@ class _Part:
     where: str = "the cluster"
     domain: DomainChoice | None = None
     difficulty: float = 0.0
+    #: Whether the part wants more than its minimum (extra pods or extra children somewhere below it).
+    elastic: bool = False
 
     def leaves(self) -> list[_Part]:
         if not self.children:
@@ -151,8 +153,11 @@ class _Search:
                 part.anonymous.append(request.placeholders if shape == request.placeholder_shape else 0)
             biggest = max((fit.size for fit in part.shapes), default=0.0)
             part.difficulty = max(0, request.min_pods - len(part.pinned)) * min(biggest, 1e9)
+            waiting = sum(part.waiting(i) for i in range(len(part.shapes)))
+            part.elastic = waiting > max(0, request.min_pods - len(part.pinned))
         else:
             part.difficulty = sum(child.difficulty for child in children)
+            part.elastic = len(children) > request.min_children or any(child.elastic for child in children)
             # Hardest first: big children claim room before small ones fragment it. Stable for ties.
             part.children = sorted(children, key=lambda child: -child.difficulty)
         return part
@@ -231,19 +236,35 @@ class _Search:
             )
         candidates = candidates[np.lexsort((candidates, capacity[candidates]))]
         first_failure: _Failure | None = None
+        # An elastic part goes to the tightest domain that holds all of it (minimums and extras); only when
+        # none does, to the tightest that holds its minimum (the first of those met is kept as fallback).
+        fallback: int | None = None
         tried = 0
-        for domain in candidates[: self.max_tries].tolist():
-            tried += 1
-            self.tries += 1
+
+        def enter(domain: int) -> _Failure | None:
             members = domains.members(domain)
             inner = members if scope is None else np.intersect1d(scope, members, assume_unique=True)
             choice = DomainChoice(gang=part.request.key, key=key, value=domains.label(domain), required=required)
-            failure = self._inside(
+            return self._inside(
                 part, inner, (*path, key), choice=choice, where=f"{short_name(key)} {choice.value}", outer=scope
             )
+
+        for domain in candidates[: self.max_tries].tolist():
+            tried += 1
+            self.tries += 1
+            mark = self.trial.mark()
+            failure = enter(domain)
             if failure is None:
-                return None
+                if not part.elastic or self._holds_all(part):
+                    return None
+                fallback = domain if fallback is None else fallback
+                self.trial.rollback(mark)
+                continue
             first_failure = first_failure or failure
+        if fallback is not None:
+            again = enter(fallback)  # the same state as when it fitted: it fits again
+            assert again is None, again
+            return None
         assert first_failure is not None
         tightest = domains.label(int(candidates[0]))
         return _Failure(
@@ -378,11 +399,11 @@ class _Search:
                     missing = self._top_up(child, missing, child.scope, child.path, child.where)
         return missing
 
-    def _extras(self, part: _Part) -> None:
+    def _extras(self, part: _Part, *, widen: bool = True) -> None:
         """Phase 4: whatever else fits, inside the domains each part already uses."""
         if part.request.is_leaf:
             self._fill_extras(part, None, part.scope)
-            if part.domain is not None and not part.domain.required and part.any_waiting():
+            if widen and part.domain is not None and not part.domain.required and part.any_waiting():
                 self._fill_extras(part, None, part.outer)  # a preference may widen for extras too
             return
         for child in part.children:
@@ -390,7 +411,17 @@ class _Search:
                 self._satisfy(child, part.scope, part.path, part.where)
         for child in part.children:
             if child.satisfied:
-                self._extras(child)
+                self._extras(child, widen=widen)
+
+    def _holds_all(self, part: _Part) -> bool:
+        """Whether the domain ``part`` was just placed in also takes everything it wants beyond its
+        minimum. A trial of phase 4 inside the domain, undone either way: extras are placed for real only
+        once every minimum of the gang holds."""
+        mark = self.trial.mark()
+        self._extras(part, widen=False)
+        complete = _complete(part)
+        self.trial.rollback(mark)
+        return complete
 
     # -- filling nodes -------------------------------------------------------------------------
 
@@ -656,6 +687,13 @@ class _Search:
             tries=self.tries,
             pruned=self.pruned,
         )
+
+
+def _complete(part: _Part) -> bool:
+    """Whether every member and every child of ``part`` is placed."""
+    if part.request.is_leaf:
+        return not part.any_waiting()
+    return all(child.satisfied and _complete(child) for child in part.children)
 
 
 def _minimum_pods(part: _Part) -> int:

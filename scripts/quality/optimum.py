@@ -4,8 +4,9 @@ An integer program solved with ``scipy.optimize.milp`` (HiGHS):
 
 - ``x[g]`` in {0, 1}: gang g is placed; ``y[g, n]`` in 0..k: pods of gang g on node n;
   ``z[g, d]`` in {0, 1}: gang g (with a required key) is in domain d of that key;
-- maximise sum of gpus[g] * x[g];
-- sum over n of y[g, n] = pods[g] * x[g] (all or nothing);
+- maximise the GPUs of the pods placed, sum of gpus_per_pod[g] * y[g, n];
+- sum over n of y[g, n] = pods[g] * x[g] (all or nothing), or for an elastic gang between its minimum
+  and all its pods: min_pods[g] * x[g] <= sum over n of y[g, n] <= pods[g] * x[g];
 - sum over g of gpus_per_pod[g] * y[g, n] <= GPUs of node n (cpu and memory never bind here: a pod
   asks 4 cores and 32Gi per GPU of nodes with 64 cores and 512Gi per 8 GPUs);
 - sum over d of z[g, d] = x[g], and y[g, n] <= pods[g] * z[g, domain of n] for a required key.
@@ -30,6 +31,7 @@ from .workloads import GPU, GPUS_PER_NODE, Gang
 class Optimum:
     gpus: int
     proven: bool
+    extras: int = 0  # pods beyond the minimums of elastic gangs, in the solution found
 
 
 def optimum(snapshot: Snapshot, gangs: list[Gang], *, time_limit: float = 60.0) -> Optimum:
@@ -55,10 +57,12 @@ def optimum(snapshot: Snapshot, gangs: list[Gang], *, time_limit: float = 60.0) 
         return n_gangs + g * n_nodes + n
 
     rows: list[tuple[dict[int, float], float, float]] = []
-    for g, gang in enumerate(gangs):  # all or nothing
+    for g, gang in enumerate(gangs):  # all or nothing; an elastic gang at least its minimum
         coefficients = {y(g, n): 1.0 for n in range(n_nodes)}
         coefficients[g] = -float(gang.pods)
-        rows.append((coefficients, 0.0, 0.0))
+        rows.append((coefficients, -np.inf if gang.min_pods is not None else 0.0, 0.0))
+        if gang.min_pods is not None:
+            rows.append(({**coefficients, g: -float(gang.min_pods)}, 0.0, np.inf))
     for n in range(n_nodes):  # GPUs per node
         rows.append(({y(g, n): float(per_pod[g]) for g in range(n_gangs)}, -np.inf, float(node_gpus[n])))
     by_gang: dict[int, list[tuple[int, int]]] = {}
@@ -83,7 +87,8 @@ def optimum(snapshot: Snapshot, gangs: list[Gang], *, time_limit: float = 60.0) 
             matrix[i, variable] = value
         lower[i], upper[i] = low, high
     cost = np.zeros(n_vars)
-    cost[:n_gangs] = [-float(gang.gpus) for gang in gangs]
+    for g in range(n_gangs):
+        cost[y(g, 0) : y(g, 0) + n_nodes] = -float(per_pod[g])
     high = np.ones(n_vars)
     for g in range(n_gangs):
         per_node = min(gangs[g].pods, GPUS_PER_NODE // per_pod[g])
@@ -97,4 +102,10 @@ def optimum(snapshot: Snapshot, gangs: list[Gang], *, time_limit: float = 60.0) 
     )
     if result.x is None:
         raise RuntimeError(f"the solver found no solution: {result.message}")
-    return Optimum(gpus=round(-result.fun), proven=result.status == 0)
+    chosen = np.round(result.x).astype(np.int64)
+    extras = sum(
+        int(chosen[y(g, 0) : y(g, 0) + n_nodes].sum()) - gang.min_pods * int(chosen[g])
+        for g, gang in enumerate(gangs)
+        if gang.min_pods is not None
+    )
+    return Optimum(gpus=round(-result.fun), proven=result.status == 0, extras=extras)

@@ -29,7 +29,15 @@ class StreamResult:
 
     @property
     def placed_gpus(self) -> int:
-        return sum(gang.gpus for gang, _ in self.placed)
+        """GPUs of the pods placed (an elastic gang's extras that did not fit are not counted)."""
+        return sum(dict(a.shape.requests).get(GPU, 0) for _, placement in self.placed for a in placement.assignments)
+
+    @property
+    def extras(self) -> int:
+        """Pods placed beyond the minimums of elastic gangs."""
+        return sum(
+            len(placement.assignments) - gang.min_pods for gang, placement in self.placed if gang.min_pods is not None
+        )
 
 
 def run_stream(snapshot: Snapshot, gangs: list[Gang], placer: Placer, *, close_sizes: bool = True) -> StreamResult:
@@ -40,7 +48,7 @@ def run_stream(snapshot: Snapshot, gangs: list[Gang], placer: Placer, *, close_s
         if gang.gpus in closed:
             continue
         outcome = placer(snapshot, gang.request())
-        if isinstance(outcome, Placement) and not outcome.unplaced:
+        if isinstance(outcome, Placement) and (not outcome.unplaced or gang.min_pods is not None):
             snapshot.assume_placement(outcome)
             result.placed.append((gang, outcome))
         else:

@@ -62,9 +62,12 @@ def pod_shape(gpus: int) -> PodShape:
 
 @dataclass(frozen=True, slots=True)
 class Gang:
+    """``gpus`` in all; an elastic gang (``min_pods`` set) runs with that many pods and wants the rest."""
+
     key: str
     gpus: int
     constraint: str
+    min_pods: int | None = None
 
     @property
     def pods(self) -> int:
@@ -80,7 +83,7 @@ class Gang:
             members.append(Member(key=f"{self.key}-{i}", shape=pod_shape(share)))
         required = {"required-rack": RACK, "required-block": BLOCK}.get(self.constraint)
         preferred = RACK if self.constraint == "preferred-rack" else None
-        return GangRequest.leaf(self.key, members, required=required, preferred=preferred)
+        return GangRequest.leaf(self.key, members, min_pods=self.min_pods, required=required, preferred=preferred)
 
 
 #: Sizes (GPUs) of the saturation mix and how often each is drawn: many small jobs, a few large ones.
@@ -164,4 +167,24 @@ def small_instance(seed: int, *, order: str = "largest-first") -> Instance:
         total += gpus
     if order == "largest-first":
         gangs = sorted(gangs, key=lambda gang: -gang.gpus)
+    return Instance(size, gangs, others)
+
+
+def elastic_instance(seed: int) -> Instance:
+    """Elastic gangs on a cluster whose racks are partly taken: 64 nodes (2 blocks x 4 racks x 8), each rack
+    with 0-6 whole nodes used by other pods; 6 gangs of whole-node pods, each in one rack, running with
+    2-4 pods and wanting 2-4 more. A placer that puts each minimum in the tightest rack leaves the extras
+    nowhere to go; the optimum places every gang where it can grow."""
+    rng = random.Random(seed)
+    size = ClusterSize(2, 4, 8)
+    others = []
+    for block in range(size.blocks):
+        for rack in range(size.racks):
+            for node in range(rng.choice([0, 2, 4, 5, 6])):
+                others.append((f"b{block:02d}-r{rack}-n{node:02d}", GPUS_PER_NODE))
+    gangs = []
+    for i in range(6):
+        minimum = rng.randint(2, 4)
+        wanted = minimum + rng.randint(2, 4)
+        gangs.append(Gang(f"ela/g{i:02d}", wanted * GPUS_PER_NODE, "required-rack", min_pods=minimum))
     return Instance(size, gangs, others)

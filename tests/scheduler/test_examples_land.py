@@ -2,7 +2,7 @@
 
 from tests.gangs.support import EXAMPLES
 from tests.scheduler.invariants import check_invariants
-from tests.scheduler.support import cluster, create_manifests, eventually, labels_of, phalanx
+from tests.scheduler.support import cluster, create_manifests, eventually, gpu_pod, labels_of, phalanx
 
 RACK, BLOCK = "example.com/rack", "example.com/block"
 
@@ -96,4 +96,26 @@ async def test_a_composite_service_lands_in_one_block_with_each_replica_in_one_r
         assert labels_of(where, [n for nodes in groups.values() for n in nodes], BLOCK) == {"b1"}
         for replica, nodes in groups.items():
             assert len(nodes) == 4 and len(labels_of(where, nodes, RACK)) == 1, f"{replica} spans racks"
+        check_invariants(where)
+
+
+async def test_an_elastic_composite_service_goes_to_the_block_where_every_replica_fits() -> None:
+    """Block b0 is half full: it would hold the service's minimum (one prefill and one decode replica, a
+    rack each), and nothing more. Block b1 holds all three replicas: the service goes there, whole."""
+    async with cluster("blocks=2,racks=4,nodes=4,gpus=8") as where, phalanx(where):
+        for rack in ("b0-r0", "b0-r1"):
+            for i in range(4):
+                where.create(gpu_pod(f"busy-{rack}-{i}", "other", scheduler="other", nodeName=f"{rack}-n{i}"))
+        create_manifests(where, str(EXAMPLES / "phalanx-composite" / "service.yaml"))
+        service = await eventually(
+            lambda: (
+                (found := {p: n for p, n in where.bound().items() if p.startswith("serving/")})
+                and len(found) == 12
+                and found
+            ),
+            what="all twelve pods of the service bound",
+        )
+        assert labels_of(where, service.values(), BLOCK) == {"b1"}
+        for replica, nodes in replicas(service, "chat-").items():
+            assert len(labels_of(where, nodes, RACK)) == 1, f"{replica} spans racks"
         check_invariants(where)

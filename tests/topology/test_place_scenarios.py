@@ -224,11 +224,19 @@ def test_a_gang_waiting_for_members_says_how_many_exist() -> None:
     assert infeasible(snapshot, request).reason == "Gang team-a/job needs 4 pods but only 3 exist."
 
 
-def test_extras_beyond_the_minimum_stay_in_the_required_rack() -> None:
+def test_an_elastic_gang_goes_to_the_tightest_rack_that_holds_all_of_it() -> None:
     snapshot = two_racks(free_a=8, free_b=5)
     request = GangRequest.leaf("team-a/elastic", members("team-a/elastic", 8, gpu_shape(8)), min_pods=4, required=RACK)
     result = placed(snapshot, request)
-    assert labels_of(snapshot, result.nodes().values(), RACK) == {"rack-b"}
+    assert labels_of(snapshot, result.nodes().values(), RACK) == {"rack-a"}  # not rack-b, tighter for the 4
+    assert len(result.assignments) == 8 and result.unplaced == ()
+
+
+def test_extras_beyond_the_minimum_stay_in_the_required_rack_when_no_rack_holds_them_all() -> None:
+    snapshot = two_racks(free_a=6, free_b=5)
+    request = GangRequest.leaf("team-a/elastic", members("team-a/elastic", 8, gpu_shape(8)), min_pods=4, required=RACK)
+    result = placed(snapshot, request)
+    assert labels_of(snapshot, result.nodes().values(), RACK) == {"rack-b"}  # the tightest for the minimum
     assert len(result.assignments) == 5
     assert len(result.unplaced) == 3
 
@@ -441,3 +449,24 @@ def test_a_billion_placeholders_cost_no_more_than_two() -> None:
     )
     result = infeasible(snapshot, request)
     assert result.reason == "Gang team/huge needs 1000000001 pods; the cluster fits 8."
+
+
+def test_an_elastic_service_goes_to_the_block_that_holds_every_replica_not_the_half_full_one() -> None:
+    """Prefill and decode, each one replica at least and two wanted; each replica four pods in one rack;
+    the whole service in one block. Block b0 is half full: it holds the minimum, b1 holds everything."""
+    snapshot = Snapshot(cluster(2, 4, 4), topology=LEVELS)
+    for rack in ("b0-r0", "b0-r1"):
+        for i in range(4):
+            fill(snapshot, f"{rack}-n{i:02d}", 8)
+    shape = gpu_shape(8)
+
+    def role(name: str) -> GangRequest:
+        replicas = [
+            GangRequest.leaf(f"svc/{name}-{r}", members(f"svc/{name}-{r}", 4, shape), required=RACK) for r in range(2)
+        ]
+        return GangRequest.group(f"svc/{name}", replicas, min_children=1)
+
+    request = GangRequest.group("svc", [role("prefill"), role("decode")], required=BLOCK)
+    result = placed(snapshot, request)
+    assert len(result.assignments) == 16 and result.unplaced == ()
+    assert labels_of(snapshot, result.nodes().values(), BLOCK) == {"b1"}
