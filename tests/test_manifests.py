@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -207,3 +208,12 @@ def test_the_crds_deployed_are_the_ones_the_emulator_serves_and_the_real_suite_i
     deployed_file: str, served_file: str
 ) -> None:
     assert documents(MANIFESTS / deployed_file) == documents(ROOT / "scheduler" / "sim" / "crds" / served_file)
+
+
+def test_the_readme_stands_alone_every_file_it_names_is_in_the_repository() -> None:
+    """A newcomer has the repository and nothing else: no path the README names may lead outside it."""
+    text = (ROOT / "README.md").read_text()
+    assert "../" not in text
+    linked = re.findall(r"\]\(((?!https?://)[^)#]+)\)", text)
+    missing = [link for link in linked if not (ROOT / link).exists()]
+    assert linked and not missing, missing
