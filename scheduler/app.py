@@ -188,12 +188,11 @@ class Phalanx:
 
     async def _lead(self) -> None:
         try:
-            for key in list(self.state.index.results()):
-                self.scheduler._requeue(key)
+            self.scheduler.requeue_all()
             async with anyio.create_task_group() as group:
                 await group.start(self.binder.run)
                 await group.start(self.reporter.run)
                 await group.start(self.scheduler.run)
         finally:
+            self.permit.release_all()
             self.state.forget_assumptions()
-            self.permit.waiting.clear()

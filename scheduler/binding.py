@@ -42,7 +42,7 @@ from scheduler.gangs import GangKey
 from scheduler.metrics import Metrics
 from scheduler.port import PODS, ClusterPort
 from scheduler.ratelimit import TokenBucket
-from scheduler.reporting import Reporter
+from scheduler.reporting import Reason, Reporter
 from scheduler.settings import BindingSettings
 
 log = structlog.get_logger("phalanx.binding")
@@ -216,7 +216,7 @@ class Binder:
         log.error("bind refused", pod=pod, node=node, code=error.code, error=str(error)[:300])
         self.reporter.event(
             self.reporter.pod_subject(pod),
-            "FailedBinding",
+            Reason.FAILED_BINDING,
             f"Binding to {node} was refused: {str(error)[:300]}",
             action="Binding",
         )

@@ -273,6 +273,12 @@ class ClusterState:
         self.snapshot.forget(pod)
         self._freed.add(assumption.node)
 
+    def release_gang(self, gang: GangKey) -> None:
+        """Release what a gang assumed that is not being bound (a placement or reservation given up)."""
+        for pod, assumption in list(self.assumed.items()):
+            if assumption.gang == gang and assumption.deadline is None:
+                self.unreserve(pod)
+
     def binding_done(self, pod: str) -> None:
         """The bind call succeeded: the assumption now waits for the watch, but not forever."""
         assumption = self.assumed.get(pod)

@@ -35,17 +35,10 @@ from scheduler.cache import ClusterState
 from scheduler.clock import Clock
 from scheduler.gangs import GangError, GangKey, GangSpec, Problem, beyond_cluster, min_resources_problem
 from scheduler.metrics import Metrics
-from scheduler.permit import (
-    Permit,
-    Placeholder,
-    Reservation,
-    is_placeholder,
-    placeholder_key,
-    placeholder_requests,
-    with_placeholders,
-)
+from scheduler.outcome import Code, Outcome
+from scheduler.permit import Permit, Reservation, placeholder_requests, with_placeholders
 from scheduler.queue import GangQueue, Wake
-from scheduler.reporting import SCHEDULER_ERROR, UNSCHEDULABLE, Reporter
+from scheduler.reporting import SCHEDULER_ERROR, UNSCHEDULABLE, Reason, Reporter
 from scheduler.settings import Settings
 from scheduler.waiting import Shortfall, describe, split_unknown
 from topology import Assignment, GangRequest, Infeasible, Member, Placement, PodShape, Snapshot, place
@@ -53,7 +46,7 @@ from topology.fit import pods_per_node, shape_fit
 
 log = structlog.get_logger("phalanx.cycle")
 
-GANG_WAITING = "GangWaiting"
+GANG_WAITING = "GangWaiting"  # the PodScheduled condition's reason while a gang waits for members
 
 
 class Placer(Protocol):
@@ -127,6 +120,11 @@ class Scheduler:
             queue.wake_capacity(lambda shape: self._room(shape, freed))
         self._gauges()
 
+    def requeue_all(self) -> None:
+        """Put every known gang that needs anything in the queue (on becoming the leader)."""
+        for key in list(self.state.index.results()):
+            self._requeue(key)
+
     def _requeue(self, key: GangKey) -> None:
         result = self.state.index.get(key)
         if result is None:
@@ -134,11 +132,10 @@ class Scheduler:
             self._release(key)
             return
         if isinstance(result, GangError):
-            self.queue.remove(key)
             self._release(key)
-            self._report_problem(result)
+            self._record(result, _problem(result))
             return
-        if key in self.permit.waiting or self._unplaced(result):
+        if self.permit.holds(key) or self._unplaced(result):
             self.queue.add(key, result.priority, result.created)
         else:
             self.queue.done(key)
@@ -154,7 +151,7 @@ class Scheduler:
     def _gauges(self) -> None:
         for name, count in self.queue.depth().items():
             self.metrics.queue_depth.labels(name).set(count)
-        self.metrics.waiting_gangs.set(len(self.permit.waiting))
+        self.metrics.waiting_gangs.set(len(self.permit))
         held = self.permit.held()
         for name in self._reserved_labels - held.keys():
             self.metrics.reserved.labels(name).set(0)  # a resource no longer held reads 0, not its last value
@@ -175,153 +172,117 @@ class Scheduler:
         if result is None:
             self.queue.remove(key)
         elif isinstance(result, GangError):
-            self.queue.remove(key)
-            self._report_problem(result)
+            self._record(result, _problem(result))
         else:
-            self._schedule(result)
+            outcome = self._schedule(result)
+            if outcome is not None:
+                self._record(result, outcome)
         return True
 
     def _unplaced(self, spec: GangSpec) -> list[Member]:
         return [member for member in spec.request.members() if self.state.placed_node(member.key) is None]
 
-    def _schedule(self, spec: GangSpec) -> None:
-        reservation = self.permit.waiting.get(spec.key)
-        if reservation is not None:
-            if self._fill(spec, reservation):
-                return
-            self._release(spec.key)
+    def _schedule(self, spec: GangSpec) -> Outcome | None:
+        """Decide about one gang; None when there is nothing to decide (every member is placed)."""
+        if self.permit.holds(spec.key):
+            outcome = self._arrivals(spec)
+            if outcome is not None:
+                return outcome
+            self._release(spec.key)  # the arrivals do not match what was held: place the gang afresh
         unplaced = self._unplaced(spec)
         if not unplaced:
             self.queue.done(spec.key)
-            return
+            return None
+        pods = tuple(member.key for member in unplaced)
         request, missing = with_placeholders(self._pinned(spec.request))
         wake = Wake(nodes=True, shapes=frozenset(member.shape for member in unplaced), pods=len(unplaced))
         too_big = beyond_cluster(request, self.state.snapshot)
-        if too_big is not None:  # only more nodes help: wait for a node change, hold nothing
-            self._fail(spec, unplaced, Wake(nodes=True), UNSCHEDULABLE, too_big.message)
-            return
+        if too_big is not None:  # only more nodes help; nothing is held
+            return Outcome(code=Code.UNRESOLVABLE, message=too_big.message, pods=pods, each_pod=True)
         trial, shortfalls = split_unknown(request)
         if shortfalls:
-            self._wait_for_unknown(spec, unplaced, wake, trial, shortfalls)
-            return
-        if missing:
-            totals = self._allocatable()
-            if not self.permit.can_hold(placeholder_requests(request), totals):
-                self._fail(
-                    spec,
-                    unplaced,
-                    wake,
-                    UNSCHEDULABLE,
-                    f"Gang {spec.key} waits for {_absent(spec, missing)}, and room held for waiting gangs is "
-                    f"at its limit ({self.settings.permit.max_reserved_share:.0%} of the cluster).{_gated(spec)}",
-                )
-                return
+            return self._unknown_members(spec, pods, wake, trial, shortfalls)
+        if missing and not self.permit.can_hold(placeholder_requests(request), self._allocatable()):
+            message = (
+                f"Gang {spec.key} waits for {_absent(spec, missing)}, and room held for waiting gangs is at its "
+                f"limit ({self.settings.permit.max_reserved_share:.0%} of the cluster).{_gated(spec)}"
+            )
+            return Outcome(code=Code.UNSCHEDULABLE, message=message, pods=pods, each_pod=True, wake=wake)
         problem = min_resources_problem(spec.key, spec.min_resources, self.state.snapshot)
         if problem is not None:
-            self._fail(spec, unplaced, wake, UNSCHEDULABLE, problem)
-            return
+            return Outcome(code=Code.UNSCHEDULABLE, message=problem, pods=pods, each_pod=True, wake=wake)
         started = time.perf_counter()
-        outcome = self.placer(self.state.snapshot, request, max_tries=self.settings.placement.max_domain_tries)
+        placed = self.placer(self.state.snapshot, request, max_tries=self.settings.placement.max_domain_tries)
         placement_ms = round((time.perf_counter() - started) * 1000, 3)
         self.metrics.placement_duration.observe(placement_ms / 1000)
-        if isinstance(outcome, Infeasible):
-            message = outcome.message
+        if isinstance(placed, Infeasible):
+            message = placed.message
             if missing:  # the room was sought for members that do not exist yet, too: say so
                 message += f" It also waits for {_absent(spec, missing)}.{_gated(spec)}"
-            self._fail(spec, unplaced, wake, UNSCHEDULABLE, message, placement_ms=placement_ms)
-            return
-        self.state.reserve(spec.key, outcome.assignments)
-        placeholders: dict[str, Placeholder] = {}
-        for room in outcome.held:
-            key = placeholder_key(spec.key, room.part, room.node)
-            count = room.count + (placeholders[key].count if key in placeholders else 0)
-            placeholders[key] = Placeholder(room.part, room.node, room.shape, count)
-        for key, placeholder in placeholders.items():
-            self.state.hold(spec.key, key, placeholder.node, placeholder.shape, placeholder.requests)
-        real = list(outcome.assignments)
+            code = Code.UNRESOLVABLE if placed.unresolvable else Code.UNSCHEDULABLE
+            return Outcome(code=code, message=message, pods=pods, each_pod=True, wake=wake, placement_ms=placement_ms)
+        return self._assume(spec, placed, pods, wake, placement_ms)
+
+    def _assume(
+        self, spec: GangSpec, placed: Placement, pods: tuple[str, ...], wake: Wake, placement_ms: float
+    ) -> Outcome:
+        """Take the placement's room at once (every later gang sees it): the members' places, and the room
+        held for members not created yet, which makes the gang wait for them."""
+        self.state.reserve(spec.key, placed.assignments)
         log.info(
             "placed",
             gang=spec.key,
-            pods=len(real),
-            placeholders=sum(placeholder.count for placeholder in placeholders.values()),
-            nodes=len({a.node for a in outcome.assignments} | {room.node for room in outcome.held}),
-            domains={choice.gang: f"{choice.key}={choice.value}" for choice in outcome.domains},
-            unplaced=len(outcome.unplaced),
+            pods=len(placed.assignments),
+            placeholders=sum(room.count for room in placed.held),
+            nodes=len({a.node for a in placed.assignments} | {room.node for room in placed.held}),
+            domains={choice.gang: f"{choice.key}={choice.value}" for choice in placed.domains},
+            unplaced=len(placed.unplaced),
             placement_ms=placement_ms,
         )
-        if placeholders:
-            self._hold(spec, placeholders)
-            return
-        if not real:
+        if placed.held:
+            reservation = self.permit.hold(spec, placed.held)
+            for key, placeholder in reservation.placeholders.items():
+                self.state.hold(spec.key, key, placeholder.node, placeholder.shape, placeholder.requests)
+            return self._holding(spec, reservation)
+        if not placed.assignments:
             # The minimum already runs; the extra members still find no room inside the gang's domains.
-            self._fail(
-                spec,
-                unplaced,
-                wake,
-                UNSCHEDULABLE,
-                f"Gang {spec.key} runs with its minimum; {len(outcome.unplaced)} extra member(s) wait for room "
-                "inside the domains the gang already uses.",
+            message = (
+                f"Gang {spec.key} runs with its minimum; {len(placed.unplaced)} extra member(s) wait for room "
+                "inside the domains the gang already uses."
             )
-            return
-        self.metrics.attempts.labels("scheduled").inc()
-        self.binder.submit(BindJob(spec.key, tuple((a.pod, a.node) for a in real), spec.created))
-        self.reporter.group(spec, scheduled=True, message=f"{len(real)} pod(s) placed")
-        if outcome.unplaced:
-            # Extras that did not fit wait, inside the gang's domains, for room: fill the running gang later.
-            self.queue.failed(spec.key, wake)
-        else:
-            self.queue.binding(spec.key)
+            return Outcome(code=Code.UNSCHEDULABLE, message=message, pods=pods, each_pod=True, wake=wake)
+        job = BindJob(spec.key, tuple((a.pod, a.node) for a in placed.assignments), spec.created)
+        return Outcome(
+            code=Code.SCHEDULED,
+            message=f"{len(placed.assignments)} pod(s) placed",
+            job=job,
+            wake=wake,
+            extras_wait=bool(placed.unplaced),
+            placement_ms=placement_ms,
+        )
 
-    def _wait_for_unknown(
-        self, spec: GangSpec, unplaced: list[Member], wake: Wake, trial: GangRequest | None, shortfalls: list[Shortfall]
-    ) -> None:
+    def _unknown_members(
+        self, spec: GangSpec, pods: tuple[str, ...], wake: Wake, trial: GangRequest | None, shortfalls: list[Shortfall]
+    ) -> Outcome:
         """Parts of the gang have no member yet, so no room can be held for them: the gang waits, holding
         nothing. What exists is placed on trial (not kept), so that a gang that would not fit anyway says
         so, and cluster-autoscaler only hears ``Unschedulable`` when more room would help."""
         absent = describe(shortfalls)
         if trial is not None:
-            outcome = self.placer(self.state.snapshot, trial, max_tries=self.settings.placement.max_domain_tries)
-            if isinstance(outcome, Infeasible):
-                message = f"{outcome.message} It also waits for members that do not exist yet: {absent}.{_gated(spec)}"
-                self._fail(spec, unplaced, wake, UNSCHEDULABLE, message)
-                return
-        self.metrics.attempts.labels("waiting").inc()
+            placed = self.placer(self.state.snapshot, trial, max_tries=self.settings.placement.max_domain_tries)
+            if isinstance(placed, Infeasible):
+                message = f"{placed.message} It also waits for members that do not exist yet: {absent}.{_gated(spec)}"
+                return Outcome(code=Code.UNSCHEDULABLE, message=message, pods=pods, each_pod=True, wake=wake)
         exists = " The members that exist fit now." if trial is not None else ""
         message = f"Gang {spec.key} waits for members that do not exist yet: {absent}.{exists}{_gated(spec)}"
-        log.info("waiting for members", gang=spec.key, missing=absent)
-        self._report_waiting(spec, message)
-        self.reporter.group(spec, scheduled=self._meets_minimum(spec.request), message=message)
-        self.queue.remove(spec.key)  # a member's arrival changes the gang, which brings it back
-
-    def _report_waiting(self, spec: GangSpec, message: str) -> None:
-        self.reporter.pending([m.key for m in spec.request.members()], GANG_WAITING, message)
-        for ref in spec.objects[:1]:
-            self.reporter.event(self.reporter.group_subject(ref), GANG_WAITING, message, type="Normal")
-        if not spec.objects:
-            self.reporter.event(self.reporter.pod_subject(spec.pods[0]), GANG_WAITING, message, type="Normal")
+        return Outcome(code=Code.WAIT, message=message, pods=spec.pods)
 
     def _pinned(self, request: GangRequest) -> GangRequest:
         """The request with every member that is bound or assumed pinned to its node."""
         if request.is_leaf:
-            members = tuple(
-                Member(key=member.key, shape=member.shape, node=self.state.placed_node(member.key))
-                for member in request.pods
-            )
-            return GangRequest(
-                key=request.key,
-                pods=members,
-                min_pods=request.min_pods,
-                required=request.required,
-                preferred=request.preferred,
-            )
-        return GangRequest(
-            key=request.key,
-            children=tuple(self._pinned(child) for child in request.children),
-            min_pods=request.min_pods,
-            min_children=request.min_children,
-            required=request.required,
-            preferred=request.preferred,
-        )
+            members = tuple(replace(member, node=self.state.placed_node(member.key)) for member in request.pods)
+            return replace(request, pods=members)
+        return replace(request, children=tuple(self._pinned(child) for child in request.children))
 
     def _allocatable(self) -> dict[str, int]:
         snapshot = self.state.snapshot
@@ -330,142 +291,120 @@ class Scheduler:
 
     # -- permit -------------------------------------------------------------------------------
 
-    def _hold(self, spec: GangSpec, placeholders: dict[str, Placeholder]) -> None:
-        reservation = self.permit.hold(spec, placeholders)
-        self.metrics.attempts.labels("waiting").inc()
-        self._report_waiting(spec, self._holding(spec, reservation))
-        self.queue.remove(spec.key)  # a member's arrival changes the gang, which brings it back
-
-    def _holding(self, spec: GangSpec, reservation: Reservation) -> str:
-        return (
+    def _holding(self, spec: GangSpec, reservation: Reservation) -> Outcome:
+        message = (
             f"Gang {spec.key} holds room for {_absent(spec, reservation.missing)}; it binds when they arrive, or "
             f"releases the room in {reservation.deadline - self.clock.monotonic():.0f}s.{_gated(spec)}"
         )
+        return Outcome(code=Code.WAIT, message=message, pods=spec.pods)
 
-    def _fill(self, spec: GangSpec, reservation: Reservation) -> bool:
-        """Give arrived members their placeholders' places; False if they do not match (start over)."""
+    def _arrivals(self, spec: GangSpec) -> Outcome | None:
+        """Members that arrived take their placeholders' places; None when they do not match (start over)."""
         leaf_of = {member.key: leaf.key for leaf in spec.request.walk() if leaf.is_leaf for member in leaf.pods}
-        # Arrivals take the room in the order placement filled it (reversed, to pop from the end).
-        slots: dict[tuple[str, PodShape], list[str]] = {}
-        for key, held in reversed(reservation.placeholders.items()):
-            slots.setdefault((held.leaf, held.shape), []).append(key)
-        left = {key: held.count for key, held in reservation.placeholders.items()}
-        moves: list[tuple[str, Member]] = []
-        for member in self._unplaced(spec):
-            keys = slots.get((leaf_of.get(member.key, ""), member.shape), [])
-            while keys and not left[keys[-1]]:
-                keys.pop()
-            if not keys:
-                return False
-            left[keys[-1]] -= 1
-            moves.append((keys[-1], member))
-        for key, member in moves:
-            held = reservation.placeholders[key]
-            if held.count > 1:
-                held = reservation.placeholders[key] = replace(held, count=held.count - 1)
-                self.state.hold(spec.key, key, held.node, held.shape, held.requests)
+        arrivals = [(member.key, leaf_of.get(member.key, ""), member.shape) for member in self._unplaced(spec)]
+        moves = self.permit.arrive(spec.key, arrivals)
+        if moves is None:
+            return None
+        for move in moves:
+            if move.left is not None:
+                self.state.hold(spec.key, move.placeholder, move.node, move.left.shape, move.left.requests)
             else:
-                del reservation.placeholders[key]
-                self.state.unreserve(key)
-            self.state.reserve(spec.key, [Assignment(pod=member.key, node=held.node, shape=member.shape)])
+                self.state.unreserve(move.placeholder)
+            self.state.reserve(spec.key, [Assignment(pod=move.member, node=move.node, shape=move.shape)])
+        reservation = self.permit.reservation(spec.key)
         if reservation.placeholders:
             # Still waiting; what it waits for may have changed (a member arrived, a pod got or lost gates).
-            self._report_waiting(spec, self._holding(spec, reservation))
-            self.queue.remove(spec.key)
-            return True
-        self.permit.release(spec.key)
-        assumed = [
-            (m.key, self.state.assumed[m.key].node) for m in spec.request.members() if m.key in self.state.assumed
-        ]
-        self.metrics.attempts.labels("scheduled").inc()
-        log.info("permitted", gang=spec.key, pods=len(assumed))
-        self.binder.submit(BindJob(spec.key, tuple(assumed), spec.created))
-        self.reporter.group(spec, scheduled=True, message="all members placed")
-        self.queue.binding(spec.key)
-        return True
+            return self._holding(spec, reservation)
+        self.permit.release(spec.key)  # complete: it held nothing more
+        placed = tuple(
+            (pod, node)
+            for pod in spec.pods
+            if self.state.bound_node(pod) is None and (node := self.state.placed_node(pod)) is not None
+        )
+        log.info("permitted", gang=spec.key, pods=len(placed))
+        return Outcome(code=Code.SCHEDULED, message="all members placed", job=BindJob(spec.key, placed, spec.created))
 
     def _timeout(self, reservation: Reservation) -> None:
         key = reservation.gang
         missing = reservation.missing
         self._release(key)
         spec = self.state.index.get(key)
-        message = (
-            f"Gang {key} timed out waiting for {missing} of its members to be created; the room it held is "
-            "released and it will be tried again."
-        )
         log.info("gang timed out", gang=key, missing=missing)
         if isinstance(spec, GangSpec):
-            self.reporter.pending([m.key for m in spec.request.members()], UNSCHEDULABLE, message)
-            subject = (
-                self.reporter.group_subject(spec.objects[0])
-                if spec.objects
-                else self.reporter.pod_subject(spec.pods[0])
+            message = (
+                f"Gang {key} timed out waiting for {missing} of its members to be created; the room it held is "
+                "released and it will be tried again."
             )
-            self.reporter.event(subject, "GangTimeout", message)
             self.queue.add(key, spec.priority, spec.created)
-            self.queue.failed(key, Wake(nodes=True))
+            outcome = Outcome(
+                code=Code.UNSCHEDULABLE,
+                message=message,
+                pods=spec.pods,
+                reason=Reason.GANG_TIMEOUT,
+                wake=Wake(nodes=True),
+            )
+            self._record(spec, outcome)
 
     def _release(self, key: GangKey) -> None:
         """Drop a gang's reservation and whatever it assumed that is not bound."""
-        reservation = self.permit.release(key)
-        if reservation is not None:
-            for placeholder in reservation.placeholders:
-                self.state.unreserve(placeholder)
-        for pod, assumption in list(self.state.assumed.items()):
-            if assumption.gang == key and assumption.deadline is None:
-                self.state.unreserve(pod)
+        for placeholder in self.permit.release(key):
+            self.state.unreserve(placeholder)
+        self.state.release_gang(key)
 
-    # -- reporting ----------------------------------------------------------------------------
+    # -- recording ------------------------------------------------------------------------------
 
-    def _fail(
-        self,
-        spec: GangSpec,
-        unplaced: list[Member],
-        wake: Wake,
-        reason: str,
-        message: str,
-        *,
-        placement_ms: float = 0.0,
-    ) -> None:
-        self.metrics.attempts.labels("unschedulable").inc()
-        backoff = self.queue.failed(spec.key, wake)
-        log.info(
-            "unschedulable",
-            gang=spec.key,
-            pods=len(unplaced),
-            backoff_s=round(backoff, 2),
-            reason=message,
-            placement_ms=placement_ms,
-        )
-        pods = [member.key for member in unplaced if not is_placeholder(member.key)]
-        self.reporter.pending(pods, reason, message)
-        for pod in pods:
-            self.reporter.event(self.reporter.pod_subject(pod), "FailedScheduling", message)
-        for ref in spec.objects[:1]:
-            self.reporter.event(self.reporter.group_subject(ref), "FailedScheduling", message)
-        self.reporter.group(spec, scheduled=self._meets_minimum(spec.request), message=message)
+    def _record(self, gang: GangSpec | GangError, outcome: Outcome) -> None:
+        """The one place a decision leaves the cycle: the queue, metrics, the log, conditions, Events and
+        group status (upstream's FailureHandler, and what follows a successful cycle)."""
+        key = gang.key
+        objects = gang.objects if isinstance(gang, GangSpec) else (gang.subject,)
+        pods = outcome.pods
+        code = outcome.code
+        self.metrics.attempts.labels(code.value if code is not Code.UNRESOLVABLE else "unschedulable").inc()
+        if code is Code.SCHEDULED:
+            assert isinstance(gang, GangSpec) and outcome.job is not None
+            self.binder.submit(outcome.job)
+            self.reporter.group(gang, scheduled=True, message=outcome.message)
+            if outcome.extras_wait:  # extras that did not fit wait, inside the gang's domains, for room
+                self.queue.failed(key, outcome.wake)
+            else:
+                self.queue.binding(key)
+            return
+        if code in (Code.WAIT, Code.INVALID):
+            self.queue.remove(key)  # a change of the gang (a member arrives, an object is fixed) brings it back
+            if code is Code.WAIT:
+                log.info("waiting for members", gang=key, why=outcome.message)
+            condition = GANG_WAITING if code is Code.WAIT else SCHEDULER_ERROR
+            event_type = "Normal" if code is Code.WAIT else "Warning"
+        else:
+            wake = outcome.wake if code is Code.UNSCHEDULABLE else Wake(nodes=True)
+            backoff = self.queue.failed(key, wake)
+            log.info(
+                "unschedulable",
+                gang=key,
+                pods=len(pods),
+                backoff_s=round(backoff, 2),
+                reason=outcome.message,
+                placement_ms=outcome.placement_ms,
+            )
+            condition, event_type = UNSCHEDULABLE, "Warning"
+        reason = outcome.reason or _REASONS[code]
+        self.reporter.pending(pods, condition, outcome.message)
+        if outcome.each_pod:
+            for pod in pods:
+                self.reporter.event(self.reporter.pod_subject(pod), reason, outcome.message, type=event_type)
+            subjects = [self.reporter.group_subject(ref) for ref in objects[:1] if ref.kind != "Pod"]
+        else:
+            subjects = [self.reporter.gang([ref for ref in objects if ref.kind != "Pod"], pods)]
+        for subject in subjects:
+            self.reporter.event(subject, reason, outcome.message, type=event_type)
+        if isinstance(gang, GangSpec):
+            self.reporter.group(gang, scheduled=self._meets_minimum(gang.request), message=outcome.message)
 
     def _meets_minimum(self, part: GangRequest) -> bool:
         """Whether the members already bound or assumed satisfy every minimum of ``part``."""
         placed = {member.key for member in part.members() if self.state.placed_node(member.key) is not None}
         return part.satisfied_by(placed)
-
-    def _report_problem(self, error: GangError) -> None:
-        waiting = error.problem is Problem.WAITING
-        self.metrics.attempts.labels("waiting" if waiting else "invalid").inc()
-        reason = GANG_WAITING if waiting else "InvalidGang"
-        self.reporter.pending(error.pods, GANG_WAITING if waiting else SCHEDULER_ERROR, error.message)
-        for pod in error.pods:
-            self.reporter.event(
-                self.reporter.pod_subject(pod), reason, error.message, type="Normal" if waiting else "Warning"
-            )
-        if error.subject.kind != "Pod":
-            self.reporter.event(
-                self.reporter.group_subject(error.subject),
-                reason,
-                error.message,
-                type="Normal" if waiting else "Warning",
-            )
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -508,3 +447,18 @@ def _gated(spec: GangSpec) -> str:
         return ""
     total = sum(1 for _ in spec.request.members()) + spec.gated
     return f" {spec.gated} of {total} members are held by scheduling gates: {', '.join(spec.gates)}."
+
+
+#: The Event reason of each code, unless the outcome names another.
+_REASONS = {
+    Code.WAIT: Reason.GANG_WAITING,
+    Code.INVALID: Reason.INVALID_GANG,
+    Code.UNSCHEDULABLE: Reason.FAILED_SCHEDULING,
+    Code.UNRESOLVABLE: Reason.FAILED_SCHEDULING,
+}
+
+
+def _problem(error: GangError) -> Outcome:
+    """A gang that cannot be compiled: it waits for an object, or must be fixed."""
+    code = Code.WAIT if error.problem is Problem.WAITING else Code.INVALID
+    return Outcome(code=code, message=error.message, pods=error.pods, each_pod=True)

@@ -7,6 +7,10 @@ taken. When a missing member arrives it takes a placeholder's place (same shape,
 none is missing, the gang is permitted and bound whole. If the gang's timeout (plus a jitter drawn
 once per attempt) passes first, everything it held is released and it goes back to the queue.
 
+Permit owns the reservations and answers with values: which placeholder each arrival takes
+(:meth:`Permit.arrive`), which keys a released gang held (:meth:`Permit.release`). The scheduling cycle
+applies those answers to ClusterState, the one place capacity is counted.
+
 Placeholders may hold at most ``permit.maxReservedShare`` of the cluster's allocatable (per
 resource): waiting gangs cannot take the whole cluster and starve or deadlock each other.
 """
@@ -14,13 +18,13 @@ resource): waiting gangs cannot take the whole cluster and starve or deadlock ea
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from scheduler.clock import Clock
 from scheduler.gangs import GangKey, GangSpec
 from scheduler.settings import PermitSettings
-from topology import GangRequest, PodShape
+from topology import GangRequest, HeldRoom, PodShape
 
 PLACEHOLDER = "~placeholder"
 
@@ -77,6 +81,18 @@ class Placeholder:
         return {name: amount * self.count for name, amount in self.shape.requests}
 
 
+@dataclass(frozen=True, slots=True)
+class Move:
+    """A member that arrived takes a placeholder's place on ``node``; ``left`` is what remains of the
+    placeholder (None when the member took its last count)."""
+
+    placeholder: str
+    member: str
+    node: str
+    shape: PodShape
+    left: Placeholder | None
+
+
 @dataclass(slots=True)
 class Reservation:
     """Room a waiting gang holds: placeholders by key, until ``deadline``."""
@@ -98,20 +114,71 @@ class Permit:
         self.rng = rng or random.Random(0)
         self.waiting: dict[GangKey, Reservation] = {}
 
-    def hold(self, spec: GangSpec, placeholders: dict[str, Placeholder]) -> Reservation:
-        """Start a reservation; the deadline is the gang's timeout plus a jitter drawn now."""
+    def hold(self, spec: GangSpec, rooms: Iterable[HeldRoom]) -> Reservation:
+        """Start a reservation for the room placement held (one placeholder per leaf and node); the
+        deadline is the gang's timeout plus a jitter drawn now."""
+        placeholders: dict[str, Placeholder] = {}
+        for room in rooms:
+            key = placeholder_key(spec.key, room.part, room.node)
+            count = room.count + (placeholders[key].count if key in placeholders else 0)
+            placeholders[key] = Placeholder(room.part, room.node, room.shape, count)
         timeout = spec.timeout.seconds + self.rng.uniform(0, spec.timeout.jitter_seconds)
         reservation = Reservation(
             gang=spec.key,
             deadline=self.clock.monotonic() + timeout,
             missing_at_start=sum(placeholder.count for placeholder in placeholders.values()),
-            placeholders=dict(placeholders),
+            placeholders=placeholders,
         )
         self.waiting[spec.key] = reservation
         return reservation
 
-    def release(self, gang: GangKey) -> Reservation | None:
-        return self.waiting.pop(gang, None)
+    def __len__(self) -> int:
+        return len(self.waiting)
+
+    def holds(self, gang: GangKey) -> bool:
+        """Whether the gang holds a reservation (it waits for members)."""
+        return gang in self.waiting
+
+    def reservation(self, gang: GangKey) -> Reservation:
+        return self.waiting[gang]
+
+    def arrive(self, gang: GangKey, arrivals: Iterable[tuple[str, str, PodShape]]) -> list[Move] | None:
+        """Members that arrived, as (pod, leaf, shape), each take a placeholder of their leaf and shape, in
+        the order placement filled them. None, changing nothing, when one of them matches none: the
+        gang is not what the reservation was made for, and must be placed again."""
+        reservation = self.waiting[gang]
+        slots: dict[tuple[str, PodShape], list[str]] = {}
+        for key, held in reversed(reservation.placeholders.items()):  # reversed: taken from the end
+            slots.setdefault((held.leaf, held.shape), []).append(key)
+        left = {key: held.count for key, held in reservation.placeholders.items()}
+        taken: list[tuple[str, str, PodShape]] = []
+        for pod, leaf, shape in arrivals:
+            keys = slots.get((leaf, shape), [])
+            while keys and not left[keys[-1]]:
+                keys.pop()
+            if not keys:
+                return None
+            left[keys[-1]] -= 1
+            taken.append((keys[-1], pod, shape))
+        moves = []
+        for key, pod, shape in taken:
+            held = reservation.placeholders[key]
+            remaining = replace(held, count=held.count - 1) if held.count > 1 else None
+            if remaining is None:
+                del reservation.placeholders[key]
+            else:
+                reservation.placeholders[key] = remaining
+            moves.append(Move(placeholder=key, member=pod, node=held.node, shape=shape, left=remaining))
+        return moves
+
+    def release(self, gang: GangKey) -> list[str]:
+        """End a gang's reservation (complete, timed out or void); returns the placeholder keys it held."""
+        reservation = self.waiting.pop(gang, None)
+        return list(reservation.placeholders) if reservation is not None else []
+
+    def release_all(self) -> list[str]:
+        """End every reservation (on losing leadership); returns the placeholder keys they held."""
+        return [key for gang in list(self.waiting) for key in self.release(gang)]
 
     def held(self) -> dict[str, int]:
         """Requests held by placeholders of all waiting gangs, per resource."""

@@ -26,9 +26,10 @@ from __future__ import annotations
 import itertools
 import re
 import uuid
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 import anyio
@@ -48,6 +49,19 @@ log = structlog.get_logger("phalanx.reporting")
 
 UNSCHEDULABLE = "Unschedulable"
 SCHEDULER_ERROR = "SchedulerError"
+
+
+class Reason(StrEnum):
+    """Reasons of the Events Phalanx writes (what ``kubectl get events`` shows in its REASON column)."""
+
+    SCHEDULED = "Scheduled"  # Normal, on each pod bound (kube-scheduler's word)
+    FAILED_SCHEDULING = "FailedScheduling"  # Warning: no room now (kube-scheduler's word)
+    GANG_WAITING = "GangWaiting"  # Normal: the gang waits for members (not created, or gated)
+    GANG_TIMEOUT = "GangTimeout"  # Warning: it waited for members longer than its timeout; its room is released
+    INVALID_GANG = "InvalidGang"  # Warning: the gang's definition must be fixed
+    FAILED_BINDING = "FailedBinding"  # Warning: the API server refused a bind
+
+
 #: What the API server accepts in an Event (events.k8s.io/v1 validation): the note in bytes, the others in characters.
 _NOTE_BYTES = 1024
 _FIELD_LIMIT = 128
@@ -195,6 +209,12 @@ class Reporter:
         namespace, name = pod.split("/", 1)
         return Subject("v1", "Pod", namespace, name, uid)
 
+    def gang(self, objects: Sequence[ObjectRef], pods: Sequence[str]) -> Subject | None:
+        """What an Event about a whole gang is about: its (root) group object, else its first pod."""
+        if objects:
+            return self.group_subject(objects[0])
+        return self.pod_subject(pods[0]) if pods else None
+
     def group_subject(self, ref: ObjectRef) -> Subject | None:
         group = self.state.index.group(ref)
         if group is None:
@@ -207,7 +227,7 @@ class Reporter:
         self._written.pop(pod, None)
         self.event(
             self.pod_subject(pod),
-            "Scheduled",
+            Reason.SCHEDULED,
             f"Successfully assigned {pod} to {node}",
             type="Normal",
             action="Binding",

@@ -1,0 +1,53 @@
+"""What one scheduling cycle decided about one gang, as a value (kube-scheduler's ``ScheduleResult`` and
+``Status``, for gangs).
+
+The cycle computes an :class:`Outcome`; one place (``Scheduler._record``) turns it into everything
+outside the cycle: the queue's next move, metrics, the log, pod conditions, Events and group status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from scheduler.binding import BindJob
+from scheduler.queue import Wake
+from scheduler.reporting import Reason
+
+
+class Code(Enum):
+    """The kind of decision, and with it what the queue does with the gang."""
+
+    #: Placed: handed to the binder. The queue keeps it aside until its binding shows up as a change of
+    #: the gang; if extras did not fit, it backs off and is tried again for them.
+    SCHEDULED = "scheduled"
+    #: Waits for members (not created yet, or gated), holding room for them or not: out of the queue
+    #: until the gang changes (a member arrives) or its reservation times out.
+    WAIT = "waiting"
+    #: No room now: backs off, and is woken early by room freed for one of its shapes or a node change.
+    UNSCHEDULABLE = "unschedulable"
+    #: No room could ever come from pods finishing (more than the whole cluster holds, a label no node
+    #: carries): backs off, and only a change of nodes wakes it early.
+    UNRESOLVABLE = "unresolvable"
+    #: Its definition must be fixed: out of the queue until one of its objects changes.
+    INVALID = "invalid"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    code: Code
+    #: What the pods' ``PodScheduled=False`` condition and the Events say (unused when scheduled).
+    message: str = ""
+    #: The pods the decision is about (their condition says ``message``); empty for SCHEDULED.
+    pods: tuple[str, ...] = ()
+    #: The Event's reason, when not the code's own (a timed-out reservation says GangTimeout).
+    reason: Reason | None = None
+    #: The Event goes on each of ``pods`` too, not only on the gang's group object (or first pod).
+    each_pod: bool = False
+    #: What may wake an UNSCHEDULABLE gang early (shapes that need room, how many pods).
+    wake: Wake = field(default_factory=Wake)
+    #: SCHEDULED: the pods to bind and where.
+    job: BindJob | None = None
+    #: SCHEDULED with extras left over: the gang is tried again for them.
+    extras_wait: bool = False
+    placement_ms: float = 0.0
