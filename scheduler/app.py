@@ -28,12 +28,13 @@ from scheduler.clock import Clock, SystemClock
 from scheduler.cycle import Scheduler
 from scheduler.errors import PortError
 from scheduler.gangs import GangKey
+from scheduler.gangs.sources import SOURCES
 from scheduler.health import HealthServer
 from scheduler.informers import Informer
 from scheduler.leader import LeaderElector
 from scheduler.metrics import Metrics
 from scheduler.permit import Permit
-from scheduler.port import NODES, PODS, PRIORITY_CLASSES, ApiResource, ClusterPort
+from scheduler.port import NODES, PODS, ApiResource, ClusterPort
 from scheduler.queue import GangQueue
 from scheduler.ratelimit import TokenBucket
 from scheduler.reporting import Reporter
@@ -42,19 +43,10 @@ from scheduler.settings import Settings
 log = structlog.get_logger("phalanx.app")
 
 #: Group-object resources Phalanx can read, most preferred version first within each (group, plural).
-OPTIONAL: tuple[tuple[ApiResource, ...], ...] = (
-    (PRIORITY_CLASSES,),
-    (ApiResource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup"),),
-    (ApiResource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup"),),
-    tuple(ApiResource("scheduling.k8s.io", v, "podgroups", "PodGroup") for v in ("v1beta1", "v1alpha3", "v1alpha2")),
-    tuple(
-        ApiResource("scheduling.k8s.io", v, "workloads", "Workload")
-        for v in ("v1beta1", "v1alpha3", "v1alpha2", "v1alpha1")
-    ),
-    tuple(
-        ApiResource("scheduling.k8s.io", v, "compositepodgroups", "CompositePodGroup") for v in ("v1beta1", "v1alpha3")
-    ),
-    (ApiResource("scheduling.phalanx.dev", "v1alpha1", "compositepodgroups", "CompositePodGroup"),),
+#: The gang sources' APIs, each as its candidate versions in order of preference (from the sources' table).
+OPTIONAL: tuple[tuple[ApiResource, ...], ...] = tuple(
+    tuple(ApiResource(api.group, version, api.plural, api.kind, namespaced=api.namespaced) for version in api.versions)
+    for api in SOURCES
 )
 
 

@@ -40,6 +40,8 @@ from scheduler.cache import ClusterState
 from scheduler.clock import Clock
 from scheduler.errors import Conflict, NotFound, PortError
 from scheduler.gangs import GangSpec, ObjectRef
+from scheduler.gangs.groups import GroupStatus
+from scheduler.gangs.sources import source_api
 from scheduler.metrics import Metrics
 from scheduler.port import EVENTS, PODS, ApiResource, ClusterPort
 from scheduler.ratelimit import TokenBucket
@@ -74,9 +76,6 @@ class _Dropped:
 
 
 _DROPPED = _Dropped()
-#: Group objects whose published CRD keeps status in the object, with no status subresource. Other kinds
-#: without the subresource have no status at all (the upstream Workload): nothing is written to them.
-_STATUS_IN_OBJECT = frozenset({("scheduling.volcano.sh", "PodGroup")})
 
 
 def micro_time(seconds: float) -> str:
@@ -160,9 +159,12 @@ class Reporter:
         ``/status`` or through the object itself."""
         for resource in resources:
             where = (resource.group, resource.kind)
-            if resource.status_subresource or where in _STATUS_IN_OBJECT:
+            api = source_api(*where)
+            if api is None or api.status is None:
+                continue  # not a group object, or one without a status Phalanx writes (the upstream Workload)
+            if resource.status_subresource or api.status_in_object:
                 self._resources[where] = resource
-            if not resource.status_subresource and where in _STATUS_IN_OBJECT:
+            if not resource.status_subresource and api.status_in_object:
                 log.info(
                     "the CRD has no status subresource; its status is written through the object itself",
                     resource=str(resource),
@@ -406,53 +408,18 @@ class Reporter:
 
     def _group_status(self, ref: ObjectRef, raw: Any, scheduled: bool, message: str) -> dict[str, Any]:
         """The status patch in the object's own vocabulary, in the fields its published CRD has."""
-        now = rfc3339(self.clock.wall())
+        api = source_api(ref.group, ref.kind)
+        assert api is not None and api.status is not None, ref
         status = (raw.get("status") or {}) if isinstance(raw, dict) else {}
-        current = status.get("conditions") or []
-        if ref.group == "scheduling.x-k8s.io":
-            # scheduler-plugins' PodGroupStatus: phase and scheduleStartTime are the scheduler's to write;
-            # running/succeeded/failed are counted from pod phases by its controller.
-            written: dict[str, Any] = {"phase": "Scheduled" if scheduled else "Pending"}
-            if not status.get("scheduleStartTime"):
-                written["scheduleStartTime"] = now
-            return {"status": written}
-        if ref.group == "scheduling.volcano.sh":
-            return _volcano_status(current, scheduled, message, now, self.identity)
         generation = int((raw.get("metadata") or {}).get("generation", 1)) if isinstance(raw, dict) else 1
-        return _upstream_status(ref, current, scheduled, message, now=now, generation=generation)
-
-
-def _volcano_status(current: list[Any], scheduled: bool, message: str, now: str, identity: str) -> dict[str, Any]:
-    """Volcano's phase and its ``Scheduled`` / ``Unschedulable`` conditions."""
-    condition = {
-        "type": "Scheduled" if scheduled else "Unschedulable",
-        "status": "True",
-        "transitionID": identity,
-        "lastTransitionTime": now,
-        "reason": "Scheduled" if scheduled else "NotEnoughResources",
-        "message": message,
-    }
-    others = [c for c in current if c.get("type") not in ("Scheduled", "Unschedulable")]
-    return {"status": {"phase": "Running" if scheduled else "Pending", "conditions": [*others, condition]}}
-
-
-def _upstream_status(
-    ref: ObjectRef, current: list[Any], scheduled: bool, message: str, *, now: str, generation: int
-) -> dict[str, Any]:
-    """``PodGroupInitiallyScheduled`` (or the composite's), terminal once True; ``Scheduled`` for Phalanx's own."""
-    kind = {
-        ("scheduling.k8s.io", "PodGroup"): "PodGroupInitiallyScheduled",
-        ("scheduling.k8s.io", "CompositePodGroup"): "CompositePodGroupInitiallyScheduled",
-    }.get((ref.group, ref.kind), "Scheduled")
-    previous = next((c for c in current if c.get("type") == kind), None)
-    if previous is not None and previous.get("status") == "True" and kind.endswith("InitiallyScheduled"):
-        return {"status": {"conditions": current}}
-    condition = {
-        "type": kind,
-        "status": "True" if scheduled else "False",
-        "reason": "Scheduled" if scheduled else UNSCHEDULABLE,
-        "message": message,
-        "lastTransitionTime": now,
-        "observedGeneration": generation,
-    }
-    return {"status": {"conditions": [*(c for c in current if c.get("type") != kind), condition]}}
+        return api.status(
+            GroupStatus(
+                ref=ref,
+                current=status if isinstance(status, Mapping) else {},
+                generation=generation,
+                scheduled=scheduled,
+                message=message,
+                now=rfc3339(self.clock.wall()),
+                identity=self.identity,
+            )
+        )

@@ -9,10 +9,11 @@ bounds how long a partial gang may hold a reservation (never above the configure
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from scheduler.gangs.common import Context, Part, annotated, member_topology, topology
 from scheduler.gangs.fields import SpecProblem, integer
-from scheduler.gangs.groups import GroupObject
+from scheduler.gangs.groups import GroupObject, GroupStatus
 from scheduler.gangs.pods import PodInfo
 from topology import GangRequest, QuantityError
 from topology.resources import resource_list
@@ -43,3 +44,12 @@ def compile_scheduler_plugins(group: GroupObject, pods: Sequence[PodInfo], conte
         timeout=context.timeout(None if timeout is None else float(timeout)),
         min_resources=min_resources,
     )
+
+
+def status_patch(status: GroupStatus) -> dict[str, Any]:
+    """scheduler-plugins' PodGroupStatus: ``phase`` and ``scheduleStartTime`` are the scheduler's to write;
+    running/succeeded/failed are counted from pod phases by its controller."""
+    written: dict[str, Any] = {"phase": "Scheduled" if status.scheduled else "Pending"}
+    if not status.current.get("scheduleStartTime"):
+        written["scheduleStartTime"] = status.now
+    return {"status": written}

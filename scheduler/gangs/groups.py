@@ -1,7 +1,7 @@
-"""Group objects of every gang source, recognised by API group and version, never by kind alone.
+"""Group objects of every gang source, as the index keeps them.
 
-Five unrelated CRDs are called ``PodGroup``; the table below is the only place that decides what an
-object is. Objects of any other group or version are not gang sources and are ignored.
+What an object *is* (five unrelated CRDs are called ``PodGroup``) is decided by API group and version
+in one table, ``sources.SOURCES``; this module reads an object once it is known to be a gang source's.
 
 Each object's place in a hierarchy (its parent composite) is read once, here, when it arrives:
 
@@ -23,9 +23,7 @@ from scheduler.gangs.model import ObjectRef, Source
 from scheduler.gangs.pods import (
     PARENT_ANNOTATION,
     PHALANX_GROUP,
-    SCHEDULER_PLUGINS_GROUP,
     UPSTREAM_GROUP,
-    VOLCANO_GROUP,
 )
 
 
@@ -40,32 +38,6 @@ class Role(Enum):
 class Kind:
     role: Role
     source: Source | None
-
-
-KINDS: dict[tuple[str, str, str], Kind] = {
-    (SCHEDULER_PLUGINS_GROUP, "v1alpha1", "PodGroup"): Kind(Role.LEAF, Source.SCHEDULER_PLUGINS),
-    (VOLCANO_GROUP, "v1beta1", "PodGroup"): Kind(Role.LEAF, Source.VOLCANO),
-    (UPSTREAM_GROUP, "v1alpha2", "PodGroup"): Kind(Role.LEAF, Source.PODGROUP),
-    (UPSTREAM_GROUP, "v1alpha3", "PodGroup"): Kind(Role.LEAF, Source.PODGROUP),
-    (UPSTREAM_GROUP, "v1beta1", "PodGroup"): Kind(Role.LEAF, Source.PODGROUP),
-    (UPSTREAM_GROUP, "v1alpha3", "CompositePodGroup"): Kind(Role.COMPOSITE, Source.COMPOSITE),
-    (UPSTREAM_GROUP, "v1beta1", "CompositePodGroup"): Kind(Role.COMPOSITE, Source.COMPOSITE),
-    (PHALANX_GROUP, "v1alpha1", "CompositePodGroup"): Kind(Role.COMPOSITE, Source.PHALANX),
-    (UPSTREAM_GROUP, "v1alpha1", "Workload"): Kind(Role.WORKLOAD, None),
-    (UPSTREAM_GROUP, "v1alpha2", "Workload"): Kind(Role.WORKLOAD, None),
-    (UPSTREAM_GROUP, "v1alpha3", "Workload"): Kind(Role.WORKLOAD, None),
-    (UPSTREAM_GROUP, "v1beta1", "Workload"): Kind(Role.WORKLOAD, None),
-    (UPSTREAM_GROUP, "v1", "PriorityClass"): Kind(Role.PRIORITY_CLASS, None),
-}
-
-#: The gang source (and key prefix) of a hierarchy, by the kind of object at its root.
-ROOT_SOURCE = {
-    (SCHEDULER_PLUGINS_GROUP, "PodGroup"): Source.SCHEDULER_PLUGINS,
-    (VOLCANO_GROUP, "PodGroup"): Source.VOLCANO,
-    (UPSTREAM_GROUP, "PodGroup"): Source.PODGROUP,
-    (UPSTREAM_GROUP, "CompositePodGroup"): Source.COMPOSITE,
-    (PHALANX_GROUP, "CompositePodGroup"): Source.PHALANX,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,32 +72,8 @@ def split_api_version(api_version: object) -> tuple[str, str] | None:
     return group, version
 
 
-def object_ref(raw: Mapping[str, Any]) -> tuple[ObjectRef, str, Kind] | None:
-    """The reference, version and kind of a raw object, or None when it is not a gang source's."""
-    split = split_api_version(raw.get("apiVersion"))
-    kind_name = raw.get("kind")
-    if split is None or not isinstance(kind_name, str):
-        return None
-    group, version = split
-    kind = KINDS.get((group, version, kind_name))
-    if kind is None:
-        return None
-    metadata = child(raw, "metadata")
-    name, namespace = child(metadata, "name"), child(metadata, "namespace")
-    if not isinstance(name, str) or not name:
-        return None
-    if kind.role is Role.PRIORITY_CLASS:
-        namespace = ""
-    elif not isinstance(namespace, str) or not namespace:
-        return None
-    return ObjectRef(group, kind_name, namespace, name), version, kind
-
-
-def read_group(raw: Mapping[str, Any]) -> GroupObject | None:
-    found = object_ref(raw)
-    if found is None:
-        return None
-    ref, version, kind = found
+def build_group(raw: Mapping[str, Any], ref: ObjectRef, version: str, kind: Kind) -> GroupObject:
+    """Read a group object that the sources' table has recognised as ``kind``."""
     metadata = child(raw, "metadata")
     annotations_raw = child(metadata, "annotations")
     annotations = (
@@ -148,6 +96,24 @@ def read_group(raw: Mapping[str, Any]) -> GroupObject | None:
         template=template,
         problem=problem,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """What a source's status patch is made from: the object's current status, and the decision."""
+
+    ref: ObjectRef
+    current: Mapping[str, Any]
+    generation: int
+    scheduled: bool
+    message: str
+    now: str  # RFC 3339
+    identity: str  # the scheduler instance (Volcano records it as the condition's transitionID)
+
+    @property
+    def conditions(self) -> list[Any]:
+        found = self.current.get("conditions")
+        return list(found) if isinstance(found, list) else []
 
 
 def _parent(

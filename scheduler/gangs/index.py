@@ -24,9 +24,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduler.gangs.common import Context, Part, earliest, member_topology, topology
-from scheduler.gangs.coscheduling import compile_scheduler_plugins
 from scheduler.gangs.fields import SpecProblem
-from scheduler.gangs.groups import ROOT_SOURCE, GroupObject, Role, read_group
+from scheduler.gangs.groups import GroupObject, Role
 from scheduler.gangs.model import (
     GangError,
     GangKey,
@@ -41,13 +40,8 @@ from scheduler.gangs.model import (
 from scheduler.gangs.pfn import compile_pfn
 from scheduler.gangs.pods import PodInfo, read_pod
 from scheduler.gangs.settings import GangSettings
-from scheduler.gangs.upstream import (
-    compile_podgroup,
-    compile_workload_gang,
-    composite_minimum,
-    composite_topology,
-)
-from scheduler.gangs.volcano import compile_volcano
+from scheduler.gangs.sources import ROOT_SOURCE, compiler, read_group
+from scheduler.gangs.upstream import compile_workload_gang, composite_minimum, composite_topology
 from topology import GangRequest
 
 #: Deepest hierarchy accepted, counting the group that holds the pods (upstream's WorkloadMaxTreeDepth).
@@ -529,12 +523,8 @@ class GangIndex:
         return _Built(part, objects)
 
     def _compile_leaf(self, group: GroupObject, pods: list[PodInfo]) -> Part:
-        source = group.kind.source
-        if source is Source.SCHEDULER_PLUGINS:
-            return compile_scheduler_plugins(group, pods, self._context)
-        if source is Source.VOLCANO:
-            return compile_volcano(group, pods, self._context)
-        return compile_podgroup(group, pods, self._context, self._groups)
+        assert group.kind.source is not None
+        return compiler(group.kind.source)(group, pods, self._context, self._groups)
 
     def _referrer(self, missing_ref: ObjectRef) -> ObjectRef:
         """Who points at a missing object: a member pod or a child object (for the Event's subject)."""

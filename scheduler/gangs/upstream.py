@@ -20,9 +20,9 @@ from typing import Any
 
 from scheduler.gangs.common import Context, Part, Placement, annotated, member_topology, topology
 from scheduler.gangs.fields import SpecProblem, child, integer, items, missing
-from scheduler.gangs.groups import GroupObject
+from scheduler.gangs.groups import GroupObject, GroupStatus
 from scheduler.gangs.model import ObjectRef
-from scheduler.gangs.pods import PodInfo
+from scheduler.gangs.pods import UPSTREAM_GROUP, PodInfo
 from topology import GangRequest
 
 
@@ -167,3 +167,28 @@ def _check_template(group: GroupObject, workloads: Mapping[ObjectRef, GroupObjec
             group.template,
             f"{workload.ref} has no template of that name (it has: {', '.join(sorted(names)) or 'none'})",
         )
+
+
+#: The condition each upstream kind keeps (terminal once True); Phalanx's own composite keeps ``Scheduled``.
+_CONDITIONS = {
+    (UPSTREAM_GROUP, "PodGroup"): "PodGroupInitiallyScheduled",
+    (UPSTREAM_GROUP, "CompositePodGroup"): "CompositePodGroupInitiallyScheduled",
+}
+
+
+def status_patch(status: GroupStatus) -> dict[str, Any]:
+    """``PodGroupInitiallyScheduled`` (or the composite's), terminal once True; ``Scheduled`` for Phalanx's own."""
+    ref, current = status.ref, status.conditions
+    kind = _CONDITIONS.get((ref.group, ref.kind), "Scheduled")
+    previous = next((c for c in current if c.get("type") == kind), None)
+    if previous is not None and previous.get("status") == "True" and kind.endswith("InitiallyScheduled"):
+        return {"status": {"conditions": current}}
+    condition = {
+        "type": kind,
+        "status": "True" if status.scheduled else "False",
+        "reason": "Scheduled" if status.scheduled else "Unschedulable",
+        "message": status.message,
+        "lastTransitionTime": status.now,
+        "observedGeneration": status.generation,
+    }
+    return {"status": {"conditions": [*(c for c in current if c.get("type") != kind), condition]}}

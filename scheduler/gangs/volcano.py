@@ -24,10 +24,11 @@ the tier ``highestTierAllowed`` (default 1); ``mode: soft`` prefers it and widen
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from scheduler.gangs.common import Context, Part, Placement, annotated, member_topology, topology
 from scheduler.gangs.fields import SpecProblem, child, integer, items, label_selector, mapping, missing, string
-from scheduler.gangs.groups import GroupObject
+from scheduler.gangs.groups import GroupObject, GroupStatus
 from scheduler.gangs.model import ObjectRef
 from scheduler.gangs.pods import VOLCANO_TASK_ANNOTATION, PodInfo
 from scheduler.gangs.settings import GangSettings
@@ -204,3 +205,18 @@ def network_topology(
         level = tiers[tier - 1]
     found = [Placement(level, f"{field} ({mode}, tier {tiers.index(level) + 1})")]
     return (found, []) if mode == "hard" else ([], found)
+
+
+def status_patch(status: GroupStatus) -> dict[str, Any]:
+    """Volcano's ``phase`` and its ``Scheduled`` / ``Unschedulable`` conditions (written through the object:
+    its published CRD has no status subresource)."""
+    condition = {
+        "type": "Scheduled" if status.scheduled else "Unschedulable",
+        "status": "True",
+        "transitionID": status.identity,
+        "lastTransitionTime": status.now,
+        "reason": "Scheduled" if status.scheduled else "NotEnoughResources",
+        "message": status.message,
+    }
+    others = [c for c in status.conditions if c.get("type") not in ("Scheduled", "Unschedulable")]
+    return {"status": {"phase": "Running" if status.scheduled else "Pending", "conditions": [*others, condition]}}

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.gangs import GangError, GangIndex, GangSettings, GangSpec
-from scheduler.gangs.groups import KINDS
+from scheduler.gangs.sources import KINDS
 from tests.gangs.support import LEVELS, PFN
 
 NAMES = st.sampled_from(["a", "b", "c", "g", "w"])
