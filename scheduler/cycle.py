@@ -21,7 +21,7 @@ of cycles, and yields.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -30,15 +30,15 @@ import numpy as np
 import structlog
 from anyio.abc import TaskStatus
 
-from scheduler.binding import Binder, BindJob
+from scheduler.binding import BindJob
 from scheduler.cache import ClusterState
 from scheduler.clock import Clock
-from scheduler.gangs import GangError, GangKey, GangSpec, Problem, beyond_cluster, min_resources_problem
+from scheduler.gangs import GangError, GangKey, GangSpec, ObjectRef, Problem, beyond_cluster, min_resources_problem
 from scheduler.metrics import Metrics
 from scheduler.outcome import Code, Outcome
 from scheduler.permit import Permit, Reservation, placeholder_requests, with_placeholders
 from scheduler.queue import GangQueue, Wake
-from scheduler.reporting import SCHEDULER_ERROR, UNSCHEDULABLE, Reason, Reporter
+from scheduler.reporting import SCHEDULER_ERROR, UNSCHEDULABLE, Reason, Subject
 from scheduler.settings import Settings
 from scheduler.waiting import Shortfall, describe, split_unknown
 from topology import Assignment, GangRequest, Infeasible, Member, Placement, PodShape, Snapshot, place
@@ -47,6 +47,30 @@ from topology.fit import pods_per_node, shape_fit
 log = structlog.get_logger("phalanx.cycle")
 
 GANG_WAITING = "GangWaiting"  # the PodScheduled condition's reason while a gang waits for members
+
+
+class JobSink(Protocol):
+    """Where placed gangs go to be bound (the binding cycle, ``binding.Binder``)."""
+
+    def submit(self, job: BindJob) -> None: ...
+
+
+class DecisionRecorder(Protocol):
+    """Where decisions go to be told (``reporting.Reporter``): recorded at once, written later."""
+
+    def pending(self, pods: Iterable[str], reason: str, message: str) -> None: ...
+
+    def event(
+        self, subject: Subject | None, reason: str, note: str, *, type: str = "Warning", action: str = "Scheduling"
+    ) -> None: ...
+
+    def pod_subject(self, pod: str) -> Subject | None: ...
+
+    def group_subject(self, ref: ObjectRef) -> Subject | None: ...
+
+    def gang(self, objects: Sequence[ObjectRef], pods: Sequence[str]) -> Subject | None: ...
+
+    def group(self, spec: GangSpec, *, scheduled: bool, message: str) -> None: ...
 
 
 class Placer(Protocol):
@@ -65,8 +89,8 @@ class Scheduler:
         state: ClusterState,
         queue: GangQueue,
         permit: Permit,
-        binder: Binder,
-        reporter: Reporter,
+        binder: JobSink,
+        reporter: DecisionRecorder,
         clock: Clock,
         metrics: Metrics,
         placer: Placer = place,

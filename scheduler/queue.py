@@ -26,8 +26,10 @@ import heapq
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import Enum
 
 from scheduler.clock import Clock
+from scheduler.gangs import GangKey
 from scheduler.settings import QueueSettings
 from topology import PodShape
 
@@ -36,7 +38,7 @@ from topology import PodShape
 JITTER = (0.75, 1.25)
 
 
-def order(priority: int, created: float, key: str) -> tuple[int, float, str]:
+def order(priority: int, created: float, key: GangKey) -> tuple[int, float, str]:
     """Higher priority first, then older first, then by key (deterministic)."""
     return -priority, created, key
 
@@ -50,15 +52,24 @@ class Wake:
     pods: int = 1  # members still to place: how much freed room the gang needs
 
 
+class State(Enum):
+    """Where a gang is in the queue."""
+
+    ACTIVE = "active"  # ready: in the active heap
+    POPPED = "popped"  # handed to a scheduling cycle
+    BINDING = "binding"  # placed and being bound: aside, but its failures still count
+    BACKOFF = "backoff"  # failed: waiting out its backoff, or an event that could help
+
+
 @dataclass(slots=True)
 class _Entry:
-    key: str
+    key: GangKey
     priority: int
     created: float
     attempts: int = 0
     until: float = 0.0
     wake: Wake = field(default_factory=Wake)
-    state: str = "active"  # active | popped (in a cycle) | binding | backoff
+    state: State = State.ACTIVE
     version: int = 0  # bumps on every move, so stale heap entries are skipped
 
 
@@ -68,9 +79,9 @@ class GangQueue:
         self.clock = clock
         self.rng = rng or random.Random(0)
         self._entries: dict[str, _Entry] = {}
-        self._active: list[tuple[tuple[int, float, str], int, str]] = []
-        self._backoff: list[tuple[float, int, str]] = []
-        self._by_shape: dict[PodShape, set[str]] = {}
+        self._active: list[tuple[tuple[int, float, str], int, GangKey]] = []
+        self._backoff: list[tuple[float, int, GangKey]] = []
+        self._by_shape: dict[PodShape, set[GangKey]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -78,7 +89,7 @@ class GangQueue:
     def __contains__(self, key: object) -> bool:
         return key in self._entries
 
-    def add(self, key: str, priority: int, created: float) -> None:
+    def add(self, key: GangKey, priority: int, created: float) -> None:
         """Make the gang ready now (new, or its definition changed). Keeps its failure count."""
         entry = self._entries.get(key)
         if entry is None:
@@ -86,26 +97,26 @@ class GangQueue:
         entry.priority, entry.created = priority, created
         self._activate(entry)
 
-    def remove(self, key: str) -> None:
+    def remove(self, key: GangKey) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
             self._unindex(entry)
 
-    def done(self, key: str) -> None:
+    def done(self, key: GangKey) -> None:
         """The gang needs nothing more (fully placed): forget it and its failures."""
         self.remove(key)
 
-    def binding(self, key: str) -> None:
+    def binding(self, key: GangKey) -> None:
         """The gang was placed and is being bound: out of the way, but known, so that a refused bind counts
         as one more failure (:meth:`failed`) and its backoff grows. Its binding shows up as a change of the
         gang, which ends this (:meth:`done`, or :meth:`add` when members were lost)."""
         entry = self._entries.get(key)
         if entry is not None:
             self._unindex(entry)
-            entry.state = "binding"
+            entry.state = State.BINDING
             entry.version += 1
 
-    def failed(self, key: str, wake: Wake) -> float:
+    def failed(self, key: GangKey, wake: Wake) -> float:
         """Back the gang off after a failed attempt; returns the backoff in seconds."""
         entry = self._entries.get(key)
         if entry is None:
@@ -115,25 +126,25 @@ class GangQueue:
         base = min(self.settings.initial_backoff_seconds * growth, self.settings.max_backoff_seconds)
         delay = min(base * self.rng.uniform(*JITTER), self.settings.max_backoff_seconds)
         self._unindex(entry)
-        entry.state, entry.until, entry.wake = "backoff", self.clock.monotonic() + delay, wake
+        entry.state, entry.until, entry.wake = State.BACKOFF, self.clock.monotonic() + delay, wake
         entry.version += 1
         heapq.heappush(self._backoff, (entry.until, entry.version, key))
         for shape in wake.shapes:
             self._by_shape.setdefault(shape, set()).add(key)
         return delay
 
-    def pop(self) -> str | None:
+    def pop(self) -> GangKey | None:
         """The best ready gang (removed from active; it stays known until done, failed or removed)."""
         self._expire_backoffs()
         while self._active:
             _, version, key = heapq.heappop(self._active)
             entry = self._entries.get(key)
-            if entry is not None and entry.version == version and entry.state == "active":
-                entry.state = "popped"
+            if entry is not None and entry.version == version and entry.state is State.ACTIVE:
+                entry.state = State.POPPED
                 return key
         return None
 
-    def retry_later(self, key: str) -> None:
+    def retry_later(self, key: GangKey) -> None:
         """Put a popped gang back in active without counting a failure (e.g. it must wait its turn)."""
         entry = self._entries.get(key)
         if entry is not None:
@@ -141,7 +152,7 @@ class GangQueue:
 
     def wake_nodes(self) -> int:
         """Nodes were added or changed: every gang waiting on nodes becomes ready. Returns how many."""
-        woken = [entry for entry in self._entries.values() if entry.state == "backoff" and entry.wake.nodes]
+        woken = [entry for entry in self._entries.values() if entry.state is State.BACKOFF and entry.wake.nodes]
         for entry in woken:
             self._activate(entry)
         return len(woken)
@@ -156,7 +167,7 @@ class GangQueue:
             if budget <= 0:
                 continue
             waiting = sorted(
-                (entry for entry in map(self._entries.get, keys) if entry is not None and entry.state == "backoff"),
+                (entry for entry in map(self._entries.get, keys) if entry is not None and entry.state is State.BACKOFF),
                 key=lambda entry: order(entry.priority, entry.created, entry.key),
             )
             beyond = False
@@ -178,7 +189,7 @@ class GangQueue:
         while self._backoff:
             until, version, key = self._backoff[0]
             entry = self._entries.get(key)
-            if entry is not None and entry.version == version and entry.state == "backoff":
+            if entry is not None and entry.version == version and entry.state is State.BACKOFF:
                 return until
             heapq.heappop(self._backoff)
         return None
@@ -186,7 +197,7 @@ class GangQueue:
     def depth(self) -> dict[str, int]:
         found = {"active": 0, "backoff": 0, "in_flight": 0}
         for entry in self._entries.values():
-            found["in_flight" if entry.state in ("popped", "binding") else entry.state] += 1
+            found["in_flight" if entry.state in (State.POPPED, State.BINDING) else entry.state.value] += 1
         return found
 
     def waiting_shapes(self) -> Iterable[PodShape]:
@@ -197,12 +208,12 @@ class GangQueue:
         while self._backoff and self._backoff[0][0] <= now:
             _, version, key = heapq.heappop(self._backoff)
             entry = self._entries.get(key)
-            if entry is not None and entry.version == version and entry.state == "backoff":
+            if entry is not None and entry.version == version and entry.state is State.BACKOFF:
                 self._activate(entry)
 
     def _activate(self, entry: _Entry) -> None:
         self._unindex(entry)
-        entry.state = "active"
+        entry.state = State.ACTIVE
         entry.version += 1
         heapq.heappush(self._active, (order(entry.priority, entry.created, entry.key), entry.version, entry.key))
 

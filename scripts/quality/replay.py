@@ -22,6 +22,7 @@ import heapq
 import math
 import os
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -29,15 +30,16 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.binding import BindJob
 from scheduler.cache import ClusterState
 from scheduler.clock import ManualClock
 from scheduler.cycle import Scheduler
+from scheduler.gangs import GangSpec, ObjectRef
 from scheduler.metrics import Metrics
 from scheduler.permit import Permit
 from scheduler.port import NODES, PODS, Change
 from scheduler.queue import GangQueue
-from scheduler.ratelimit import TokenBucket
-from scheduler.reporting import Reporter, rfc3339
+from scheduler.reporting import Subject, rfc3339
 from scheduler.settings import LeaderSettings, QueueSettings, Settings
 from scheduler.sim.builders import ClusterShape
 
@@ -102,8 +104,8 @@ def window(
             starts.append(start)
     if not starts:
         raise ValueError(f"no window of {days} days holds {MIN_LARGE_JOBS} jobs of 32+ GPUs")
-    start = float(rng.choice(starts))
-    first, last = np.searchsorted(times, [start, start + span])
+    begin = float(rng.choice(starts))
+    first, last = np.searchsorted(times, [begin, begin + span])
     chosen = trace[first:last]
     asked = sum(min(duration, MAX_DURATION) * count for _, duration, count in chosen)
     compressed = asked / (load * gpus)  # how long the window lasts once compressed, in seconds
@@ -112,7 +114,7 @@ def window(
     offset, horizon = 0.0, hours * 3600.0
     while offset < horizon:
         for submitted, duration, count in chosen:
-            arrival = offset + (submitted - start) * scale
+            arrival = offset + (submitted - begin) * scale
             if arrival >= horizon:
                 break
             jobs.append(Job(f"j{len(jobs):06d}", arrival, max(1.0, min(duration, MAX_DURATION)), count))
@@ -124,15 +126,38 @@ class _ImmediateBinder:
     """Stands for the binding cycle: a permitted gang is bound as soon as the cycle hands it over."""
 
     def __init__(self) -> None:
-        self.jobs: list[Any] = []
-        self.in_flight = 0
+        self.jobs: list[BindJob] = []
 
-    def submit(self, job: Any) -> None:
+    def submit(self, job: BindJob) -> None:
         self.jobs.append(job)
 
-    def take(self) -> list[Any]:
+    def take(self) -> list[BindJob]:
         jobs, self.jobs = self.jobs, []
         return jobs
+
+
+class _Silent:
+    """Stands for the reporter: nothing a replay decides is told to anyone."""
+
+    def pending(self, pods: Iterable[str], reason: str, message: str) -> None:
+        pass
+
+    def event(
+        self, subject: Subject | None, reason: str, note: str, *, type: str = "Warning", action: str = "Scheduling"
+    ) -> None:
+        pass
+
+    def pod_subject(self, pod: str) -> Subject | None:
+        return None
+
+    def group_subject(self, ref: ObjectRef) -> Subject | None:
+        return None
+
+    def gang(self, objects: Sequence[ObjectRef], pods: Sequence[str]) -> Subject | None:
+        return None
+
+    def group(self, spec: GangSpec, *, scheduled: bool, message: str) -> None:
+        pass
 
 
 @dataclass(slots=True)
@@ -205,23 +230,14 @@ class Replay:
         metrics = Metrics()
         self.queue = GangQueue(self.settings.queue, self.clock, random.Random(seed))
         permit = Permit(self.settings.permit, self.clock, random.Random(seed + 1))
-        reporter = Reporter(
-            port=None,  # type: ignore[arg-type]  # nothing is ever written
-            state=self.state,
-            settings=self.settings.reporting,
-            clock=self.clock,
-            limiter=TokenBucket(1e9, 1_000_000_000, self.clock),
-            metrics=metrics,
-            identity="replay",
-        )
         self.binder = _ImmediateBinder()
         self.scheduler = Scheduler(
             settings=self.settings,
             state=self.state,
             queue=self.queue,
             permit=permit,
-            binder=self.binder,  # type: ignore[arg-type]
-            reporter=reporter,
+            binder=self.binder,
+            reporter=_Silent(),
             clock=self.clock,
             metrics=metrics,
             placer=placer,
@@ -280,7 +296,7 @@ class Replay:
 
     def _settle(self, pods_of: dict[str, list[dict[str, Any]]], bound: dict[str, set[str]]) -> list[str]:
         """Sync and cycle until nothing more happens now; returns the jobs whose last pod was bound."""
-        complete = []
+        complete: list[str] = []
         while True:
             self.scheduler.sync()
             while self.scheduler.cycle():
