@@ -23,9 +23,8 @@ import structlog
 from anyio.abc import TaskStatus
 
 from scheduler.binding import Binder
-from scheduler.cache import ClusterState
 from scheduler.clock import Clock, SystemClock
-from scheduler.cycle import Scheduler
+from scheduler.cycle import SchedulingLoop
 from scheduler.errors import PortError
 from scheduler.gangs import GangKey
 from scheduler.gangs.sources import SOURCES
@@ -39,6 +38,7 @@ from scheduler.queue import GangQueue
 from scheduler.ratelimit import TokenBucket
 from scheduler.reporting import Reporter
 from scheduler.settings import Settings
+from scheduler.state import ClusterState
 
 log = structlog.get_logger("phalanx.app")
 
@@ -104,10 +104,10 @@ class Phalanx:
             limiter=self.limiter,
             reporter=self.reporter,
             metrics=self.metrics,
-            replace=self._place_again,
+            place_again=self._place_again,
             back_off=self._back_off,
         )
-        self.scheduler = Scheduler(
+        self.scheduler = SchedulingLoop(
             settings=settings,
             state=self.state,
             queue=self.queue,
@@ -123,7 +123,7 @@ class Phalanx:
         self.watched: list[ApiResource] = []
 
     def _place_again(self, gang: GangKey, why: str) -> None:
-        self.scheduler.replace(gang, why)
+        self.scheduler.place_again(gang, why)
 
     def _back_off(self, gang: GangKey, why: str) -> None:
         self.scheduler.bind_refused(gang, why)

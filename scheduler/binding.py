@@ -35,7 +35,6 @@ import structlog
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
-from scheduler.cache import ClusterState
 from scheduler.clock import Clock
 from scheduler.errors import Conflict, NotFound, PortError, Throttled
 from scheduler.gangs import GangKey
@@ -44,6 +43,7 @@ from scheduler.port import PODS, ClusterPort
 from scheduler.ratelimit import TokenBucket
 from scheduler.reporting import Reason, Reporter
 from scheduler.settings import BindingSettings
+from scheduler.state import ClusterState
 
 log = structlog.get_logger("phalanx.binding")
 
@@ -76,10 +76,10 @@ class Binder:
         limiter: TokenBucket,
         reporter: Reporter,
         metrics: Metrics,
-        replace: Callable[[GangKey, str], None],
+        place_again: Callable[[GangKey, str], None],
         back_off: Callable[[GangKey, str], None],
     ) -> None:
-        """``replace(gang, why)`` hands a gang back to the scheduling cycle to be placed again at once (the
+        """``place_again(gang, why)`` hands a gang back to the scheduling cycle to be placed again at once (the
         cluster changed under it); ``back_off(gang, why)`` hands it back as a failed attempt (the API refused)."""
         self.port = port
         self.state = state
@@ -88,7 +88,7 @@ class Binder:
         self.limiter = limiter
         self.reporter = reporter
         self.metrics = metrics
-        self.replace = replace
+        self.place_again = place_again
         self.back_off = back_off
         self._send: MemoryObjectSendStream[BindJob] | None = None
         self._slots = anyio.Semaphore(settings.concurrency)
@@ -154,7 +154,9 @@ class Binder:
         if all(outcome is Outcome.BOUND for outcome in outcomes):
             self.metrics.gang_latency.observe(max(0.0, self.clock.wall() - job.created))
         else:
-            self.replace(job.gang, "members were lost while binding; the rest is placed again around the bound ones")
+            self.place_again(
+                job.gang, "members were lost while binding; the rest is placed again around the bound ones"
+            )
 
     def _release(self, job: BindJob, why: str, *, refused: bool = False) -> None:
         for pod, _ in job.pods:
@@ -164,7 +166,7 @@ class Binder:
             self.back_off(job.gang, why)
         else:
             log.info("gang not bound; placing it again", gang=job.gang, why=why)
-            self.replace(job.gang, why)
+            self.place_again(job.gang, why)
 
     async def _bind_one(self, pod: str, node: str, *, first: bool = False) -> Outcome:
         """Bind one pod, retrying transient failures with backoff. A refusal ends the first pod's attempt

@@ -13,7 +13,7 @@ snapshot):
    waits for its members, up to its timeout) or handed to the binding cycle; an infeasible gang gets
    the explanation as its condition and Event and backs off until an event could change the answer.
 
-:class:`Scheduler.run` interleaves cycles with the informers and the binder: it folds cluster news
+:class:`SchedulingLoop.run` interleaves cycles with the informers and the binder: it folds cluster news
 into the queue (gangs changed, capacity freed, nodes changed), expires what must expire, runs a batch
 of cycles, and yields.
 """
@@ -31,7 +31,6 @@ import structlog
 from anyio.abc import TaskStatus
 
 from scheduler.binding import BindJob
-from scheduler.cache import ClusterState
 from scheduler.clock import Clock
 from scheduler.gangs import GangError, GangKey, GangSpec, ObjectRef, Problem, beyond_cluster, min_resources_problem
 from scheduler.metrics import Metrics
@@ -40,6 +39,7 @@ from scheduler.permit import Permit, Reservation, placeholder_requests, with_pla
 from scheduler.queue import GangQueue, Wake
 from scheduler.reporting import SCHEDULER_ERROR, UNSCHEDULABLE, Reason, Subject
 from scheduler.settings import Settings
+from scheduler.state import ClusterState
 from scheduler.waiting import Shortfall, describe, split_unknown
 from topology import Assignment, GangRequest, Infeasible, Member, Placement, PodShape, Snapshot, place
 from topology.fit import pods_per_node, shape_fit
@@ -81,7 +81,7 @@ class Placer(Protocol):
 BATCH = 64
 
 
-class Scheduler:
+class SchedulingLoop:
     def __init__(
         self,
         *,
@@ -114,7 +114,7 @@ class Scheduler:
         """Something changed (informers call this after applying events): run soon."""
         self._poke.set()
 
-    def replace(self, gang: GangKey, why: str) -> None:
+    def place_again(self, gang: GangKey, why: str) -> None:
         """The binder gives a gang back because the cluster changed under it: place it again now."""
         self._requeue(gang)
         self.poke()

@@ -22,10 +22,10 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from scheduler.cache import ClusterState
 from scheduler.errors import Expired, PortError, Throttled
 from scheduler.port import OPENED, ApiResource, ClusterPort
 from scheduler.settings import InformerSettings
+from scheduler.state import ClusterState
 
 log = structlog.get_logger("phalanx.informers")
 

@@ -136,7 +136,7 @@ class LeaderElector:
         acquired = spec.get("acquireTime") if holder == self.identity else None
         updated = {**lease, "spec": self._spec(now, acquired=acquired or now, transitions=transitions)}
         try:
-            await self.port.replace(LEASES, namespace, name, updated)
+            await self.port.update(LEASES, namespace, name, updated)
         except Conflict:
             return False  # someone else wrote first
         except PortError as error:
@@ -160,7 +160,7 @@ class LeaderElector:
             if (lease.get("spec") or {}).get("holderIdentity") != self.identity:
                 return
             released = {**lease, "spec": {**lease["spec"], "holderIdentity": "", "leaseDurationSeconds": 1}}
-            await self.port.replace(LEASES, namespace, name, released)
+            await self.port.update(LEASES, namespace, name, released)
             log.info("released the lease", identity=self.identity)
         except PortError as error:
             log.warning("could not release the lease", error=str(error)[:200])

@@ -1,7 +1,7 @@
 """What one scheduling cycle decided about one gang, as a value (kube-scheduler's ``ScheduleResult`` and
 ``Status``, for gangs).
 
-The cycle computes an :class:`Outcome`; one place (``Scheduler._record``) turns it into everything
+The cycle computes an :class:`Outcome`; one place (``SchedulingLoop._record``) turns it into everything
 outside the cycle: the queue's next move, metrics, the log, pod conditions, Events and group status.
 """
 

@@ -101,9 +101,7 @@ class ClusterPort(Protocol):
 
     async def get(self, resource: ApiResource, namespace: str, name: str) -> dict[str, Any]: ...
 
-    async def replace(
-        self, resource: ApiResource, namespace: str, name: str, body: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    async def update(self, resource: ApiResource, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """PUT with the body's resourceVersion as precondition: Conflict when it is stale."""
         ...
 

@@ -36,7 +36,6 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from scheduler.cache import ClusterState
 from scheduler.clock import Clock
 from scheduler.errors import Conflict, NotFound, PortError
 from scheduler.gangs import GangSpec, ObjectRef
@@ -46,6 +45,7 @@ from scheduler.metrics import Metrics
 from scheduler.port import EVENTS, PODS, ApiResource, ClusterPort
 from scheduler.ratelimit import TokenBucket
 from scheduler.settings import ReportingSettings
+from scheduler.state import ClusterState
 
 log = structlog.get_logger("phalanx.reporting")
 

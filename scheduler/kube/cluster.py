@@ -215,9 +215,7 @@ class KubeCluster:
     async def get(self, resource: ApiResource, namespace: str, name: str) -> dict[str, Any]:
         return await self._json("GET", _path(resource, namespace, name))
 
-    async def replace(
-        self, resource: ApiResource, namespace: str, name: str, body: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    async def update(self, resource: ApiResource, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return await self._json("PUT", _path(resource, namespace, name), body=dict(body))
 
     async def patch(self, resource: ApiResource, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:

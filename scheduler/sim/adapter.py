@@ -87,9 +87,7 @@ class SimCluster:
     async def get(self, resource: ApiResource, namespace: str, name: str) -> dict[str, Any]:
         return self._call(lambda: self.store.get(self._resource(resource), namespace or None, name))
 
-    async def replace(
-        self, resource: ApiResource, namespace: str, name: str, body: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    async def update(self, resource: ApiResource, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return self._call(lambda: self.store.update(self._resource(resource), namespace or None, name, dict(body)))
 
     async def patch(self, resource: ApiResource, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:

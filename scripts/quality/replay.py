@@ -2,10 +2,10 @@
 
 Jobs become PFN gangs (a job of n GPUs is ceil(n/8) pods of up to 8 GPUs, the last one taking the
 remainder). Their pods are applied to the scheduler's :class:`ClusterState` as watch events would be,
-the :class:`Scheduler` syncs and runs its cycles exactly as in a cluster (queue order, backoff,
+the :class:`SchedulingLoop` syncs and runs its cycles exactly as in a cluster (queue order, backoff,
 event-driven wake-ups, permit), and the binding cycle is replaced by one that binds at once: what is
 measured is where and when gangs are placed, not the API. The placement algorithm is swapped for
-each baseline through ``Scheduler(placer=...)``.
+each baseline through ``SchedulingLoop(placer=...)``.
 
 Time is an event list: arrivals, completions (a gang runs for its duration from the moment its last
 pod is bound) and the queue's backoff expiries; the clock jumps from one to the next.
@@ -31,9 +31,8 @@ from typing import Any
 import numpy as np
 
 from scheduler.binding import BindJob
-from scheduler.cache import ClusterState
 from scheduler.clock import ManualClock
-from scheduler.cycle import Scheduler
+from scheduler.cycle import SchedulingLoop
 from scheduler.gangs import GangSpec, ObjectRef
 from scheduler.metrics import Metrics
 from scheduler.permit import Permit
@@ -42,6 +41,7 @@ from scheduler.queue import GangQueue
 from scheduler.reporting import Subject, rfc3339
 from scheduler.settings import LeaderSettings, QueueSettings, Settings
 from scheduler.sim.builders import ClusterShape
+from scheduler.state import ClusterState
 
 from .baselines import Placer
 from .workloads import BLOCK, GPUS_PER_NODE, LEVELS, RACK, ClusterSize
@@ -231,7 +231,7 @@ class Replay:
         self.queue = GangQueue(self.settings.queue, self.clock, random.Random(seed))
         permit = Permit(self.settings.permit, self.clock, random.Random(seed + 1))
         self.binder = _ImmediateBinder()
-        self.scheduler = Scheduler(
+        self.scheduler = SchedulingLoop(
             settings=self.settings,
             state=self.state,
             queue=self.queue,

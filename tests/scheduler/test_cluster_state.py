@@ -1,10 +1,10 @@
 """What the scheduler's cluster state does with binds the watch does or does not confirm."""
 
-from scheduler.cache import ClusterState
 from scheduler.clock import ManualClock
 from scheduler.gangs import GangKey
 from scheduler.port import NODES, PODS, Change
 from scheduler.sim.builders import node_manifest
+from scheduler.state import ClusterState
 from tests.scheduler.support import FAST, gpu_pod
 from topology import Assignment, PodShape
 

@@ -5,7 +5,6 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from scheduler.cache import ClusterState
 from scheduler.clock import ManualClock
 from scheduler.gangs import GangKey, GangSpec, ObjectRef, Source, Timeout
 from scheduler.metrics import Metrics
@@ -15,6 +14,7 @@ from scheduler.reporting import Reporter, Subject, clip_bytes, event_name
 from scheduler.settings import ReportingSettings
 from scheduler.sim import Store
 from scheduler.sim.adapter import SimCluster
+from scheduler.state import ClusterState
 from tests.scheduler.support import FAST
 from topology import GangRequest
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from scheduler.cache import Assumption
 from scheduler.gangs import GangKey
 from scheduler.gangs.settings import GangSettings
 from scheduler.sim import ClusterShape, Store, load
 from scheduler.sim.invariants import InvariantMonitor
+from scheduler.state import Assumption
 from tests.scheduler.support import LEVELS, gpu_pod, pfn
 
 PODS_RESOURCE = ("v1", "Pod")

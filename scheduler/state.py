@@ -102,7 +102,7 @@ class ClusterState:
         else:
             self._apply_group(resource, change)
 
-    def replace(self, resource: ApiResource, items: Iterable[Mapping[str, Any]]) -> None:
+    def relist(self, resource: ApiResource, items: Iterable[Mapping[str, Any]]) -> None:
         """A complete (re)list: everything listed is applied, and what was known but not listed is deleted."""
         self.prune(resource, self.apply_listed(resource, items))
 
