@@ -25,7 +25,6 @@ from anyio.abc import TaskStatus
 from scheduler.binding import Binder
 from scheduler.clock import Clock, SystemClock
 from scheduler.cycle import SchedulingLoop
-from scheduler.errors import PortError
 from scheduler.gangs import GangKey
 from scheduler.gangs.sources import SOURCES
 from scheduler.health import HealthServer
@@ -33,7 +32,8 @@ from scheduler.informers import Informer
 from scheduler.leader import LeaderElector
 from scheduler.metrics import Metrics
 from scheduler.permit import Permit
-from scheduler.port import NODES, PODS, ApiResource, ClusterPort
+from scheduler.ports.errors import PortError
+from scheduler.ports.port import NODES, PODS, ApiResource, ClusterPort
 from scheduler.queue import GangQueue
 from scheduler.ratelimit import TokenBucket
 from scheduler.reporting import Reporter

@@ -36,10 +36,10 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
 from scheduler.clock import Clock
-from scheduler.errors import Conflict, NotFound, PortError, Throttled
 from scheduler.gangs import GangKey
 from scheduler.metrics import Metrics
-from scheduler.port import PODS, ClusterPort
+from scheduler.ports.errors import Conflict, NotFound, PortError, Throttled
+from scheduler.ports.port import PODS, ClusterPort
 from scheduler.ratelimit import TokenBucket
 from scheduler.reporting import Reason, Reporter
 from scheduler.settings import BindingSettings

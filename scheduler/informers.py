@@ -22,8 +22,8 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from scheduler.errors import Expired, PortError, Throttled
-from scheduler.port import OPENED, ApiResource, ClusterPort
+from scheduler.ports.errors import Expired, PortError, Throttled
+from scheduler.ports.port import OPENED, ApiResource, ClusterPort
 from scheduler.settings import InformerSettings
 from scheduler.state import ClusterState
 

@@ -22,9 +22,9 @@ import anyio
 import structlog
 
 from scheduler.clock import Clock
-from scheduler.errors import Conflict, NotFound, PortError
 from scheduler.metrics import Metrics
-from scheduler.port import LEASES, ClusterPort
+from scheduler.ports.errors import Conflict, NotFound, PortError
+from scheduler.ports.port import LEASES, ClusterPort
 from scheduler.settings import LeaderSettings
 
 log = structlog.get_logger("phalanx.leader")

@@ -37,12 +37,12 @@ import structlog
 from anyio.abc import TaskStatus
 
 from scheduler.clock import Clock
-from scheduler.errors import Conflict, NotFound, PortError
 from scheduler.gangs import GangSpec, ObjectRef
 from scheduler.gangs.groups import GroupStatus
 from scheduler.gangs.sources import source_api
 from scheduler.metrics import Metrics
-from scheduler.port import EVENTS, PODS, ApiResource, ClusterPort
+from scheduler.ports.errors import Conflict, NotFound, PortError
+from scheduler.ports.port import EVENTS, PODS, ApiResource, ClusterPort
 from scheduler.ratelimit import TokenBucket
 from scheduler.settings import ReportingSettings
 from scheduler.state import ClusterState

@@ -39,7 +39,7 @@ import structlog
 
 from scheduler.clock import Clock
 from scheduler.gangs import GangIndex, GangKey
-from scheduler.port import NODES, PODS, ApiResource, Change
+from scheduler.ports.port import NODES, PODS, ApiResource, Change
 from scheduler.settings import Settings
 from topology import Assignment, PodShape, Snapshot, SpecError, Topology, node_record, pod_requests
 

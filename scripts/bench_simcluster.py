@@ -27,9 +27,9 @@ from benchinfo import machine
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from scheduler.sim.builders import ClusterShape
-from scheduler.sim.http import SimServer
-from scheduler.sim.store import Store, Watch
+from scheduler.ports.sim.builders import ClusterShape
+from scheduler.ports.sim.http import SimServer
+from scheduler.ports.sim.store import Store, Watch
 
 WATCHERS = 2
 

@@ -7,7 +7,7 @@ import cProfile
 import sys
 import time
 
-from scheduler.cli import main
+from scheduler.frontends.cli import main
 
 if __name__ == "__main__":
     profile = cProfile.Profile(time.process_time)

@@ -38,7 +38,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scheduler.sim import ClusterShape  # noqa: E402
+from scheduler.ports.sim import ClusterShape  # noqa: E402
 from tests.integration.controlplane import (  # noqa: E402
     HOW_TO_GET,
     ControlPlane,
@@ -236,7 +236,7 @@ def process_binder(command: list[str], log_path: Path, **options: Any) -> Binder
 
 async def start_phalanx(plane: ControlPlane, api: Api, folder: Path, *, profile: Path | None = None) -> Binder:
     kubeconfig = plane.kubeconfig(folder / "kubeconfig")
-    entry = [str(ROOT / "scripts" / "profiled.py"), str(profile)] if profile else ["-m", "scheduler.cli"]
+    entry = [str(ROOT / "scripts" / "profiled.py"), str(profile)] if profile else ["-m", "scheduler.frontends.cli"]
     command = [
         sys.executable, *entry, "run", "--kubeconfig", str(kubeconfig),
         "--config", str(ROOT / "manifests" / "phalanx.yaml"), "--no-leader-elect",

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from scheduler.cli import main
-from scheduler.samples import default_workload, pfn_gang, pod
-from scheduler.sim.builders import ClusterShape
+from scheduler.frontends.cli import main
+from scheduler.frontends.samples import default_workload, pfn_gang, pod
+from scheduler.ports.sim.builders import ClusterShape
 from topology import pod_requests
 
 GPU = "nvidia.com/gpu"
@@ -200,7 +200,7 @@ def test_output_cut_short_by_its_reader_ends_quietly(tmp_path: Path) -> None:
     workload = tmp_path / "many.yaml"
     workload.write_text(yaml.safe_dump_all([pod("team", f"solo-{i:04d}", 1) for i in range(1500)]))
     with subprocess.Popen(
-        [sys.executable, "-m", "scheduler.cli", "simulate", "--output", "json", "--workload", str(workload)],
+        [sys.executable, "-m", "scheduler.frontends.cli", "simulate", "--output", "json", "--workload", str(workload)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=Path(__file__).parents[1],

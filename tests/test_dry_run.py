@@ -11,11 +11,11 @@ import anyio
 import pytest
 from kubernetes_asyncio import client
 
-from scheduler.dryrun import dry_run, read_real_cluster
-from scheduler.explain import explain
-from scheduler.kube import KubeCluster, connect
-from scheduler.kube.readonly import ReadOnlyViolation, read_only
-from scheduler.port import NODES
+from scheduler.frontends.dryrun import dry_run, read_real_cluster
+from scheduler.frontends.explain import explain
+from scheduler.ports.kube import KubeCluster, connect
+from scheduler.ports.kube.readonly import ReadOnlyViolation, read_only
+from scheduler.ports.port import NODES
 from scheduler.settings import Settings
 from tests.scheduler.support import Cluster, cluster, free_port, gpu_pod, kubeconfig, pfn
 
@@ -103,7 +103,7 @@ async def test_explain_gives_the_reason_and_the_room_per_rack(tmp_path: Path) ->
 
 
 async def phalanx_command(*argv: str) -> tuple[int, str, str]:
-    result = await anyio.run_process([sys.executable, "-m", "scheduler.cli", *argv], check=False)
+    result = await anyio.run_process([sys.executable, "-m", "scheduler.frontends.cli", *argv], check=False)
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 

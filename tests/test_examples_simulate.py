@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.cli import main
-from scheduler.sim.builders import read_manifest_file
+from scheduler.frontends.cli import main
+from scheduler.ports.sim.builders import read_manifest_file
 from tests.test_cli import check_all_or_nothing
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -1,37 +1,70 @@
-"""The layers of DESIGN section 2 hold: `topology` is pure, and only `scheduler/kube/` talks to Kubernetes."""
+"""The rooms of ``scheduler/`` (its ``__init__`` says the order) and of the repository hold:
+
+- ``topology`` is pure: it imports nothing of the scheduler, of Kubernetes or of asyncio;
+- the ports (``scheduler/ports``) import nothing of the engine or the front-ends, and only
+  ``scheduler/ports/kube`` talks to Kubernetes through kubernetes_asyncio;
+- the engine (the rest of ``scheduler``) never imports the front-ends (``scheduler/frontends``).
+"""
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+SCHEDULER = ROOT / "scheduler"
 
 
 def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, by its full dotted name (``from x import y`` gives ``x`` and ``x.y``)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     found: set[str] = set()
     for item in ast.walk(tree):
         if isinstance(item, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in item.names)
+            found.update(alias.name for alias in item.names)
         elif isinstance(item, ast.ImportFrom) and item.module and item.level == 0:
-            found.add(item.module.split(".")[0])
+            found.add(item.module)
+            found.update(f"{item.module}.{alias.name}" for alias in item.names)
+    return found
+
+
+def room(path: Path) -> str:
+    parts = path.relative_to(SCHEDULER).parts
+    return parts[0] if parts[0] in ("ports", "frontends") else "engine"
+
+
+def offenders(paths: list[Path], forbidden: tuple[str, ...]) -> dict[str, list[str]]:
+    found = {}
+    for path in paths:
+        bad = sorted(name for name in imported_modules(path) if name.startswith(forbidden))
+        if bad:
+            found[str(path.relative_to(ROOT))] = bad
     return found
 
 
 def test_topology_imports_neither_scheduler_nor_kubernetes_nor_asyncio() -> None:
-    forbidden = {"scheduler", "kubernetes_asyncio", "kubernetes", "asyncio", "anyio", "aiohttp"}
-    offenders = {
-        str(path.relative_to(ROOT)): sorted(imported_modules(path) & forbidden)
-        for path in (ROOT / "topology").rglob("*.py")
-        if imported_modules(path) & forbidden
+    forbidden = ("scheduler", "kubernetes_asyncio", "kubernetes", "asyncio", "anyio", "aiohttp")
+    assert offenders(list((ROOT / "topology").rglob("*.py")), forbidden) == {}
+
+
+def test_the_ports_import_nothing_of_the_engine_or_the_front_ends() -> None:
+    ports = [path for path in SCHEDULER.rglob("*.py") if room(path) == "ports"]
+    allowed_prefix = "scheduler.ports"
+    found = {
+        str(path.relative_to(ROOT)): sorted(
+            name
+            for name in imported_modules(path)
+            if name.startswith("scheduler") and not name.startswith(allowed_prefix) and name != "scheduler"
+        )
+        for path in ports
     }
-    assert offenders == {}
+    assert {path: names for path, names in found.items() if names} == {}
+    assert ports, "no port modules found: the layout changed"
 
 
-def test_only_scheduler_kube_imports_kubernetes_asyncio() -> None:
-    offenders = [
-        str(path.relative_to(ROOT))
-        for path in (ROOT / "scheduler").rglob("*.py")
-        if "kubernetes_asyncio" in imported_modules(path)
-        and "kube" not in path.relative_to(ROOT / "scheduler").parts[:1]
-    ]
-    assert offenders == []
+def test_the_engine_never_imports_the_front_ends() -> None:
+    engine = [path for path in SCHEDULER.rglob("*.py") if room(path) == "engine"]
+    assert offenders(engine, ("scheduler.frontends",)) == {}
+
+
+def test_only_the_kube_port_imports_kubernetes_asyncio() -> None:
+    outside = [path for path in SCHEDULER.rglob("*.py") if path.relative_to(SCHEDULER).parts[:2] != ("ports", "kube")]
+    assert offenders(outside, ("kubernetes_asyncio",)) == {}

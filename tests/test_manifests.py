@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from scheduler.ports.sim import Faults
 from scheduler.settings import LeaderSettings, Settings, load_settings
-from scheduler.sim import Faults
 from tests.gangs.support import EXAMPLES
 from tests.scheduler.support import FAST, cluster, create_manifests, eventually, gpu_pod, pfn, phalanx
 
@@ -207,7 +207,7 @@ def test_optional_crds_define_a_served_storage_version_with_a_status_subresource
 def test_the_crds_deployed_are_the_ones_the_emulator_serves_and_the_real_suite_installs(
     deployed_file: str, served_file: str
 ) -> None:
-    assert documents(MANIFESTS / deployed_file) == documents(ROOT / "scheduler" / "sim" / "crds" / served_file)
+    assert documents(MANIFESTS / deployed_file) == documents(ROOT / "scheduler" / "ports" / "sim" / "crds" / served_file)
 
 
 def test_the_readme_stands_alone_every_file_it_names_is_in_the_repository() -> None:

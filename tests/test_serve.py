@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import yaml
 
-from scheduler.sim import read_manifest_file
+from scheduler.ports.sim import read_manifest_file
 from tests.contract.conftest import Answer
 from tests.scheduler.support import free_port
 
@@ -45,7 +45,7 @@ async def send(
 async def test_serve_writes_a_kubeconfig_and_schedules_what_kubectl_applies(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "sandbox.kubeconfig"
     address = f"127.0.0.1:{free_port()}"
-    command = [sys.executable, "-m", "scheduler.cli", "serve", "--address", address,
+    command = [sys.executable, "-m", "scheduler.frontends.cli", "serve", "--address", address,
                "--write-kubeconfig", str(kubeconfig), "--cluster", "blocks=1,racks=2,nodes=4,gpus=8",
                "--log-level", "warning"]  # fmt: skip
     process = await anyio.open_process(command, cwd=ROOT)
@@ -105,7 +105,7 @@ async def test_serve_writes_a_kubeconfig_and_schedules_what_kubectl_applies(tmp_
 def test_serve_refuses_a_bad_address_in_one_line(tmp_path: Path) -> None:
     for address in ("nowhere", "127.0.0.1:99999"):
         result = subprocess.run(
-            [sys.executable, "-m", "scheduler.cli", "serve", "--address", address,
+            [sys.executable, "-m", "scheduler.frontends.cli", "serve", "--address", address,
              "--write-kubeconfig", str(tmp_path / "k")],
             cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip

@@ -36,11 +36,11 @@ from scheduler.cycle import SchedulingLoop
 from scheduler.gangs import GangSpec, ObjectRef
 from scheduler.metrics import Metrics
 from scheduler.permit import Permit
-from scheduler.port import NODES, PODS, Change
+from scheduler.ports.port import NODES, PODS, Change
+from scheduler.ports.sim.builders import ClusterShape
 from scheduler.queue import GangQueue
 from scheduler.reporting import Subject, rfc3339
 from scheduler.settings import LeaderSettings, QueueSettings, Settings
-from scheduler.sim.builders import ClusterShape
 from scheduler.state import ClusterState
 
 from .baselines import Placer

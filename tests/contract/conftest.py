@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 import yaml
 
-from scheduler.sim import ClusterShape, SimServer, Store, load
+from scheduler.ports.sim import ClusterShape, SimServer, Store, load
 from tests.conftest import ASSETS, REAL
 from tests.integration.controlplane import ControlPlane
 from tests.integration.support import SHAPE

@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
+from scheduler.frontends.samples import pod as sample_pod
 from scheduler.gangs import GangIndex, GangSettings
-from scheduler.samples import pod as sample_pod
 from topology import GangRequest
 
 ROOT = Path(__file__).resolve().parents[2]

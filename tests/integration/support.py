@@ -19,10 +19,10 @@ from urllib.parse import quote
 
 import yaml
 
+from scheduler.frontends.invariants import InvariantMonitor
 from scheduler.gangs import GangSettings
-from scheduler.sim import ClusterShape, Store, load
-from scheduler.sim.invariants import InvariantMonitor
-from scheduler.sim.schema import crd_documents
+from scheduler.ports.sim import ClusterShape, Store, load
+from scheduler.ports.sim.schema import crd_documents
 from tests.integration.controlplane import ControlPlane, ControlPlaneError, dying_with_parent, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,7 +173,7 @@ class PhalanxProcess:
         self.port = free_port()
         self.log_path = workdir / f"{name}.log"
         argv = [
-            sys.executable, "-m", "scheduler.cli", "run",
+            sys.executable, "-m", "scheduler.frontends.cli", "run",
             "--kubeconfig", str(kubeconfig),
             "--config", str(MANIFESTS / "phalanx.yaml"),
             "--metrics-address", f"127.0.0.1:{self.port}",

@@ -18,7 +18,7 @@ RACK = {"scheduling.phalanx.dev/topology-required": "example.com/rack"}
 
 def phalanx(*argv: str) -> tuple[int, str, str]:
     result = subprocess.run(
-        [sys.executable, "-m", "scheduler.cli", *argv],
+        [sys.executable, "-m", "scheduler.frontends.cli", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,

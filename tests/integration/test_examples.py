@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.sim import read_manifest_file
+from scheduler.ports.sim import read_manifest_file
 from tests.integration.controlplane import ControlPlane
 from tests.integration.support import PhalanxProcess, bound, ensure_namespace, eventually
 from tests.test_examples_simulate import EXAMPLES, PLACEMENT

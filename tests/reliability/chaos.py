@@ -12,8 +12,8 @@ import anyio
 
 from scheduler.app import Phalanx
 from scheduler.permit import is_placeholder
-from scheduler.sim import MERGE_PATCH, FaultRule, Faults
-from scheduler.sim.faults import VERBS
+from scheduler.ports.sim import MERGE_PATCH, FaultRule, Faults
+from scheduler.ports.sim.faults import VERBS
 from tests.scheduler.support import Cluster, gpu_pod, pfn
 
 RACK = "example.com/rack"

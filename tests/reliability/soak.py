@@ -28,9 +28,9 @@ import anyio
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.app import Phalanx
-from scheduler.kube import KubeCluster
 from scheduler.logs import configure
-from scheduler.sim import Faults
+from scheduler.ports.kube import KubeCluster
+from scheduler.ports.sim import Faults
 from tests.reliability.chaos import Gangs, api_errors, cordon, create, settle, watch_trouble
 from tests.scheduler.support import FAST, Cluster, cluster, elected
 

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
+from scheduler.ports.sim import FaultRule, Faults
 from scheduler.settings import BindingSettings
-from scheduler.sim import FaultRule, Faults
 from tests.reliability.chaos import Gangs, api_errors, cordon, create, delete_some_pods, settle, watch_trouble
 from tests.scheduler.invariants import check_invariants
 from tests.scheduler.support import FAST, cluster, eventually, phalanx

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.cli import main
+from scheduler.frontends.cli import main
 
 KUBECONFIGS = {
     "missing": None,

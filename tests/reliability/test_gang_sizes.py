@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scheduler.cli import main
-from scheduler.samples import pfn_gang
+from scheduler.frontends.cli import main
+from scheduler.frontends.samples import pfn_gang
 from tests.scheduler.invariants import check_invariants
 from tests.scheduler.support import FAST, cluster, eventually, gpu_pod, pfn, phalanx
 

@@ -11,9 +11,9 @@ from aiohttp import ClientSession
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.app import Phalanx
-from scheduler.kube import KubeCluster
+from scheduler.ports.kube import KubeCluster
+from scheduler.ports.sim import FaultRule, Faults
 from scheduler.settings import BindingSettings
-from scheduler.sim import FaultRule, Faults
 from tests.reliability.chaos import Gangs, create, settle
 from tests.scheduler.invariants import check_invariants
 from tests.scheduler.support import FAST, cluster, elected, eventually, phalanx

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from scheduler.sim import FaultRule, Faults
+from scheduler.ports.sim import FaultRule, Faults
 from tests.scheduler.support import cluster, eventually, free_port, gpu_pod, kubeconfig, pfn
 
 TOKEN = "phalanx-test-token-9f4c2e7d1b"  # distinctive, so that any echo of it is found
@@ -23,7 +23,7 @@ async def test_the_bearer_token_is_never_logged_even_at_debug_level_and_on_error
         command = [
             sys.executable,
             "-m",
-            "scheduler.cli",
+            "scheduler.frontends.cli",
             "run",
             "--kubeconfig",
             str(kubeconfig(tmp_path / "kubeconfig", where.url, token=TOKEN)),

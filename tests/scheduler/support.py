@@ -16,8 +16,10 @@ import yaml
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.app import Phalanx
+from scheduler.frontends.invariants import InvariantMonitor
 from scheduler.gangs.settings import GangSettings
-from scheduler.kube import KubeCluster
+from scheduler.ports.kube import KubeCluster
+from scheduler.ports.sim import ClusterShape, Faults, SimServer, Store, load, read_manifest_file
 from scheduler.settings import (
     BindingSettings,
     InformerSettings,
@@ -27,8 +29,6 @@ from scheduler.settings import (
     ServerSettings,
     Settings,
 )
-from scheduler.sim import ClusterShape, Faults, SimServer, Store, load, read_manifest_file
-from scheduler.sim.invariants import InvariantMonitor
 
 FAST = Settings(
     queue=QueueSettings(initial_backoff_seconds=0.05, max_backoff_seconds=0.5),

@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import anyio
 
+from scheduler.ports.sim import FaultRule, Faults
 from scheduler.settings import BindingSettings, PermitSettings
-from scheduler.sim import FaultRule, Faults
 from tests.scheduler.invariants import check_invariants
 from tests.scheduler.support import FAST, cluster, eventually, gpu_pod, pfn, phalanx
 

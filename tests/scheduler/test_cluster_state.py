@@ -2,8 +2,8 @@
 
 from scheduler.clock import ManualClock
 from scheduler.gangs import GangKey
-from scheduler.port import NODES, PODS, Change
-from scheduler.sim.builders import node_manifest
+from scheduler.ports.port import NODES, PODS, Change
+from scheduler.ports.sim.builders import node_manifest
 from scheduler.state import ClusterState
 from tests.scheduler.support import FAST, gpu_pod
 from topology import Assignment, PodShape

@@ -4,8 +4,8 @@ import contextlib
 from dataclasses import replace
 
 from scheduler.app import Phalanx
+from scheduler.ports.sim import FaultRule, Faults
 from scheduler.settings import BindingSettings
-from scheduler.sim import FaultRule, Faults
 from tests.scheduler.invariants import check_invariants
 from tests.scheduler.support import FAST, cluster, elected, eventually, gpu_pod, pfn, phalanx
 

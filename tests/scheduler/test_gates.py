@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 
-from scheduler.sim import MERGE_PATCH
+from scheduler.ports.sim import MERGE_PATCH
 from tests.scheduler.invariants import check_invariants
 from tests.scheduler.support import Cluster, cluster, eventually, gpu_pod, labels_of, pfn, phalanx
 

@@ -3,8 +3,8 @@
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from scheduler.kube import KubeCluster
-from scheduler.port import NODES
+from scheduler.ports.kube import KubeCluster
+from scheduler.ports.port import NODES
 from tests.scheduler.support import cluster
 
 

@@ -27,7 +27,7 @@ async def test_phalanx_run_schedules_reports_health_and_stops_cleanly_on_sigterm
         command = [
             sys.executable,
             "-m",
-            "scheduler.cli",
+            "scheduler.frontends.cli",
             "run",
             "--config",
             str(config),
@@ -74,7 +74,7 @@ async def test_phalanx_run_with_an_unreachable_cluster_is_not_ready(tmp_path: Pa
     command = [
         sys.executable,
         "-m",
-        "scheduler.cli",
+        "scheduler.frontends.cli",
         "run",
         "--kubeconfig",
         str(kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{free_port()}")),

@@ -4,7 +4,7 @@ import anyio
 import pytest
 
 from scheduler import informers
-from scheduler.sim.builders import node_manifest
+from scheduler.ports.sim.builders import node_manifest
 from tests.scheduler.invariants import check_invariants
 from tests.scheduler.support import cluster, eventually, gpu_pod, pfn, phalanx
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scheduler.sim import read_manifest_file
+from scheduler.ports.sim import read_manifest_file
 from tests.scheduler.invariants import check_invariants
 from tests.scheduler.support import cluster, eventually, phalanx
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from scheduler.sim.http import SimServer
-from scheduler.sim.resources import ALL_GROUP_VERSIONS, Catalog
-from scheduler.sim.store import Store
+from scheduler.ports.sim.http import SimServer
+from scheduler.ports.sim.resources import ALL_GROUP_VERSIONS, Catalog
+from scheduler.ports.sim.store import Store
 
 NOW = 1_790_000_000.0  # a fixed clock: 2026-09-21T...Z
 

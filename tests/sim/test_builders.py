@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from scheduler.sim.builders import ClusterShape, ManifestError, load, read_manifests
+from scheduler.ports.sim.builders import ClusterShape, ManifestError, load, read_manifests
 from tests.sim.support import store
 from topology import node_record
 

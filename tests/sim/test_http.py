@@ -8,8 +8,8 @@ import anyio
 import pytest
 from kubernetes_asyncio import client, watch
 
-from scheduler.sim.faults import FaultRule
-from scheduler.sim.store import Store
+from scheduler.ports.sim.faults import FaultRule
+from scheduler.ports.sim.store import Store
 from tests.sim.support import lease, pod, served, store, without
 
 

@@ -3,9 +3,9 @@
 import anyio
 import pytest
 
-from scheduler.sim.errors import ApiError
-from scheduler.sim.selectors import selector
-from scheduler.sim.store import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, Store
+from scheduler.ports.sim.errors import ApiError
+from scheduler.ports.sim.selectors import selector
+from scheduler.ports.sim.store import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, Store
 from tests.sim.support import lease, pod, store, without
 
 

@@ -1,0 +1,416 @@
+"""The ``phalanx`` command: ``run``, ``simulate``, ``serve``, ``dry-run`` and ``explain``.
+
+Every failure a user can cause (a bad flag, a missing or malformed file, an unusable kubeconfig, an
+unreachable cluster) ends in one readable line on stderr and a non-zero exit status, never a traceback:
+2 for a bad command line, configuration or input file, 1 when the cluster cannot be used or the
+object asked about does not exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, NoReturn
+
+import anyio
+
+from scheduler.app import Phalanx
+from scheduler.frontends.dryrun import dry_run, read_real_cluster
+from scheduler.frontends.explain import ExplainError, explain, parse_target
+from scheduler.frontends.plot import INSTALL_HINT, PlotError, plot
+from scheduler.frontends.render import Progress, table
+from scheduler.frontends.samples import default_cluster, default_workload
+from scheduler.frontends.sandbox import Sandbox, serve
+from scheduler.frontends.simulation import Simulation
+from scheduler.gangs import SettingsError
+from scheduler.logs import LEVELS, configure
+from scheduler.ports.errors import PortError
+from scheduler.ports.kube import KubeCluster, KubeConfigError, connect
+from scheduler.ports.sim.builders import ClusterShape, ManifestError, read_manifest_file
+from scheduler.settings import Settings, load_settings
+
+EXIT_USAGE, EXIT_CLUSTER = 2, 1
+#: What a shell reports for a command killed by SIGPIPE (128 + 13), as `phalanx simulate | head` ends.
+EXIT_BROKEN_PIPE = 141
+
+
+def _version() -> str:
+    try:
+        return version("phalanx-scheduler")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Reports a bad command line in one line (with a pointer to --help), not usage plus error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+class UserError(Exception):
+    """A problem the user can fix; ``code`` is the exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _settings_flags(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--config", metavar="FILE", help="YAML configuration file (schema in the README)")
+    command.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any setting by its YAML path, e.g. topology.levels=[example.com/rack,kubernetes.io/hostname]",
+    )
+    command.add_argument(
+        "--levels", metavar="KEYS", help="topology levels, broad to narrow, comma-separated label keys"
+    )
+    command.add_argument(
+        "--scheduler-name", action="append", metavar="NAME", help="a schedulerName to own (repeatable)"
+    )
+
+
+def _cluster_flags(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG, ~/.kube/config)")
+    command.add_argument("--context", metavar="NAME", help="kubeconfig context")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="phalanx",
+        description="Phalanx: an all-or-nothing, topology-aware gang scheduler for Kubernetes.",
+    )
+    parser.add_argument("--version", action="version", version=f"phalanx {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = commands.add_parser(
+        "run",
+        help="run the scheduler against a cluster (in-cluster credentials unless --kubeconfig is given)",
+        description="Run the scheduler. Settings come from --config, then the flags, then each --set.",
+    )
+    _settings_flags(run)
+    run.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig to use instead of the in-cluster account")
+    run.add_argument("--context", metavar="NAME", help="kubeconfig context")
+    run.add_argument("--metrics-address", metavar="HOST:PORT", help="where /metrics, /healthz, /readyz listen")
+    run.add_argument(
+        "--leader-elect",
+        dest="leader_elect",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="elect a leader through a Lease (default on)",
+    )
+    run.add_argument("--log-level", choices=LEVELS, default="info")
+    run.add_argument("--log-format", choices=("json", "console"), default="json")
+
+    simulate = commands.add_parser(
+        "simulate",
+        help="run the scheduler on an embedded cluster until nothing more can be placed",
+        description=(
+            "Run the real scheduler on an in-memory cluster until no further progress is possible. With no "
+            "arguments: 2 blocks x 4 racks x 8 nodes of 8 GPUs, and a sample workload in every input format."
+        ),
+    )
+    _workload_flags(simulate)
+    simulate.add_argument("--output", choices=("table", "json"), default="table")
+    simulate.add_argument("--plot", metavar="FILE.png", help="draw the racks with each GPU coloured by gang")
+    simulate.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+    simulate.add_argument(
+        "--timeout", type=float, default=300.0, metavar="SECONDS", help="stop after this long (default 300)"
+    )
+    _settings_flags(simulate)
+
+    serve = commands.add_parser(
+        "serve",
+        help="an emulated cluster with Phalanx scheduling in it, for kubectl (writes a kubeconfig)",
+        description=(
+            "Serve an in-memory Kubernetes API with Phalanx scheduling in it, and write a kubeconfig for it, so "
+            "that kubectl apply, get -o wide, describe and get events can be tried on a laptop. The default "
+            "cluster is 2 blocks x 4 racks x 8 nodes of 8 GPUs. Runs until Ctrl-C."
+        ),
+    )
+    _workload_flags(serve)
+    serve.add_argument(
+        "--address", default="127.0.0.1:8080", metavar="HOST:PORT", help="where the API listens (default %(default)s)"
+    )
+    serve.add_argument(
+        "--write-kubeconfig",
+        default="phalanx-sandbox.kubeconfig",
+        metavar="FILE",
+        help="where to write the kubeconfig for kubectl (default %(default)s)",
+    )
+    serve.add_argument("--log-level", choices=LEVELS, default="info")
+    _settings_flags(serve)
+
+    dry_run = commands.add_parser(
+        "dry-run",
+        help="show where a cluster's pending gangs would go, without writing to it",
+        description=(
+            "Read nodes, pods and group objects from a cluster (through a client that refuses every write), "
+            "run one scheduling pass on a copy, and show where each pending gang would go or why it cannot."
+        ),
+    )
+    _cluster_flags(dry_run)
+    dry_run.add_argument("-n", "--namespace", metavar="NS", help="only gangs in this namespace")
+    dry_run.add_argument(
+        "--all-schedulers", action="store_true", help="treat every pending pod as Phalanx's, whatever it names"
+    )
+    dry_run.add_argument("--output", choices=("table", "json"), default="table")
+    _settings_flags(dry_run)
+
+    explain = commands.add_parser(
+        "explain",
+        help="explain why one pod or group is pending, with the numbers",
+        description="Explain one pod's or group object's gang: what it needs, what Phalanx would do, and why.",
+    )
+    explain.add_argument("target", metavar="NAMESPACE/NAME", help="a pod, or a group object (PodGroup, ...)")
+    _cluster_flags(explain)
+    _settings_flags(explain)
+    return parser
+
+
+def _workload_flags(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--cluster",
+        metavar="FILE|SHAPE",
+        help="Node manifests (multi-document YAML or a List), or a shape such as blocks=2,racks=4,nodes=8,gpus=8",
+    )
+    command.add_argument(
+        "--workload",
+        metavar="FILE",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="manifest files: Pods, group objects, Workloads, composites (pods without schedulerName are Phalanx's)",
+    )
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = list(args.overrides)
+    if args.scheduler_name:
+        overrides.append(f"schedulerNames=[{','.join(args.scheduler_name)}]")
+    if args.levels is not None:
+        overrides.append(f"topology.levels=[{args.levels}]")
+    if getattr(args, "metrics_address", None):
+        overrides.append(f"server.address={args.metrics_address}")
+    if getattr(args, "leader_elect", None) is not None:
+        overrides.append(f"leaderElection.enabled={'true' if args.leader_elect else 'false'}")
+    return load_settings(args.config, overrides)
+
+
+# -- run ------------------------------------------------------------------------------------------
+
+
+async def _run(settings: Settings, kubeconfig: str | None, context: str | None) -> None:
+    port = KubeCluster(await connect(kubeconfig, context))
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(Phalanx(settings, port).run)
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    group.cancel_scope.cancel()  # leaders release their lease on the way out
+                    break
+    finally:
+        with anyio.CancelScope(shield=True):
+            await port.close()
+
+
+def _command_run(args: argparse.Namespace, settings: Settings) -> int:
+    configure(args.log_level, args.log_format)
+    anyio.run(_run, settings, args.kubeconfig, args.context)
+    return 0
+
+
+# -- simulate -------------------------------------------------------------------------------------
+
+
+def cluster_nodes(value: str | None) -> list[dict[str, Any]]:
+    """``--cluster``: a file of Node manifests, or a shape; the embedded default when not given."""
+    if value is None:
+        return default_cluster()
+    if Path(value).exists():
+        objects = read_manifest_file(value)
+        strays = [obj for obj in objects if obj.get("kind") != "Node"]
+        if strays:
+            name = (strays[0].get("metadata") or {}).get("name", "?")
+            raise ManifestError(f"{value}: {strays[0].get('kind')} {name!r} is not a Node; --cluster takes Nodes only")
+        if not objects:
+            raise ManifestError(f"{value}: no Node in the file")
+        return objects
+    if "=" in value:
+        return ClusterShape.parse(value).node_manifests()
+    raise ManifestError(f"--cluster {value}: no such file, and not a shape such as blocks=2,racks=4,nodes=8,gpus=8")
+
+
+def _command_simulate(args: argparse.Namespace, settings: Settings) -> int:
+    if args.plot:
+        _require_plotting()
+    nodes = cluster_nodes(args.cluster)
+    workload: list[dict[str, Any]] = []
+    for path in args.workload:
+        workload += read_manifest_file(path)
+    if not args.workload:
+        workload = default_workload()
+    nodes += [obj for obj in workload if obj.get("kind") == "Node"]
+    simulation = Simulation(settings, seed=args.seed)
+    simulation.add_nodes(nodes)
+    simulation.add_objects([obj for obj in workload if obj.get("kind") != "Node"])
+    progress = Progress() if args.output == "table" else None
+    try:
+        report = anyio.run(lambda: simulation.run(timeout=args.timeout, progress=progress))
+    finally:
+        if progress is not None:
+            progress.close()
+    if args.plot:
+        plot(report, settings.levels, args.plot)
+    if args.output == "json":
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        source = "the embedded sample" if not args.workload else ", ".join(args.workload)
+        gangs = len(report.gangs)
+        title = f"Phalanx simulate: {report.nodes} nodes, {gangs} gang(s) from {source}, seed {args.seed}"
+        print(table(report, title=title, levels=settings.levels))
+        if args.plot:
+            print(f"plot written to {args.plot}")
+    if report.timed_out:
+        sys.stderr.write(f"phalanx: stopped after --timeout {args.timeout:g}s; the result is partial\n")
+    return 0
+
+
+def _require_plotting() -> None:
+    try:
+        import matplotlib  # noqa: F401, PLC0415
+    except ImportError:
+        raise UserError(INSTALL_HINT) from None
+
+
+# -- serve ------------------------------------------------------------------------------------------
+
+
+def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
+    configure(args.log_level, "console")
+    host, _, port = args.address.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise UserError(f"--address {args.address}: give it as HOST:PORT, e.g. 127.0.0.1:8080 (a port up to 65535)")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        sys.stderr.write(
+            f"phalanx: warning: the sandbox asks for no credentials, and {host} is not loopback: anyone who can "
+            "reach it can change it\n"
+        )
+    nodes = cluster_nodes(args.cluster)
+    workload: list[dict[str, Any]] = []
+    for path in args.workload:
+        workload += read_manifest_file(path)
+    nodes += [obj for obj in workload if obj.get("kind") == "Node"]
+    objects = [obj for obj in workload if obj.get("kind") != "Node"]
+    kubeconfig = Path(args.write_kubeconfig)
+
+    def started(sandbox: Sandbox) -> None:
+        print(
+            f"Phalanx sandbox: an emulated Kubernetes API at {sandbox.url} with {sandbox.nodes} nodes, "
+            f"Phalanx scheduling in it.\nkubeconfig written to {sandbox.kubeconfig}. Try:\n"
+            f"  export KUBECONFIG={sandbox.kubeconfig.resolve()}\n"
+            "  kubectl create namespace team-a\n"
+            "  kubectl apply -f examples/pfn/training-gang.yaml     # from a checkout of Phalanx's repository\n"
+            "  kubectl get pods -n team-a -o wide\n"
+            "  kubectl describe pod -n team-a resnet-worker-0\n"
+            "Ctrl-C stops it (bound pods stay Pending: nothing runs them).",
+            flush=True,
+        )
+
+    try:
+        anyio.run(
+            lambda: serve(settings, nodes, objects, host=host, port=int(port), kubeconfig=kubeconfig, started=started)
+        )
+    except OSError as error:
+        raise UserError(f"--address {args.address}: {error.strerror or error}", EXIT_CLUSTER) from None
+    return 0
+
+
+# -- dry-run and explain ----------------------------------------------------------------------------
+
+
+def _command_dry_run(args: argparse.Namespace, settings: Settings) -> int:
+
+    copy = anyio.run(read_real_cluster, args.kubeconfig, args.context)
+    report = anyio.run(lambda: dry_run(copy, settings, namespace=args.namespace, all_schedulers=args.all_schedulers))
+    if args.output == "json":
+        print(json.dumps(report.to_json(), indent=2))
+        return 0
+    scope = f" in namespace {args.namespace}" if args.namespace else ""
+    title = f"Phalanx dry-run against {copy.server}: {len(report.gangs)} pending gang(s){scope}; nothing was written"
+    print(table(report, title=title, levels=settings.levels))
+    return 0
+
+
+def _command_explain(args: argparse.Namespace, settings: Settings) -> int:
+
+    try:
+        parse_target(args.target)
+    except ExplainError as error:
+        raise UserError(str(error)) from None
+    copy = anyio.run(read_real_cluster, args.kubeconfig, args.context)
+    try:
+        print(anyio.run(explain, copy, settings, args.target))
+    except ExplainError as error:
+        raise UserError(str(error), EXIT_CLUSTER) from None
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
+    "run": _command_run,
+    "simulate": _command_simulate,
+    "serve": _command_serve,
+    "dry-run": _command_dry_run,
+    "explain": _command_explain,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    command = COMMANDS.get(args.command or "")
+    if command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    if args.command not in ("run", "serve"):
+        configure("warning", "console")
+    try:
+        code = command(args, _settings(args))
+        sys.stdout.flush()  # inside the try: a reader that went away (`| head`) is met here
+        return code
+    except BrokenPipeError:
+        # The reader of our output stopped reading, as `head` does: that is not an error worth a traceback.
+        # Point stdout at /dev/null so that the interpreter's last flush does not complain either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except (SettingsError, ManifestError, PlotError) as error:
+        return _fail(str(error), EXIT_USAGE)
+    except KubeConfigError as error:
+        return _fail(str(error), EXIT_CLUSTER)
+    except PortError as error:
+        return _fail(f"the cluster did not answer: {error}", EXIT_CLUSTER)
+    except UserError as error:
+        return _fail(str(error), error.code)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(message: str, code: int) -> int:
+    # One line, whatever a library put in its message: scripts grep it, humans read it at a glance.
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    sys.stderr.write(f"phalanx: {line}\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

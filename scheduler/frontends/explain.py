@@ -1,0 +1,256 @@
+"""``phalanx explain <ns>/<pod-or-group>``: why one gang is pending, in words and numbers.
+
+The answer comes from the same pass as ``dry-run`` (the gangs ahead of it in the queue take their room
+first), plus the room every candidate domain has now for the gang's pods: the numbers behind the
+sentence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from scheduler.frontends.dryrun import ClusterCopy
+from scheduler.frontends.simulation import BOUND, GangReport, Report, Simulation
+from scheduler.gangs import GangError, GangSpec
+from scheduler.settings import Settings
+from topology import (
+    HOSTNAME,
+    DomainCapacity,
+    GangRequest,
+    PodShape,
+    Snapshot,
+    SpecError,
+    Topology,
+    capacity_by_domain,
+    node_record,
+    pod_requests,
+)
+from topology.explain import short_name
+
+#: Domains listed per table; the roomiest come first.
+ROWS = 10
+_FINISHED = frozenset({"Succeeded", "Failed"})
+
+
+class ExplainError(ValueError):
+    """The target cannot be explained (malformed, or not in the cluster); the message says which."""
+
+
+def parse_target(target: str) -> tuple[str, str]:
+    namespace, sep, name = target.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise ExplainError(f"{target!r}: give the pod or group object as <namespace>/<name>")
+    return namespace, name
+
+
+async def explain(copy: ClusterCopy, settings: Settings, target: str) -> str:
+    namespace, name = parse_target(target)
+    found = [obj for obj in copy.objects if _ns_name(obj) == (namespace, name) and obj.get("kind") != "PriorityClass"]
+    if not found:
+        raise ExplainError(f"no pod or group object named {target} in the cluster at {copy.server}")
+    subject = next((obj for obj in found if obj.get("kind") == "Pod"), found[0])
+    simulation = Simulation(settings)
+    simulation.add_nodes(copy.nodes)
+    simulation.add_objects(copy.objects, default_scheduler=False)
+    report = await simulation.run(advance_time=False)
+    if subject.get("kind") == "Pod":
+        opening = _pod_opening(subject, settings)
+        if opening is not None:
+            return opening
+        gang_key = report.gang_of.get(target)
+    else:
+        gang_key = _gang_of_group(report, subject)
+    if gang_key is None:
+        return f"{subject['kind']} {target} belongs to no gang Phalanx schedules (no pod of Phalanx's names it)."
+    gang = next(gang for gang in report.gangs if gang.key == gang_key)
+    lines = [_describe(subject, gang, report.results[gang_key])]
+    members = [pod for pod, key in report.gang_of.items() if key == gang_key]
+    running = _bound_now(copy, members)
+    if members and len(running) == len(members):
+        return "\n".join([*lines, _where_bound(copy, settings, running)])
+    lines += _verdict(gang, report)
+    result = report.results[gang_key]
+    if isinstance(result, GangSpec) and gang.state != BOUND:
+        lines += _room(copy, settings, result, report)
+    return "\n".join(lines)
+
+
+def _ns_name(obj: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
+def _pod_opening(pod: Mapping[str, Any], settings: Settings) -> str | None:
+    """The whole answer for a pod that is not Phalanx's, or not pending; None otherwise."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    namespace, name = _ns_name(pod)
+    scheduler = spec.get("schedulerName") or "default-scheduler"
+    if scheduler not in settings.scheduler_names:
+        return (
+            f"Pod {namespace}/{name} names schedulerName {scheduler!r}: Phalanx does not schedule it "
+            f"(it schedules {', '.join(settings.scheduler_names)})."
+        )
+    if status.get("phase") in _FINISHED:
+        return f"Pod {namespace}/{name} has finished ({status['phase']}); it is not scheduled again."
+    if spec.get("nodeName"):
+        return f"Pod {namespace}/{name} is bound to node {spec['nodeName']}."
+    return None
+
+
+def _gang_of_group(report: Report, group: Mapping[str, Any]) -> str | None:
+    kind, (namespace, name) = group.get("kind"), _ns_name(group)
+    for key, result in report.results.items():
+        refs = [result.subject] if isinstance(result, GangError) else list(result.objects)
+        if any((ref.kind, ref.namespace, ref.name) == (kind, namespace, name) for ref in refs):
+            return key
+    return None
+
+
+def _describe(subject: Mapping[str, Any], gang: GangReport, result: GangSpec | GangError) -> str:
+    namespace, name = _ns_name(subject)
+    head = f"{subject.get('kind')} {namespace}/{name} is in gang {gang.key}"
+    if isinstance(result, GangError):
+        return head + "."
+    request = result.request
+    pods = list(request.members())
+    shapes = sorted({_shape_text(member.shape) for member in pods})
+    words = f"{head}: {len(pods)} pod(s), at least {request.minimum_pods()} together; "
+    words += "; ".join(shapes) if len(shapes) <= 3 else f"{len(shapes)} pod shapes"
+    keys = _constraints(request)
+    if keys:
+        words += "; " + ", ".join(keys)
+    return words + "."
+
+
+def _constraints(request: GangRequest) -> list[str]:
+    found = []
+    for part in request.walk():
+        if part.required and f"all in one {part.required}" not in found:
+            found.append(f"{'each part ' if part is not request else 'all '}in one {part.required}")
+        if part.preferred:
+            found.append(f"{'each part' if part is not request else 'all'} preferably in one {part.preferred}")
+    return list(dict.fromkeys(found))
+
+
+def _bound_now(copy: ClusterCopy, pods: list[str]) -> dict[str, str]:
+    """The node each of ``pods`` is bound to in the cluster as read (pods not bound are left out)."""
+    wanted = set(pods)
+    found = {}
+    for obj in copy.objects:
+        if obj.get("kind") != "Pod" or "/".join(_ns_name(obj)) not in wanted:
+            continue
+        node = (obj.get("spec") or {}).get("nodeName")
+        if node and (obj.get("status") or {}).get("phase") not in _FINISHED:
+            found["/".join(_ns_name(obj))] = str(node)
+    return found
+
+
+def _where_bound(copy: ClusterCopy, settings: Settings, placement: dict[str, str]) -> str:
+    """``Bound: 4 pod(s) on 4 node(s), in block b0, rack b0-r1 (b0-r1-n0, ...).``"""
+    nodes = sorted(set(placement.values()))
+    labels = {
+        str((node.get("metadata") or {}).get("name")): (node.get("metadata") or {}).get("labels") or {}
+        for node in copy.nodes
+    }
+    shared = []
+    for level in settings.levels:
+        if level == HOSTNAME:
+            continue
+        values = {labels.get(node, {}).get(level) for node in nodes}
+        if len(values) == 1 and None not in values:
+            shared.append(f"{short_name(level)} {values.pop()}")
+    listed = ", ".join(nodes[:8]) + (f", ... {len(nodes) - 8} more" if len(nodes) > 8 else "")
+    inside = f", in {', '.join(shared)}" if shared else ""
+    return f"Bound: {len(placement)} pod(s) on {len(nodes)} node(s){inside} ({listed}). Nothing is pending."
+
+
+def _verdict(gang: GangReport, report: Report) -> list[str]:
+    where = ", ".join(f"{key}={value}" for key, value in gang.domains.items())
+    if gang.state == BOUND:
+        nodes = sorted({report.placement[pod] for pod, key in report.gang_of.items() if key == gang.key})
+        return [
+            f"Phalanx would place it now: {gang.bound} pod(s) on {len(nodes)} node(s)"
+            + (f" in {where}" if where else "")
+            + ".",
+            "If it is still pending, the scheduler has not tried it since the room appeared (it backs off up to "
+            "queue.maxBackoffSeconds), or is not running: see `kubectl -n phalanx-system logs deploy/phalanx`.",
+        ]
+    state = {"Partial": "runs with its minimum; extras wait", "Invalid": "cannot be scheduled as written"}
+    return [f"{state.get(gang.state, 'Pending')}: {gang.reason}"]
+
+
+def _room(copy: ClusterCopy, settings: Settings, spec: GangSpec, report: Report) -> list[str]:
+    """Tables of room per candidate domain, one per distinct shape of the gang's unplaced pods."""
+    key = _table_level(spec.request, settings.levels)
+    if key is None:
+        return []
+    snapshot = _snapshot_now(copy, settings)
+    shapes: list[PodShape] = []
+    for member in spec.request.members():
+        if member.key not in report.placement and member.shape not in shapes:
+            shapes.append(member.shape)
+    lines = []
+    for shape in shapes[:3]:
+        rooms = capacity_by_domain(snapshot, shape, key)
+        lines += ["", f"Room per {key} for pods of {_shape_text(shape)} (bound pods only, before this pass):"]
+        lines += _room_table(rooms, key)
+    return lines
+
+
+def _table_level(request: GangRequest, levels: tuple[str, ...]) -> str | None:
+    for part in request.walk():
+        if part.required or part.preferred:
+            return part.required or part.preferred
+    above = [level for level in levels if level != HOSTNAME]
+    return above[-1] if above else None
+
+
+def _snapshot_now(copy: ClusterCopy, settings: Settings) -> Snapshot:
+    records = []
+    for node in copy.nodes:
+        try:
+            records.append(node_record(node))
+        except SpecError:
+            continue  # a node the scheduler cannot read is not room either
+    snapshot = Snapshot(records, topology=Topology(levels=settings.levels))
+    for obj in copy.objects:
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        if obj.get("kind") != "Pod" or not spec.get("nodeName") or status.get("phase") in _FINISHED:
+            continue
+        try:
+            snapshot.assume("/".join(_ns_name(obj)), spec["nodeName"], pod_requests(obj))
+        except (SpecError, KeyError):
+            continue
+    return snapshot
+
+
+def _room_table(rooms: list[DomainCapacity], key: str) -> list[str]:
+    if not rooms:
+        return [f"  no node carries the label {key}"]
+    resources = [name for name, _ in rooms[0].free]
+    header = [short_name(key), "pods that fit", "usable nodes", *(f"free {name}" for name in resources)]
+    rows = [
+        [room.value, str(room.pods), str(room.nodes), *(amount_text(name, amount) for name, amount in room.free)]
+        for room in rooms[:ROWS]
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["  " + "  ".join(cell.ljust(width) for cell, width in zip(header, widths, strict=True))]
+    lines += ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
+    if len(rooms) > ROWS:
+        lines.append(f"  ... and {len(rooms) - ROWS} more, each with room for at most {rooms[ROWS].pods} pod(s)")
+    return lines
+
+
+def amount_text(resource: str, amount: int) -> str:
+    """Base units as a person reads them: cores for cpu, Gi for memory and storage, plain counts else."""
+    if resource == "cpu":
+        return f"{amount / 1000:g}"
+    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
+        return f"{amount / (1 << 30):.4g}Gi"
+    return str(amount)
+
+
+def _shape_text(shape: PodShape) -> str:
+    shown = [f"{name} {amount_text(name, amount)}" for name, amount in shape.requests if name != "pods"]
+    return "{" + ", ".join(shown) + "}" if shown else "{no requests}"

@@ -1,0 +1,270 @@
+"""The invariants every chaos test, the soak and the benchmarks check: one monitor on a SimCluster store.
+
+It sees every change as the store makes it (``Store.observe``), so it checks each moment the API could
+show, not only the end of a run:
+
+- at every bind, the node's bound requests plus what the schedulers still assume there (pods reserved
+  but not yet bound) stay within its allocatable, for every resource;
+- no pod is bound twice or moved to a second node, and no pod of another scheduler is bound;
+- whenever asked (:meth:`check_gangs`, at quiet moments): no gang is bound below its minimum, except
+  gangs whose members the test deleted itself (:meth:`user_deleted`) or that had members on a node
+  that was deleted;
+- :meth:`conditions_stale`: every pending pod of ours carries a ``PodScheduled=False`` condition whose
+  message is the scheduler's latest decision for it;
+- :meth:`feasible_pending`: liveness, the pending pods one fresh scheduling pass over the same objects
+  would bind; once faults stop this must become empty.
+
+Violations are collected, not raised, so that a soak can count them; :meth:`assert_clean` raises.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.app import Phalanx
+from scheduler.frontends.simulation import Simulation
+from scheduler.gangs import GangIndex, GangKey, GangSettings, GangSpec
+from scheduler.gangs.model import PodKey
+from scheduler.ports.sim.store import Obj, Store
+from scheduler.settings import Settings
+from topology import node_record, pod_requests
+
+PODS = ("", "pods")
+NODES = ("", "nodes")
+GROUP_KINDS = frozenset({"PodGroup", "CompositePodGroup", "Workload"})
+_FINISHED = frozenset({"Succeeded", "Failed"})
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+
+
+def _node_of(obj: Mapping[str, Any] | None) -> str | None:
+    if obj is None:
+        return None
+    node = (obj.get("spec") or {}).get("nodeName")
+    return node if isinstance(node, str) and node else None
+
+
+def _counts(obj: Mapping[str, Any]) -> bool:
+    """Whether a bound pod still takes room on its node."""
+    return (obj.get("status") or {}).get("phase") not in _FINISHED
+
+
+@dataclass
+class InvariantMonitor:
+    """Attach to a store before anything schedules on it; see the module docstring."""
+
+    store: Store
+    scheduler_names: tuple[str, ...] = ("phalanx",)
+    gang_settings: GangSettings = field(default_factory=GangSettings)
+    apps: list[Phalanx] = field(default_factory=list)  # whose assumptions count as taken room
+    violations: list[str] = field(default_factory=list)
+    checks: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self._allocatable: dict[str, dict[str, int]] = {}
+        self._used: dict[str, Counter[str]] = {}
+        self._bound: dict[str, tuple[str, str, dict[str, int]]] = {}  # pod -> (uid, node, requests)
+        self._ever_bound: dict[str, str] = {}  # uid -> node
+        self._ours_on: Counter[str] = Counter()  # node -> pods we bound there that still take room
+        self._exempt: set[GangKey] = set()
+        self._others_may_bind: set[str] = set()
+        self._seen: set[str] = set()
+        self.index = GangIndex(self.gang_settings)
+        for node in self.store.objects(self.store.resource("v1", "Node")):
+            self._node(node, deleted=False)
+        for pod in self.store.objects(self.store.resource("v1", "Pod")):
+            self._pod(pod, None, deleted=False)
+        for resource in self.store.catalog.resources:
+            if resource.kind in GROUP_KINDS:
+                for obj in self.store.objects(resource):
+                    self.index.upsert_group(obj)
+        self.store.observe(self._observe)
+
+    # -- what tests tell the monitor ------------------------------------------------------------
+
+    def user_deleted(self, pod: str) -> None:
+        """The test is about to delete this pod itself: its gang may end below its minimum."""
+        self.index.take_changed()
+        gang = self.index.gang_of(PodKey(pod))
+        if gang is not None:
+            self._exempt.add(gang)
+
+    def others_may_bind(self, pod: str) -> None:
+        """Another scheduler will bind this pod (it is not Phalanx's doing)."""
+        self._others_may_bind.add(pod)
+
+    # -- the checks ------------------------------------------------------------------------------
+
+    def check_gangs(self) -> list[str]:
+        """Gangs bound below their minimum right now (call at quiet moments: a gang is bound one call at
+        a time, so mid-bind it is legitimately partial). Found ones are also recorded as violations."""
+        self.index.take_changed()
+        found = []
+        self.checks["gang minimum"] += 1
+        for key, result in self.index.results().items():
+            if not isinstance(result, GangSpec) or key in self._exempt:
+                continue
+            for part in result.request.walk():
+                bound = sum(1 for member in part.members() if member.node)
+                if part.is_leaf and bound and bound < part.min_pods:
+                    found.append(f"gang {key}: part {part.key} has {bound} bound, below its minimum {part.min_pods}")
+        for what in found:
+            self._violate(what)
+        return found
+
+    def conditions_stale(self, app: Phalanx) -> list[str]:
+        """Pending pods of ours whose ``PodScheduled`` condition is missing or not ``app``'s latest word."""
+        stale = []
+        for pod in self.store.objects(self.store.resource("v1", "Pod")):
+            if not self._ours_pending(pod):
+                continue
+            key = _key(pod)
+            why = app.reporter.why_pending(key)
+            conditions = (pod.get("status") or {}).get("conditions") or []
+            shown = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+            if why is None or shown is None or shown.get("status") != "False" or shown.get("message") != why[1]:
+                stale.append(key)
+        return stale
+
+    async def feasible_pending(self, settings: Settings) -> set[str]:
+        """Pending pods of ours that one fresh pass of the scheduler over the same objects would bind."""
+        simulation = Simulation(settings)
+        simulation.add_nodes(self.store.objects(self.store.resource("v1", "Node")))
+        objects: list[Obj] = [
+            obj
+            for resource in self.store.catalog.resources
+            if resource.kind == "Pod" or resource.kind in GROUP_KINDS
+            for obj in self.store.objects(resource)
+            if not obj["metadata"].get("deletionTimestamp")
+        ]
+        objects.sort(
+            key=lambda obj: (obj["metadata"].get("creationTimestamp") or "", int(obj["metadata"]["resourceVersion"]))
+        )
+        pending = {_key(obj) for obj in objects if obj.get("kind") == "Pod" and self._ours_pending(obj)}
+        simulation.add_objects(objects, default_scheduler=False)
+        report = await simulation.run(advance_time=False)
+        self.checks["liveness"] += 1
+        return pending & set(report.bound)
+
+    def _violate(self, what: str) -> None:
+        if what not in self._seen:
+            self._seen.add(what)
+            self.violations.append(what)
+
+    def assert_clean(self) -> None:
+        assert not self.violations, "invariants violated:\n" + "\n".join(self.violations[:20])
+
+    # -- watching every change -------------------------------------------------------------------
+
+    def _ours_pending(self, pod: Mapping[str, Any]) -> bool:
+        return (
+            (pod.get("spec") or {}).get("schedulerName") in self.scheduler_names
+            and _node_of(pod) is None
+            and _counts(pod)
+            and not pod["metadata"].get("deletionTimestamp")
+        )
+
+    def _observe(self, storage: tuple[str, str], kind: str, obj: Obj, previous: Obj | None) -> None:
+        deleted = kind == "DELETED"
+        if storage == PODS:
+            self._pod(obj, previous, deleted=deleted)
+        elif storage == NODES:
+            self._node(obj, deleted=deleted)
+        elif obj.get("kind") in GROUP_KINDS:
+            self._group(obj, previous, deleted=deleted)
+
+    def _group(self, group: Obj, previous: Obj | None, *, deleted: bool) -> None:
+        """A user who changes a group's spec (say, raises its minimum) or deletes it under running pods
+        changes what "whole" means; that gang's minimum is theirs to answer for, not Phalanx's."""
+        by_user = deleted or (previous is not None and group.get("spec") != previous.get("spec"))
+        if by_user:
+            self.index.take_changed()  # settle earlier changes, so that what changes next is this group's
+        if deleted:
+            self.index.delete_group(group)
+        else:
+            self.index.upsert_group(group)
+        if by_user:
+            self._exempt |= self.index.take_changed()
+
+    def _node(self, node: Mapping[str, Any], *, deleted: bool) -> None:
+        name = node["metadata"]["name"]
+        if deleted:
+            # Losing a node is never Phalanx's doing: gangs with members bound or being bound there may
+            # end below their minimum (as they would if the machine died an hour later).
+            self._allocatable.pop(name, None)
+            there = {pod for pod, (_, bound_to, _) in self._bound.items() if bound_to == name}
+            there |= {pod for app in self.apps for pod, held in app.state.assumed.items() if held.node == name}
+            for pod in there:
+                self.user_deleted(pod)
+        else:
+            self._allocatable[name] = dict(node_record(node).allocatable)
+
+    def _pod(self, pod: Obj, previous: Obj | None, *, deleted: bool) -> None:
+        key = _key(pod)
+        if deleted:
+            self.index.delete_pod(pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
+        else:
+            self.index.upsert_pod(pod)
+        self._release(key)
+        node = _node_of(pod)
+        if node is None or deleted:
+            return
+        uid = str(pod["metadata"].get("uid", key))
+        newly_bound = previous is not None and _node_of(previous) is None
+        ours = (pod.get("spec") or {}).get("schedulerName") in self.scheduler_names
+        if newly_bound:
+            self.checks["bind"] += 1
+            if uid in self._ever_bound:
+                self._violate(f"pod {key} bound twice: to {self._ever_bound[uid]} and to {node}")
+            if not ours and key not in self._others_may_bind:
+                self._violate(f"pod {key} of scheduler {(pod.get('spec') or {}).get('schedulerName')} was bound")
+        elif previous is not None and _node_of(previous) not in (None, node):
+            self._violate(f"pod {key} moved from {_node_of(previous)} to {node}")
+        self._ever_bound.setdefault(uid, node)
+        if not _counts(pod):
+            return
+        requests = pod_requests(pod)
+        self._bound[key] = (uid, node, requests)
+        self._used.setdefault(node, Counter()).update(requests)
+        if ours:
+            self._ours_on[node] += 1
+        if newly_bound and ours:
+            self._check_node(node)
+
+    def _release(self, key: str) -> None:
+        held = self._bound.pop(key, None)
+        if held is None:
+            return
+        _, node, requests = held
+        self._used[node].subtract(requests)
+        if self._ours_on[node]:
+            self._ours_on[node] -= 1
+
+    def _check_node(self, node: str) -> None:
+        """At a bind of ours: bound plus still-assumed requests against allocatable."""
+        self.checks["node capacity"] += 1
+        allocatable = self._allocatable.get(node)
+        if allocatable is None:
+            return  # bound to a node that is gone: the API would not run it, and holds no room for it
+        taken = Counter(self._used.get(node, Counter()))
+        for app in self.apps:
+            for pod, assumption in app.state.assumed.items():
+                if assumption.node == node and pod not in self._bound:
+                    taken.update(assumption.requests)
+        over = {name: amount for name, amount in taken.items() if amount > allocatable.get(name, 0)}
+        if over:
+            detail = ", ".join(f"{name} {amount} > {allocatable.get(name, 0)}" for name, amount in sorted(over.items()))
+            self._violate(f"node {node} over-committed: {detail}")
+
+    def check_nodes(self, nodes: Iterable[str] | None = None) -> list[str]:
+        """Nodes where we bound pods whose bound plus assumed requests now exceed allocatable."""
+        before = len(self.violations)
+        for node in list(nodes if nodes is not None else self._ours_on):
+            if self._ours_on.get(node):
+                self._check_node(node)
+        return self.violations[before:]

@@ -1,0 +1,76 @@
+"""``--plot FILE.png``: the racks and blocks, each node's GPUs coloured by the gang that holds them.
+
+matplotlib is an optional extra (``pip install 'phalanx-scheduler[plot]'``): the scheduler never needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from scheduler.frontends.simulation import Report
+
+INSTALL_HINT = "--plot needs matplotlib: pip install 'phalanx-scheduler[plot]'"
+
+
+class PlotError(RuntimeError):
+    """The plot cannot be drawn or written; the message says why."""
+
+
+def plot(report: Report, levels: Sequence[str], path: str | Path) -> None:
+    try:
+        import matplotlib  # noqa: PLC0415  (optional: imported only when a plot is asked for)
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot  # noqa: PLC0415
+        from matplotlib.patches import Patch, Rectangle  # noqa: PLC0415
+    except ImportError:
+        raise PlotError(INSTALL_HINT) from None
+
+    above = [level for level in levels if level != "kubernetes.io/hostname"]
+    column_key = above[-1] if above else None
+    group_key = above[-2] if len(above) >= 2 else None
+    columns: dict[tuple[str, str], list[str]] = {}
+    for node in sorted(report.node_gpus):
+        labels = report.node_labels.get(node, {})
+        group = labels.get(group_key, "") if group_key else ""
+        column = labels.get(column_key, "") if column_key else "cluster"
+        columns.setdefault((group, column), []).append(node)
+
+    gangs = [gang.key for gang in report.gangs if any(report.gang_of.get(pod) == gang.key for pod in report.placement)]
+    palette = pyplot.get_cmap("tab20")
+    colour = {gang: palette(i % 20) for i, gang in enumerate(gangs)}
+    owners: dict[str, list[str | None]] = {node: [] for node in report.node_gpus}
+    for pod, node in sorted(report.placement.items()):
+        if node in owners:
+            owners[node] += [report.gang_of.get(pod)] * report.pod_gpus.get(pod, 0)
+
+    width = max((gpus for gpus in report.node_gpus.values()), default=1) + 1
+    height = max((len(nodes) for nodes in columns.values()), default=1)
+    figure, axes = pyplot.subplots(figsize=(max(6.0, 0.18 * width * len(columns) + 2), max(3.0, 0.25 * height + 2)))
+    previous_group = None
+    for x, ((group, column), nodes) in enumerate(sorted(columns.items())):
+        if group != previous_group and x:
+            axes.axvline(x * width - 0.5, color="black", linewidth=1.2)
+        previous_group = group
+        axes.text(x * width + width / 2 - 0.5, height + 0.3, column, ha="center", fontsize=7, rotation=90)
+        for y, node in enumerate(nodes):
+            held = owners[node]
+            for gpu in range(report.node_gpus[node]):
+                owner = held[gpu] if gpu < len(held) else "free"
+                face = "#f2f2f2" if owner == "free" else colour.get(owner or "", "#7f7f7f")
+                axes.add_patch(Rectangle((x * width + gpu, height - 1 - y), 0.9, 0.9, facecolor=face, linewidth=0))
+    axes.set_xlim(-1, len(columns) * width)
+    axes.set_ylim(-0.5, height + 2.5)
+    axes.axis("off")
+    title = f"{report.nodes} nodes, GPU allocation {report.gpu_allocation:.1%}"
+    axes.set_title(title + (f" (blocks separated by lines: {group_key})" if group_key else ""), fontsize=9)
+    handles = [Patch(facecolor=colour[gang], label=gang) for gang in gangs[:20]]
+    handles += [Patch(facecolor="#7f7f7f", label="other pods"), Patch(facecolor="#f2f2f2", label="free")]
+    axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+    try:
+        figure.savefig(path, dpi=120, bbox_inches="tight")
+    except OSError as error:
+        raise PlotError(f"--plot {path}: {error.strerror or error}") from None
+    finally:
+        pyplot.close(figure)

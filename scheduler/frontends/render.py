@@ -1,0 +1,113 @@
+"""Reports for people: the gang table, a GPU map of the racks, and a progress bar on a terminal."""
+
+from __future__ import annotations
+
+import string
+import sys
+import textwrap
+from collections.abc import Iterable, Mapping
+from typing import TextIO
+
+from scheduler.frontends.simulation import BOUND, Report
+from topology.explain import short_name
+
+#: Largest cluster drawn as a text map; beyond it the map would not fit a screen.
+MAP_NODES = 256
+_WRAP = 100
+
+
+def gang_letters(report: Report) -> dict[str, str]:
+    """A letter per gang that has a pod on some node, in the order of the gang table."""
+    symbols = iter(string.ascii_uppercase + string.ascii_lowercase + string.digits)
+    placed_gangs = {report.gang_of[pod] for pod in report.placement if pod in report.gang_of}
+    return {gang.key: next(symbols, "*") for gang in report.gangs if gang.key in placed_gangs}
+
+
+def _where(domains: Mapping[str, str]) -> str:
+    return " ".join(f"{short_name(key)}={value}" for key, value in domains.items())
+
+
+def table(report: Report, *, title: str, levels: Iterable[str]) -> str:
+    """The gang table, why each gang that is not bound waits, the GPU map (small clusters), a summary."""
+    letters = gang_letters(report)
+    names = {
+        gang.key: f"{gang.key} [{letters[gang.key]}]" if gang.key in letters else gang.key for gang in report.gangs
+    }
+    key_width = max([len("GANG"), *(len(name) for name in names.values())])
+    lines = [title, "", f"{'GANG':<{key_width}}  {'STATE':<8} {'BOUND':>5} {'MIN':>4}  WHERE"]
+    for gang in report.gangs:
+        lines.append(
+            f"{names[gang.key]:<{key_width}}  {gang.state:<8} {gang.bound:>5} {gang.min:>4}  {_where(gang.domains)}"
+        )
+    if not report.gangs:
+        lines.append("(no gangs: no pod has a schedulerName Phalanx owns)")
+    waiting = [gang for gang in report.gangs if gang.state != BOUND and gang.reason]
+    if waiting:
+        lines += ["", "Why:"]
+        for gang in waiting:
+            lines += textwrap.wrap(
+                f"{gang.key}: {gang.reason}",
+                width=_WRAP,
+                initial_indent="  ",
+                subsequent_indent="      ",
+                break_on_hyphens=False,
+                break_long_words=False,
+            )
+    if report.nodes <= MAP_NODES and report.node_gpus and any(report.node_gpus.values()):
+        lines += ["", *gpu_map(report, letters, list(levels))]
+    lines += [
+        "",
+        f"{report.pods_bound} pod(s) bound, {len(report.pending)} pending · GPU allocation "
+        f"{report.gpu_allocation:.1%} · {report.nodes} nodes · {report.seconds:.2f} s",
+    ]
+    if report.timed_out:
+        lines.append("The run stopped at --timeout while the scheduler was still busy; the figures are partial.")
+    return "\n".join(lines)
+
+
+def gpu_map(report: Report, letters: Mapping[str, str], levels: list[str]) -> list[str]:
+    """One row per rack (the level above the node), one cell per node, one character per GPU."""
+    above_node = [level for level in levels if level != "kubernetes.io/hostname"]
+    row_key = above_node[-1] if above_node else None
+    cells: dict[str, list[str]] = {node: [] for node in report.node_gpus}
+    for pod, node in report.placement.items():
+        if node in cells:
+            symbol = letters.get(report.gang_of.get(pod, ""), "#")
+            cells[node].extend(symbol * report.pod_gpus.get(pod, 0))
+    rows: dict[str, list[str]] = {}
+    for node, gpus in sorted(report.node_gpus.items()):
+        row = report.node_labels.get(node, {}).get(row_key, "-") if row_key else "all"
+        rows.setdefault(row, []).append("".join(cells[node])[:gpus].ljust(gpus, "."))
+    legend = f"GPU map: a row per {short_name(row_key) if row_key else 'cluster'}, a cell per node, a character per GPU"
+    lines = [f"{legend} (letters are the gangs above, # other pods, . free):"]
+    label_width = max(len(row) for row in rows)
+    for row, nodes in rows.items():
+        label, text = row, " ".join(nodes)
+        while len(text) > _WRAP:
+            cut = text.rfind(" ", 0, _WRAP)
+            lines.append(f"  {label:<{label_width}}  {text[:cut]}")
+            label, text = "", text[cut + 1 :]
+        lines.append(f"  {label:<{label_width}}  {text}")
+    return lines
+
+
+class Progress:
+    """``[#####.....] 120/200 pods bound`` on one line of a terminal; nothing when not a terminal."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = self.stream.isatty()
+        self._shown = False
+
+    def __call__(self, bound: int, total: int) -> None:
+        if not self.enabled or not total:
+            return
+        filled = 30 * bound // total
+        self.stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {bound}/{total} pods bound")
+        self.stream.flush()
+        self._shown = True
+
+    def close(self) -> None:
+        if self._shown:
+            self.stream.write("\n")
+            self.stream.flush()

@@ -1,6 +1,0 @@
-"""The cluster port on a real API server, through kubernetes_asyncio (the only package that imports it)."""
-
-from scheduler.kube.client import KubeConfigError, client_for, connect
-from scheduler.kube.cluster import KubeCluster
-
-__all__ = ["KubeCluster", "KubeConfigError", "client_for", "connect"]

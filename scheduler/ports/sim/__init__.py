@@ -1,0 +1,32 @@
+"""SimCluster: an in-memory Kubernetes API with real semantics (DESIGN section 6).
+
+It is the embedded cluster of ``phalanx simulate`` and ``phalanx dry-run``, the store behind the
+benchmarks, and, served over HTTP by :class:`SimServer`, the API server the kubernetes_asyncio adapter
+is tested against, with injected faults.
+"""
+
+from scheduler.ports.sim.builders import ClusterShape, ManifestError, load, read_manifest_file, read_manifests
+from scheduler.ports.sim.errors import ApiError
+from scheduler.ports.sim.faults import FaultRule, Faults
+from scheduler.ports.sim.http import SimServer
+from scheduler.ports.sim.resources import Catalog, Resource
+from scheduler.ports.sim.store import MERGE_PATCH, STRATEGIC_MERGE_PATCH, Store, Watch, WatchEvent
+
+__all__ = [
+    "MERGE_PATCH",
+    "STRATEGIC_MERGE_PATCH",
+    "ApiError",
+    "Catalog",
+    "ClusterShape",
+    "FaultRule",
+    "Faults",
+    "ManifestError",
+    "Resource",
+    "SimServer",
+    "Store",
+    "Watch",
+    "WatchEvent",
+    "load",
+    "read_manifest_file",
+    "read_manifests",
+]

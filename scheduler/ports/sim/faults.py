@@ -1,0 +1,101 @@
+"""Faults SimCluster's HTTP face injects: the failures real clusters produce, seeded and repeatable.
+
+Rules match requests by verb (``get``, ``list``, ``watch``, ``create``, ``update``, ``patch``,
+``delete``, ``bind``) and resource (plural, e.g. ``pods``), and may fail them (500, 429 with a
+``Retry-After``, 409, 503) at a rate, or delay them. Besides rules: watches can be dropped after N
+events, the next watches can be answered with 410 Expired, binds of chosen pods can fail, and the
+whole server can be made unavailable (open watches end at their next event or bookmark). Every
+decision draws from one seeded generator, and every fault injected is counted.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+from scheduler.ports.sim.errors import ApiError
+
+VERBS = frozenset({"get", "list", "watch", "create", "update", "patch", "delete", "bind"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FaultRule:
+    """Fail (``error_rate``) or delay (``latency`` plus up to ``jitter`` seconds) matching requests.
+
+    Empty ``verbs`` or ``resources`` match every verb or resource.
+    """
+
+    verbs: frozenset[str] = frozenset()
+    resources: frozenset[str] = frozenset()
+    error_rate: float = 0.0
+    codes: tuple[int, ...] = (500,)
+    retry_after: int = 1
+    latency: float = 0.0
+    jitter: float = 0.0
+
+    def __post_init__(self) -> None:
+        if unknown := self.verbs - VERBS:
+            raise ValueError(f"unknown verbs {sorted(unknown)}; use {sorted(VERBS)}")
+        if not 0.0 <= self.error_rate <= 1.0:
+            raise ValueError("error_rate is a probability between 0 and 1")
+
+    def matches(self, verb: str, resource: str) -> bool:
+        return (not self.verbs or verb in self.verbs) and (not self.resources or resource in self.resources)
+
+
+@dataclass
+class Faults:
+    """The fault plan of one server; change it at any time (tests switch faults on and off)."""
+
+    seed: int = 0
+    rules: list[FaultRule] = field(default_factory=list)
+    drop_watch_after: int | None = None
+    expire_next_watches: int = 0
+    bind_failures: dict[str, int] = field(default_factory=dict)  # "namespace/pod" -> HTTP code
+    unavailable: bool = False
+    injected: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self._random = random.Random(self.seed)
+
+    def clear(self) -> None:
+        self.rules.clear()
+        self.drop_watch_after = None
+        self.expire_next_watches = 0
+        self.bind_failures.clear()
+        self.unavailable = False
+
+    def decide(self, verb: str, resource: str, target: str = "") -> tuple[float, ApiError | None]:
+        """The delay to apply and the error to return (or None) for one request."""
+        if self.unavailable:
+            self.injected["unavailable"] += 1
+            return 0.0, ApiError(503, "the server is currently unable to handle the request")
+        if verb == "bind" and target in self.bind_failures:
+            code = self.bind_failures[target]
+            self.injected[f"bind {code}"] += 1
+            return 0.0, ApiError(code, f"injected failure binding {target}")
+        delay = 0.0
+        for rule in self.rules:
+            if not rule.matches(verb, resource):
+                continue
+            if rule.latency or rule.jitter:
+                delay += rule.latency + self._random.uniform(0, rule.jitter)
+            if rule.error_rate and self._random.random() < rule.error_rate:
+                code = self._random.choice(rule.codes)
+                self.injected[f"{verb} {resource} {code}"] += 1
+                if code == 429:
+                    return delay, ApiError(
+                        429, "too many requests, please try again later", retry_after=rule.retry_after
+                    )
+                if code == 409:
+                    return delay, ApiError(409, f"injected conflict on {resource}", reason="Conflict")
+                return delay, ApiError(code, f"injected {code} on {verb} {resource}")
+        return delay, None
+
+    def take_expired_watch(self) -> bool:
+        if self.expire_next_watches > 0:
+            self.expire_next_watches -= 1
+            self.injected["watch 410"] += 1
+            return True
+        return False
