@@ -41,7 +41,17 @@ from scheduler.reporting import SCHEDULER_ERROR, UNSCHEDULABLE, Reason, Subject
 from scheduler.settings import Settings
 from scheduler.state import ClusterState
 from scheduler.waiting import Shortfall, describe, split_unknown
-from topology import Assignment, GangRequest, Infeasible, Member, Placement, PodShape, Snapshot, place
+from topology import (
+    Assignment,
+    GangRequest,
+    Infeasible,
+    Member,
+    NodeConstraints,
+    Placement,
+    PodShape,
+    Snapshot,
+    place,
+)
 from topology.fit import pods_per_node, shape_fit
 
 log = structlog.get_logger("phalanx.cycle")
@@ -222,7 +232,10 @@ class SchedulingLoop:
         wake = Wake(nodes=True, shapes=frozenset(member.shape for member in unplaced), pods=len(unplaced))
         too_big = beyond_cluster(request, self.state.snapshot)
         if too_big is not None:  # only more nodes help; nothing is held
-            return Outcome(code=Code.UNRESOLVABLE, message=too_big.message, pods=pods, each_pod=True)
+            message = too_big.message + (
+                f" It also waits for {_absent(spec, missing)}.{_gated(spec)}" if missing else ""
+            )
+            return Outcome(code=Code.UNRESOLVABLE, message=message, pods=pods, each_pod=True)
         trial, shortfalls = split_unknown(request)
         if shortfalls:
             return self._unknown_members(spec, pods, wake, trial, shortfalls)
@@ -231,7 +244,14 @@ class SchedulingLoop:
                 f"Gang {spec.key} waits for {_absent(spec, missing)}, and room held for waiting gangs is at its "
                 f"limit ({self.settings.permit.max_reserved_share:.0%} of the cluster).{_gated(spec)}"
             )
-            return Outcome(code=Code.UNSCHEDULABLE, message=message, pods=pods, each_pod=True, wake=wake)
+            return Outcome(
+                code=Code.UNSCHEDULABLE,
+                message=message,
+                pods=spec.pods,
+                wake=wake,
+                reason=Reason.GANG_WAITING,
+                condition=GANG_WAITING,
+            )
         problem = min_resources_problem(spec.key, spec.min_resources, self.state.snapshot)
         if problem is not None:
             return Outcome(code=Code.UNSCHEDULABLE, message=problem, pods=pods, each_pod=True, wake=wake)
@@ -240,6 +260,10 @@ class SchedulingLoop:
         placement_ms = round((time.perf_counter() - started) * 1000, 3)
         self.metrics.placement_duration.observe(placement_ms / 1000)
         if isinstance(placed, Infeasible):
+            if missing:
+                existing = self._existing_fit(spec, request, placed, missing)
+                if existing is not None:
+                    return existing
             message = placed.message
             if missing:  # the room was sought for members that do not exist yet, too: say so
                 message += f" It also waits for {_absent(spec, missing)}.{_gated(spec)}"
@@ -283,6 +307,35 @@ class SchedulingLoop:
             wake=wake,
             extras_wait=bool(placed.unplaced),
             placement_ms=placement_ms,
+        )
+
+    def _existing_fit(self, spec: GangSpec, request: GangRequest, failed: Infeasible, missing: int) -> Outcome | None:
+        """The gang did not fit with room for its missing members shaped like their siblings, node
+        constraints included. If it fits with that room asked by requests alone, the constraints copied
+        onto members that do not exist yet were the obstacle (Kueue may give each pod its own node): a
+        guess, not a lack of room. The gang waits for them, holding nothing, and is not called
+        unschedulable (cluster-autoscaler would add nodes for it)."""
+        if not any(
+            part.placeholder_shape and part.placeholder_shape.constraints != NodeConstraints()
+            for part in request.walk()
+        ):
+            return None
+        loose = _loose_placeholders(request)
+        trial = self.placer(self.state.snapshot, loose, max_tries=self.settings.placement.max_domain_tries)
+        if isinstance(trial, Infeasible):
+            return None
+        message = (
+            f"Gang {spec.key} waits for {_absent(spec, missing)}. Room for them cannot be held now where their "
+            f"siblings' node constraints would put them ({failed.reason}); the gang is placed once they exist."
+            f"{_gated(spec)}"
+        )
+        return Outcome(
+            code=Code.UNSCHEDULABLE,
+            message=message,
+            pods=spec.pods,
+            wake=Wake(nodes=True, shapes=frozenset(m.shape for m in spec.request.members()), pods=missing),
+            reason=Reason.GANG_WAITING,
+            condition=GANG_WAITING,
         )
 
     def _unknown_members(
@@ -336,10 +389,15 @@ class SchedulingLoop:
                 self.state.unreserve(move.placeholder)
             self.state.reserve(spec.key, [Assignment(pod=move.member, node=move.node, shape=move.shape)])
         reservation = self.permit.reservation(spec.key)
-        if reservation.placeholders:
-            # Still waiting; what it waits for may have changed (a member arrived, a pod got or lost gates).
-            return self._holding(spec, reservation)
-        self.permit.release(spec.key)  # complete: it held nothing more
+        if not self._meets_minimum(spec.request):
+            if reservation.placeholders:
+                # Still waiting; what it waits for may have changed (a member arrived, a pod got or lost gates).
+                return self._holding(spec, reservation)
+            # Every placeholder is taken and the minimum still lacks members (one was deleted, or the
+            # minimum was raised): the reservation no longer fits the gang; it is placed afresh.
+            return None
+        for placeholder in self.permit.release(spec.key):  # complete (room left over: the minimum was lowered)
+            self.state.unreserve(placeholder)
         placed = tuple(
             (pod, node)
             for pod in spec.pods
@@ -356,8 +414,8 @@ class SchedulingLoop:
         log.info("gang timed out", gang=key, missing=missing)
         if isinstance(spec, GangSpec):
             message = (
-                f"Gang {key} timed out waiting for {missing} of its members to be created; the room it held is "
-                "released and it will be tried again."
+                f"Gang {key} timed out waiting for {_absent(spec, missing)}; the room it held is released and it "
+                f"will be tried again.{_gated(spec)}"
             )
             self.queue.add(key, spec.priority, spec.created)
             outcome = Outcome(
@@ -365,6 +423,7 @@ class SchedulingLoop:
                 message=message,
                 pods=spec.pods,
                 reason=Reason.GANG_TIMEOUT,
+                condition=GANG_WAITING,  # it still lacks members; more room would not help it
                 wake=Wake(nodes=True),
             )
             self._record(spec, outcome)
@@ -411,8 +470,10 @@ class SchedulingLoop:
                 reason=outcome.message,
                 placement_ms=outcome.placement_ms,
             )
-            condition, event_type = UNSCHEDULABLE, "Warning"
+            condition, event_type = outcome.condition or UNSCHEDULABLE, "Warning"
         reason = outcome.reason or _REASONS[code]
+        if reason is Reason.GANG_WAITING:
+            event_type = "Normal"
         self.reporter.pending(pods, condition, outcome.message)
         if outcome.each_pod:
             for pod in pods:
@@ -486,3 +547,11 @@ def _problem(error: GangError) -> Outcome:
     """A gang that cannot be compiled: it waits for an object, or must be fixed."""
     code = Code.WAIT if error.problem is Problem.WAITING else Code.INVALID
     return Outcome(code=code, message=error.message, pods=error.pods, each_pod=True)
+
+
+def _loose_placeholders(request: GangRequest) -> GangRequest:
+    """``request`` with its placeholders asking for room by their requests alone, anywhere."""
+    if request.is_leaf:
+        shape = request.placeholder_shape
+        return replace(request, placeholder_shape=PodShape(requests=shape.requests)) if shape else request
+    return replace(request, children=tuple(_loose_placeholders(child) for child in request.children))

@@ -42,6 +42,9 @@ class Outcome:
     pods: tuple[str, ...] = ()
     #: The Event's reason, when not the code's own (a timed-out reservation says GangTimeout).
     reason: Reason | None = None
+    #: The PodScheduled condition's reason, when not the code's own: a gang that backs off only because it
+    #: lacks members says GangWaiting, not Unschedulable (which cluster-autoscaler acts on).
+    condition: str | None = None
     #: The Event goes on each of ``pods`` too, not only on the gang's group object (or first pod).
     each_pod: bool = False
     #: What may wake an UNSCHEDULABLE gang early (shapes that need room, how many pods).

@@ -104,7 +104,7 @@ def test_a_partial_gang_holds_room_then_times_out_and_the_room_goes_to_the_next(
     states = {gang["key"]: (gang["state"], gang["bound"]) for gang in report["gangs"]}
     assert states == {"pfn:team/behind": ("Bound", 4), "pfn:team/waiting": ("Pending", 0)}
     assert report["pending"]["team/waiting-0"].startswith(
-        "Gang pfn:team/waiting timed out waiting for 1 of its members to be created"
+        "Gang pfn:team/waiting timed out waiting for 1 member(s) that do not exist yet"
     )
 
 

@@ -207,7 +207,9 @@ def test_optional_crds_define_a_served_storage_version_with_a_status_subresource
 def test_the_crds_deployed_are_the_ones_the_emulator_serves_and_the_real_suite_installs(
     deployed_file: str, served_file: str
 ) -> None:
-    assert documents(MANIFESTS / deployed_file) == documents(ROOT / "scheduler" / "ports" / "sim" / "crds" / served_file)
+    assert documents(MANIFESTS / deployed_file) == documents(
+        ROOT / "scheduler" / "ports" / "sim" / "crds" / served_file
+    )
 
 
 def test_the_readme_stands_alone_every_file_it_names_is_in_the_repository() -> None:

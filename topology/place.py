@@ -86,6 +86,8 @@ class _Part:
     difficulty: float = 0.0
     #: Whether the part wants more than its minimum (extra pods or extra children somewhere below it).
     elastic: bool = False
+    #: Every pod the part wants, running or not (its minimum and its extras).
+    total: int = 0
 
     def leaves(self) -> list[_Part]:
         if not self.children:
@@ -129,6 +131,7 @@ class _Search:
         self.tries = 0
         self.pruned = 0
         self._shapes: dict[PodShape, ShapeFit] = {}
+        self._trialling = False
         self.root = self._build(request, f"Gang {request.key}")
 
     # -- setup ---------------------------------------------------------------------------------
@@ -155,9 +158,11 @@ class _Search:
             part.difficulty = max(0, request.min_pods - len(part.pinned)) * min(biggest, 1e9)
             waiting = sum(part.waiting(i) for i in range(len(part.shapes)))
             part.elastic = waiting > max(0, request.min_pods - len(part.pinned))
+            part.total = waiting + len(part.pinned)
         else:
             part.difficulty = sum(child.difficulty for child in children)
             part.elastic = len(children) > request.min_children or any(child.elastic for child in children)
+            part.total = sum(child.total for child in children)
             # Hardest first: big children claim room before small ones fragment it. Stable for ties.
             part.children = sorted(children, key=lambda child: -child.difficulty)
         return part
@@ -234,10 +239,16 @@ class _Search:
                 f"{part.label} needs {what} in one {key}; {self._largest(part, domains, scope, pods)}",
                 self._first_shape(part),
             )
-        candidates = candidates[np.lexsort((candidates, capacity[candidates]))]
-        first_failure: _Failure | None = None
         # An elastic part goes to the tightest domain that holds all of it (minimums and extras); only when
-        # none does, to the tightest that holds its minimum (the first of those met is kept as fallback).
+        # none does, to the tightest that holds its minimum. Domains whose bound allows the whole part are
+        # tried first, each with a trial of its extras; the first domain after them that holds the minimum
+        # is the tightest of the rest. Inside a trial, nested parts choose by their minimum only, so that
+        # the work stays within max_tries trials per part.
+        elastic = part.elastic and not self._trialling
+        whole = (pods[candidates] >= part.total) if elastic else np.zeros(len(candidates), dtype=np.bool_)
+        may_hold_all = set(candidates[whole].tolist())
+        candidates = candidates[np.lexsort((candidates, capacity[candidates], ~whole))]
+        first_failure: _Failure | None = None
         fallback: int | None = None
         tried = 0
 
@@ -255,16 +266,19 @@ class _Search:
             mark = self.trial.mark()
             failure = enter(domain)
             if failure is None:
-                if not part.elastic or self._holds_all(part):
+                if domain not in may_hold_all:
+                    if fallback is None or (capacity[domain], domain) < (capacity[fallback], fallback):
+                        return None  # the tightest of the domains that hold the minimum
+                    self.trial.rollback(mark)
+                    break
+                if self._holds_all(part):
                     return None
                 fallback = domain if fallback is None else fallback
                 self.trial.rollback(mark)
                 continue
             first_failure = first_failure or failure
         if fallback is not None:
-            again = enter(fallback)  # the same state as when it fitted: it fits again
-            assert again is None, again
-            return None
+            return enter(fallback)  # the same state as when it held the minimum: it holds it again
         assert first_failure is not None
         tightest = domains.label(int(candidates[0]))
         return _Failure(
@@ -418,10 +432,13 @@ class _Search:
         minimum. A trial of phase 4 inside the domain, undone either way: extras are placed for real only
         once every minimum of the gang holds."""
         mark = self.trial.mark()
-        self._extras(part, widen=False)
-        complete = _complete(part)
-        self.trial.rollback(mark)
-        return complete
+        self._trialling = True
+        try:
+            self._extras(part, widen=False)
+            return _complete(part)
+        finally:
+            self._trialling = False
+            self.trial.rollback(mark)
 
     # -- filling nodes -------------------------------------------------------------------------
 

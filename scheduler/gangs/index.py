@@ -489,6 +489,15 @@ class GangIndex:
     def _build_composite(self, group: GroupObject, *, depth: int, path: tuple[ObjectRef, ...]) -> _Built:
         children = [self._build(ref, depth=depth + 1, path=path) for ref in sorted(self._children.get(group.ref, ()))]
         minimum = composite_minimum(group)
+        if minimum > self.settings.max_gang_size:  # each child group holds at least one pod
+            raise SpecProblem(
+                group.ref,
+                "spec.schedulingPolicy.gang.minGroupCount",
+                minimum,
+                f"the gang needs at least {minimum} pods together, more than gangs.maxGangSize "
+                f"({self.settings.max_gang_size}) allows; lower it, or raise gangs.maxGangSize in Phalanx's "
+                "configuration",
+            )
         if minimum > len(children):
             raise SpecProblem(
                 group.ref,

@@ -44,29 +44,42 @@ def _amount(resource: str, value: int) -> str:
 def beyond_cluster(request: GangRequest, snapshot: Snapshot) -> Infeasible | None:
     """Why ``request``'s minimum could not fit even on the empty cluster, or None when it might.
 
-    A necessary condition only, per leaf: the copies of the leaf's shapes that fit on every node when
-    it is empty, summed, against the leaf's minimum (members and placeholders alike)."""
+    A necessary condition only, per leaf: the pods its minimum still needs (members already bound or
+    assumed count as placed) against the copies of its shapes that fit on every node when it is empty.
+    Placeholders are counted by their requests alone: the node constraints copied from a sibling are a
+    guess about pods that do not exist yet, and must not make a gang look impossible."""
+    most_of: dict[PodShape, int] = {}
+
+    def most(shape: PodShape) -> int:
+        if shape not in most_of:
+            most_of[shape] = int(shape_fit(snapshot, shape).empty_fit.sum())
+        return most_of[shape]
+
     for leaf in request.walk():
         if not leaf.is_leaf or not leaf.min_pods:
             continue
-        shapes: set[PodShape] = {member.shape for member in leaf.pods}
+        need = leaf.min_pods - sum(1 for member in leaf.pods if member.node is not None)
+        shapes: set[PodShape] = {member.shape for member in leaf.pods if member.node is None}
         if leaf.placeholder_shape is not None:
-            shapes.add(leaf.placeholder_shape)
-        if not shapes:
+            shapes.add(PodShape(requests=leaf.placeholder_shape.requests))
+        if need <= 0 or not shapes:
             continue
-        fits = [shape_fit(snapshot, shape) for shape in sorted(shapes, key=repr)]
-        most = sum(int(fit.empty_fit.sum()) for fit in fits)
-        if leaf.min_pods <= most:
+        ordered = sorted(shapes, key=repr)
+        room = sum(most(shape) for shape in ordered)
+        if need <= room:
             continue
         part = f"Gang {request.key}" if leaf is request else f"Part {leaf.key} of gang {request.key}"
-        what = "of this shape" if len(fits) == 1 else f"of its {len(fits)} shapes"
-        roomiest = max(fits, key=lambda fit: int(fit.empty_fit.max(initial=0)))
+        what = "of this shape" if len(ordered) == 1 else f"of its {len(ordered)} shapes"
+        roomiest = max(
+            (shape_fit(snapshot, shape) for shape in ordered), key=lambda fit: int(fit.empty_fit.max(initial=0))
+        )
         limit = node_limit(snapshot, roomiest)
         reasons, available = node_reasons(snapshot, roomiest)
+        more = " more" if need < leaf.min_pods else ""
         return Infeasible(
             gang=request.key,
             reason=(
-                f"{part} needs {leaf.min_pods} pods; the cluster could hold at most {most} {what} even if it "
+                f"{part} needs {need}{more} pods; the cluster could hold at most {room} {what} even if it "
                 f"were empty{': ' + limit if limit else ''}."
             ),
             node_reasons=reasons,

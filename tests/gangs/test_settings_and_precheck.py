@@ -2,9 +2,9 @@
 
 import pytest
 
-from scheduler.gangs import GangSettings, SettingsError, min_resources_problem
-from tests.builders import GI, cluster, fill
-from topology import Snapshot
+from scheduler.gangs import GangSettings, SettingsError, beyond_cluster, min_resources_problem
+from tests.builders import GI, cluster, fill, gpu_shape
+from topology import GangRequest, Member, Snapshot, Topology
 
 
 @pytest.mark.parametrize(
@@ -80,3 +80,22 @@ def test_min_resources_beyond_the_clusters_free_capacity_fail_fast() -> None:
         "memory 2Ti (free: 1Ti), nvidia.com/gpu 9 (free: 8)."
     )
     assert "example.com/fpga 1 (free: 0)" in (min_resources_problem("x", {"example.com/fpga": 1}, snapshot) or "")
+
+
+def test_members_already_placed_count_against_the_empty_cluster_check() -> None:
+    """Nine members run (two on nodes since cordoned), one more is pending: the cluster, empty, holds
+    eight of the shape, but only one more pod is needed."""
+    from tests.builders import cluster  # noqa: PLC0415
+    from topology import Snapshot  # noqa: PLC0415
+
+    nodes = cluster(1, 1, 8)
+    snapshot = Snapshot(nodes, topology=Topology(levels=("example.com/rack", "kubernetes.io/hostname")))
+    shape = gpu_shape(8)
+    running = [Member(key=f"r-{i}", shape=shape, node=f"gone-{i}") for i in range(9)]
+    request = GangRequest.leaf("team/big", [*running, Member(key="new", shape=shape)], min_pods=10)
+    assert beyond_cluster(request, snapshot) is None
+    too_many = GangRequest.leaf("team/big", [*running[:1], *(Member(key=f"n-{i}", shape=shape) for i in range(9))])
+    found = beyond_cluster(too_many, snapshot)
+    assert found is not None and found.reason.startswith(
+        "Gang team/big needs 9 more pods; the cluster could hold at most 8"
+    )

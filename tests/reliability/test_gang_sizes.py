@@ -68,7 +68,7 @@ async def test_with_the_limit_raised_a_size_beyond_the_cluster_is_unschedulable_
         assert message == (
             f"6/8 nodes are available: 2 Insufficient nvidia.com/gpu. Gang team/huge needs {size} pods; the "
             "cluster could hold at most 8 of this shape even if it were empty: each node holds at most 1 "
-            "(nvidia.com/gpu 8 of 8)."
+            f"(nvidia.com/gpu 8 of 8). It also waits for {size - 1} member(s) that do not exist yet."
         )
         assert where.condition("team/huge-0")["reason"] == "Unschedulable"  # type: ignore[index]
         assert not app.permit.waiting  # no reservation: waiting for members would not make it fit

@@ -1,0 +1,106 @@
+"""A reservation follows its gang: it never binds a gang below its minimum when the gang changed while it
+waited, it says what it waits for in a gang's own terms, and running out its time is still waiting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.ports.sim import MERGE_PATCH
+from tests.scheduler.invariants import check_invariants
+from tests.scheduler.support import Cluster, cluster, eventually, gpu_pod, pfn, phalanx
+
+GROUP = "scheduling.x-k8s.io/pod-group"
+QUOTA = [{"name": "example.com/quota"}]
+TOPOLOGY = [{"name": "kueue.x-k8s.io/topology"}]
+
+
+def podgroup(name: str, minimum: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "team"},
+        "spec": {"minMember": minimum},
+    }
+
+
+def says(where: Cluster, pod: str, text: str) -> bool:
+    condition = where.condition(pod)
+    return bool(condition and text in condition["message"])
+
+
+async def test_a_member_deleted_while_the_gang_waits_is_waited_for_again() -> None:
+    async with cluster("blocks=1,racks=2,nodes=4,gpus=8") as where, phalanx(where) as app:
+        for i in range(3):
+            where.create(gpu_pod(f"t-{i}", annotations=pfn("t", 4, timeout=100)))
+        await eventually(lambda: app.permit.waiting, what="a reservation")
+        where.delete_pod("team/t-0")
+        where.create(gpu_pod("t-3", annotations=pfn("t", 4, timeout=100)))
+        await eventually(lambda: says(where, "team/t-3", "holds room for 1 member(s)"), what="still one short")
+        assert where.bound() == {}  # three members of a gang of four: nothing bound
+        where.create(gpu_pod("t-4", annotations=pfn("t", 4, timeout=100)))
+        await eventually(lambda: len(where.bound()) == 4, what="the gang of four bound")
+        check_invariants(where)
+
+
+async def test_a_minimum_raised_while_the_gang_waits_is_what_it_waits_for() -> None:
+    async with cluster("blocks=1,racks=2,nodes=4,gpus=8") as where, phalanx(where) as app:
+        where.create(podgroup("pg", 4))
+        for i in range(3):
+            where.create(gpu_pod(f"pg-{i}", labels={GROUP: "pg"}))
+        await eventually(lambda: app.permit.waiting, what="a reservation")
+        groups = where.store.resource("scheduling.x-k8s.io/v1alpha1", "PodGroup")
+        where.store.patch(groups, "team", "pg", {"spec": {"minMember": 6}}, MERGE_PATCH)
+        where.create(gpu_pod("pg-3", labels={GROUP: "pg"}))
+        await eventually(lambda: says(where, "team/pg-3", "holds room for 2 member(s)"), what="two short of six")
+        assert where.bound() == {}
+        check_invariants(where)
+
+
+async def test_a_minimum_lowered_while_the_gang_waits_binds_it_at_once() -> None:
+    async with cluster("blocks=1,racks=2,nodes=4,gpus=8") as where, phalanx(where) as app:
+        where.create(podgroup("pg", 4))
+        for i in range(3):
+            where.create(gpu_pod(f"pg-{i}", labels={GROUP: "pg"}))
+        await eventually(lambda: app.permit.waiting, what="a reservation")
+        groups = where.store.resource("scheduling.x-k8s.io/v1alpha1", "PodGroup")
+        where.store.patch(groups, "team", "pg", {"spec": {"minMember": 3}}, MERGE_PATCH)
+        await eventually(lambda: len(where.bound()) == 3, what="the three bound without waiting out the timeout")
+        assert not app.permit.waiting and not [key for key in app.state.assumed if key.startswith("~placeholder")]
+        check_invariants(where)
+
+
+async def test_running_out_of_time_while_members_are_gated_is_still_waiting() -> None:
+    async with cluster("blocks=1,racks=2,nodes=4,gpus=8") as where, phalanx(where):
+        where.create(gpu_pod("g-0", annotations=pfn("g", 4, timeout=1)))
+        for i in range(1, 4):
+            where.create(gpu_pod(f"g-{i}", annotations=pfn("g", 4, timeout=1), schedulingGates=QUOTA))
+        timeout = await eventually(lambda: where.events("GangTimeout"), timeout=6, what="the timeout's Event")
+        assert timeout[0]["note"].startswith(
+            "Gang pfn:team/g timed out waiting for 3 member(s) held by scheduling gates"
+        )
+        condition = where.condition("team/g-0")
+        assert condition is not None and condition["reason"] == "GangWaiting"  # not Unschedulable: room would not help
+        assert not where.events("FailedScheduling")
+
+
+async def test_members_released_with_their_own_hosts_one_by_one_wait_rather_than_look_impossible() -> None:
+    """Kueue's TAS may give each pod its own node. Room for the others, guessed from the first one's node,
+    cannot be held; that is no reason to call the gang unschedulable (cluster-autoscaler would act)."""
+    async with cluster("blocks=1,racks=2,nodes=4,gpus=8") as where, phalanx(where):
+        for i in range(4):
+            where.create(gpu_pod(f"tas-{i}", annotations=pfn("tas", 4), schedulingGates=TOPOLOGY))
+
+        def release(i: int) -> None:
+            body = {"spec": {"schedulingGates": None, "nodeSelector": {"kubernetes.io/hostname": f"b0-r1-n{i}"}}}
+            where.store.patch(where.store.resource("v1", "Pod"), "team", f"tas-{i}", body, MERGE_PATCH)
+
+        release(0)
+        await eventually(lambda: says(where, "team/tas-0", "3 of 4 members are held by scheduling gates"))
+        condition = where.condition("team/tas-0")
+        assert condition is not None and condition["reason"] == "GangWaiting", condition
+        assert not where.events("FailedScheduling")
+        for i in range(1, 4):
+            release(i)
+        placed = await eventually(lambda: len(where.bound()) == 4 and where.bound(), what="the gang bound")
+        assert placed == {f"team/tas-{i}": f"b0-r1-n{i}" for i in range(4)}
+        check_invariants(where)
