@@ -67,7 +67,9 @@ async def test_a_partial_gang_times_out_and_releases_the_room_it_held() -> None:
         for i in range(2):
             where.create(gpu_pod(f"other-{i}", annotations=pfn("other", 2)))
         timeout = await eventually(lambda: where.events("GangTimeout"), timeout=5, what="GangTimeout Event")
-        assert timeout[0]["note"].startswith("Gang pfn:team/train timed out waiting for 1 member(s) that do not exist yet")
+        assert timeout[0]["note"].startswith(
+            "Gang pfn:team/train timed out waiting for 1 member(s) that do not exist yet"
+        )
         await eventually(
             lambda: {"team/other-0", "team/other-1"} <= set(where.bound()),
             what="the other gang bound in the released room",
