@@ -514,6 +514,16 @@ class _Search:
         entry per fill, whatever their number)."""
         self.trial.take(part.shapes[shape_index], nodes, counts)
         pending = part.pending[shape_index]
+        if not part.anonymous[shape_index]:  # members only (the common case): one entry each
+            placed_members = [(pending.pop(), node, shape_index) for node in np.repeat(nodes, counts).tolist()]
+            part.placed.extend(placed_members)
+
+            def undo_members() -> None:
+                del part.placed[-len(placed_members) :]
+                pending.extend(pod for pod, _, _ in reversed(placed_members))
+
+            self.trial.record(undo_members)
+            return
         before = np.cumsum(counts) - counts
         for_members = np.clip(min(len(pending), int(counts.sum())) - before, 0, counts)
         for_placeholders = counts - for_members
