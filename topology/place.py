@@ -31,7 +31,7 @@ import numpy as np
 
 from topology import exact
 from topology.domains import BoolArray, Domains, IdArray, IntArray
-from topology.explain import node_reasons, plural, short_name
+from topology.explain import node_limit, node_reasons, plural, short_name
 from topology.fit import ShapeFit, domain_totals, shape_fit
 from topology.model import HOSTNAME
 from topology.outcome import Assignment, DomainChoice, HeldRoom, Infeasible, Placement
@@ -339,8 +339,10 @@ class _Search:
             fit = self._fit(part.shapes[active[0]], scope)
             total = int(fit.sum())
             if total < need:
+                # Name what limits each node, as kube-scheduler names the resource a node is short of.
+                limit = node_limit(self.snapshot, part.shapes[active[0]]) if total else ""
                 return _Failure(
-                    f"{part.label} needs {wanted}; {where} fits {total}.",
+                    f"{part.label} needs {wanted}; {where} fits {total}{': ' + limit if limit else ''}.",
                     part.shapes[active[0]],
                     summary=f"only {total} of its {need}{more} pods fit",
                 )

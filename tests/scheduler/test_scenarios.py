@@ -215,7 +215,8 @@ async def test_a_gang_too_big_for_the_cluster_that_also_lacks_members_says_both(
         where.create(gpu_pod("big-0", labels={"scheduling.x-k8s.io/pod-group": "big"}))
         condition = await eventually(lambda: where.condition("team/big-0"), what="the pending condition")
         assert condition["message"] == (
-            "2/4 nodes are available: 2 Insufficient nvidia.com/gpu. Gang team/big needs 3 pods; the cluster fits 2. "
+            "2/4 nodes are available: 2 Insufficient nvidia.com/gpu. Gang team/big needs 3 pods; the cluster fits 2: "
+            "each node holds at most 1 (nvidia.com/gpu 8 of 8). "
             "It also waits for 2 member(s) that do not exist yet."
         )
         check_invariants(where)

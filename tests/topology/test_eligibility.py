@@ -106,7 +106,7 @@ def test_reason_counts_use_kube_scheduler_wording(snapshot: Snapshot) -> None:
         "1 node(s) had untolerated taint {gpu: broken}, "
         "1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }, "
         "1 node(s) were unschedulable. "
-        "Gang team/x needs 17 pods; the cluster fits 16."
+        "Gang team/x needs 17 pods; the cluster fits 16: each node holds at most 8 (nvidia.com/gpu 8 of 8)."
     )
 
 

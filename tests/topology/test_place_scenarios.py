@@ -56,7 +56,8 @@ def test_gang_of_four_where_three_fit_places_nothing() -> None:
     fill(snapshot, "b0-r0-n01", 2)  # room for three 2-GPU pods
     result = infeasible(snapshot, gang("team-a/train", 4, gpus=2))
     assert result.message == (
-        "1/2 nodes are available: 1 Insufficient nvidia.com/gpu. Gang team-a/train needs 4 pods; the cluster fits 3."
+        "1/2 nodes are available: 1 Insufficient nvidia.com/gpu. Gang team-a/train needs 4 pods; the cluster fits 3: "
+        "each node holds at most 4 (nvidia.com/gpu 8 of 8)."
     )
 
 
@@ -448,7 +449,9 @@ def test_a_billion_placeholders_cost_no_more_than_two() -> None:
         key="team/huge", pods=members("huge", 1, shape), min_pods=10**9 + 1, placeholders=10**9, placeholder_shape=shape
     )
     result = infeasible(snapshot, request)
-    assert result.reason == "Gang team/huge needs 1000000001 pods; the cluster fits 8."
+    assert result.reason == (
+        "Gang team/huge needs 1000000001 pods; the cluster fits 8: each node holds at most 1 (nvidia.com/gpu 8 of 8)."
+    )
 
 
 def test_an_elastic_service_goes_to_the_block_that_holds_every_replica_not_the_half_full_one() -> None:
