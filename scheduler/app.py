@@ -1,4 +1,4 @@
-"""The scheduler process: one task group running everything (DESIGN section 5).
+"""The scheduler process: one task group running everything (docs/architecture.md).
 
 Started in this order, each reporting readiness before the next starts:
 

@@ -1,4 +1,4 @@
-"""The scheduling cycle: pick a gang, place it whole, reserve, permit (DESIGN section 5).
+"""The scheduling cycle: pick a gang, place it whole, reserve, permit (docs/architecture.md).
 
 One cycle, for the best gang in the queue, all synchronous (it never awaits the API while it holds the
 snapshot):
@@ -202,7 +202,7 @@ class SchedulingLoop:
         if key is None:
             return False
         self.cycles += 1
-        result = self.state.index.get(GangKey(key))
+        result = self.state.index.get(key)
         if result is None:
             self.queue.remove(key)
         elif isinstance(result, GangError):
@@ -368,12 +368,12 @@ class SchedulingLoop:
 
     # -- permit -------------------------------------------------------------------------------
 
-    def _holding(self, spec: GangSpec, reservation: Reservation) -> Outcome:
+    def _holding(self, spec: GangSpec, reservation: Reservation, *, attempt: bool = True) -> Outcome:
         message = (
             f"Gang {spec.key} holds room for {_absent(spec, reservation.missing)}; it binds when they arrive, or "
             f"releases the room in {reservation.deadline - self.clock.monotonic():.0f}s.{_gated(spec)}"
         )
-        return Outcome(code=Code.WAIT, message=message, pods=spec.pods)
+        return Outcome(code=Code.WAIT, message=message, pods=spec.pods, attempt=attempt)
 
     def _arrivals(self, spec: GangSpec) -> Outcome | None:
         """Members that arrived take their placeholders' places; None when they do not match (start over)."""
@@ -392,7 +392,7 @@ class SchedulingLoop:
         if not self._meets_minimum(spec.request):
             if reservation.placeholders:
                 # Still waiting; what it waits for may have changed (a member arrived, a pod got or lost gates).
-                return self._holding(spec, reservation)
+                return self._holding(spec, reservation, attempt=False)
             # Every placeholder is taken and the minimum still lacks members (one was deleted, or the
             # minimum was raised): the reservation no longer fits the gang; it is placed afresh.
             return None
@@ -425,6 +425,7 @@ class SchedulingLoop:
                 reason=Reason.GANG_TIMEOUT,
                 condition=GANG_WAITING,  # it still lacks members; more room would not help it
                 wake=Wake(nodes=True),
+                attempt=False,
             )
             self._record(spec, outcome)
 
@@ -443,7 +444,8 @@ class SchedulingLoop:
         objects = gang.objects if isinstance(gang, GangSpec) else (gang.subject,)
         pods = outcome.pods
         code = outcome.code
-        self.metrics.attempts.labels(code.value if code is not Code.UNRESOLVABLE else "unschedulable").inc()
+        if outcome.attempt:
+            self.metrics.attempts.labels(code.value if code is not Code.UNRESOLVABLE else "unschedulable").inc()
         if code is Code.SCHEDULED:
             assert isinstance(gang, GangSpec) and outcome.job is not None
             self.binder.submit(outcome.job)
@@ -483,7 +485,9 @@ class SchedulingLoop:
             subjects = [self.reporter.gang([ref for ref in objects if ref.kind != "Pod"], pods)]
         for subject in subjects:
             self.reporter.event(subject, reason, outcome.message, type=event_type)
-        if isinstance(gang, GangSpec):
+        if isinstance(gang, GangSpec) and condition != GANG_WAITING:
+            # A gang that waits for members keeps the status it had: each source's status speaks of room
+            # (Volcano's Unschedulable says NotEnoughResources), which is not what it lacks.
             self.reporter.group(gang, scheduled=self._meets_minimum(gang.request), message=outcome.message)
 
     def _meets_minimum(self, part: GangRequest) -> bool:

@@ -1,4 +1,4 @@
-"""Informers: list, then watch from the list's resource version, forever (DESIGN section 5).
+"""Informers: list, then watch from the list's resource version, forever (docs/architecture.md).
 
 Each informer keeps one resource's objects current in :class:`ClusterState`:
 

@@ -54,3 +54,6 @@ class Outcome:
     #: SCHEDULED with extras left over: the gang is tried again for them.
     extras_wait: bool = False
     placement_ms: float = 0.0
+    #: Whether it counts as a scheduling attempt (``phalanx_schedule_attempts_total``): a waiting gang
+    #: whose members arrive one by one, or whose reservation times out, has made no new attempt.
+    attempt: bool = True

@@ -78,7 +78,7 @@ class GangQueue:
         self.settings = settings
         self.clock = clock
         self.rng = rng or random.Random(0)
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[GangKey, _Entry] = {}
         self._active: list[tuple[tuple[int, float, str], int, GangKey]] = []
         self._backoff: list[tuple[float, int, GangKey]] = []
         self._by_shape: dict[PodShape, set[GangKey]] = {}

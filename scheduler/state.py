@@ -1,4 +1,4 @@
-"""ClusterState: the single source of truth inside the process (DESIGN section 5).
+"""ClusterState: the single source of truth inside the process (docs/architecture.md).
 
 Informers apply watch events here; the scheduling cycle reads the snapshot and the gang index and
 reserves capacity; the binding cycle confirms or releases what was reserved. Everything runs on one
@@ -43,7 +43,7 @@ from scheduler.ports.port import NODES, PODS, ApiResource, Change
 from scheduler.settings import Settings
 from topology import Assignment, PodShape, Snapshot, SpecError, Topology, node_record, pod_requests
 
-log = structlog.get_logger("phalanx.cache")
+log = structlog.get_logger("phalanx.state")
 
 FINISHED = frozenset({"Succeeded", "Failed"})
 

@@ -14,16 +14,40 @@ SCHEDULER = ROOT / "scheduler"
 
 
 def imported_modules(path: Path) -> set[str]:
-    """Every module a file imports, by its full dotted name (``from x import y`` gives ``x`` and ``x.y``)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    return imports_in(path.read_text(), path)
+
+
+def imports_in(source: str, path: Path) -> set[str]:
+    """Every module ``source`` (the file ``path``) imports, by its full dotted name (``from x import y``
+    gives ``x`` and ``x.y``; relative imports are resolved against the file's package;
+    ``import_module("x")`` counts as ``x``)."""
+    tree = ast.parse(source, filename=str(path))
+    package = list(path.relative_to(ROOT).with_suffix("").parts[:-1])
     found: set[str] = set()
     for item in ast.walk(tree):
         if isinstance(item, ast.Import):
             found.update(alias.name for alias in item.names)
-        elif isinstance(item, ast.ImportFrom) and item.module and item.level == 0:
-            found.add(item.module)
-            found.update(f"{item.module}.{alias.name}" for alias in item.names)
+        elif isinstance(item, ast.ImportFrom):
+            base = package[: len(package) - item.level + 1] if item.level else []
+            module = ".".join([*base, *(item.module.split(".") if item.module else [])])
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in item.names)
+        elif (
+            isinstance(item, ast.Call)
+            and isinstance(item.func, ast.Attribute | ast.Name)
+            and (item.func.attr if isinstance(item.func, ast.Attribute) else item.func.id) == "import_module"
+            and item.args
+            and isinstance(item.args[0], ast.Constant)
+            and isinstance(item.args[0].value, str)
+        ):
+            found.add(item.args[0].value)
     return found
+
+
+def test_the_import_reader_sees_relative_and_dynamic_imports() -> None:
+    source = "from ..cycle import x\nfrom . import store\nimportlib.import_module('scheduler.frontends.cli')\n"
+    found = imports_in(source, ROOT / "scheduler" / "ports" / "sim" / "probe.py")
+    assert {"scheduler.ports.cycle", "scheduler.ports.sim.store", "scheduler.frontends.cli"} <= found
 
 
 def room(path: Path) -> str:

@@ -1,4 +1,4 @@
-"""Phalanx's placement engine: pure, deterministic, numpy-vectorized (DESIGN sections 2-4).
+"""Phalanx's placement engine: pure, deterministic, numpy-vectorized (docs/architecture.md).
 
 Build a :class:`Snapshot` from node records and the pods on them, describe a gang as a
 :class:`GangRequest` tree, and call :func:`place`. Nothing here talks to Kubernetes or awaits.

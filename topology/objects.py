@@ -165,7 +165,7 @@ def _tolerations(spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
 
 
 def node_constraints(pod: Mapping[str, Any]) -> NodeConstraints:
-    """The node constraints of a pod that placement honours (see DESIGN section 4)."""
+    """The node constraints of a pod that placement honours (see docs/architecture.md)."""
     spec = _mapping(pod.get("spec"), "spec")
     node_name = _string(spec.get("nodeName"), "spec.nodeName") or None
     return NodeConstraints(

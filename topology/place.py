@@ -1,4 +1,4 @@
-"""All-or-nothing placement of one gang tree on a snapshot (DESIGN section 4).
+"""All-or-nothing placement of one gang tree on a snapshot (docs/architecture.md).
 
 The search, in the order the code follows:
 
@@ -378,11 +378,13 @@ class _Search:
                 failures.append(failure)
         if satisfied < request.min_children:
             cause = failures[0]
+            # Unresolvable only when too few children could ever fit, not because the first that failed cannot.
+            resolvable = sum(1 for failure in failures if not failure.unresolvable)
             return _Failure(
                 f"{part.label} needs {request.min_children} of its {plural(len(part.children), 'part')} "
                 f"placed together; {satisfied} fit: {cause.text}",
                 cause.shape,
-                cause.unresolvable,
+                satisfied + resolvable < request.min_children,
                 summary=f"only {satisfied} of its {len(part.children)} parts fit together: {cause.text}",
             )
         if request.min_pods:

@@ -1,4 +1,4 @@
-"""What a gang asks for: the request tree of DESIGN section 3, and the pod shapes at its leaves.
+"""What a gang asks for: the gang tree of docs/architecture.md, and the pod shapes at its leaves.
 
 A :class:`GangRequest` is either a *leaf* holding member pods (satisfied when ``min_pods`` of them are
 placed together) or an *inner node* holding sub-gangs (satisfied when ``min_children`` of them are,

@@ -1,4 +1,4 @@
-"""Gang sources: every way people describe gangs, compiled to one tree (DESIGN section 3).
+"""Gang sources: every way people describe gangs, compiled to one tree (docs/architecture.md).
 
 Feed a :class:`GangIndex` pod and group-object events; it answers with :class:`GangSpec` values
 (a ``topology.GangRequest`` plus priority, timeout and origin) or :class:`GangError` values that say

@@ -53,6 +53,8 @@ async def test_a_minimum_raised_while_the_gang_waits_is_what_it_waits_for() -> N
         where.create(gpu_pod("pg-3", labels={GROUP: "pg"}))
         await eventually(lambda: says(where, "team/pg-3", "holds room for 2 member(s)"), what="two short of six")
         assert where.bound() == {}
+        # A gang that waits for members keeps its group status as it was: no "Pending for lack of room".
+        assert where.store.get(groups, "team", "pg").get("status") in (None, {})
         check_invariants(where)
 
 
@@ -70,7 +72,7 @@ async def test_a_minimum_lowered_while_the_gang_waits_binds_it_at_once() -> None
 
 
 async def test_running_out_of_time_while_members_are_gated_is_still_waiting() -> None:
-    async with cluster("blocks=1,racks=2,nodes=4,gpus=8") as where, phalanx(where):
+    async with cluster("blocks=1,racks=2,nodes=4,gpus=8") as where, phalanx(where) as app:
         where.create(gpu_pod("g-0", annotations=pfn("g", 4, timeout=1)))
         for i in range(1, 4):
             where.create(gpu_pod(f"g-{i}", annotations=pfn("g", 4, timeout=1), schedulingGates=QUOTA))
@@ -81,6 +83,8 @@ async def test_running_out_of_time_while_members_are_gated_is_still_waiting() ->
         condition = where.condition("team/g-0")
         assert condition is not None and condition["reason"] == "GangWaiting"  # not Unschedulable: room would not help
         assert not where.events("FailedScheduling")
+        attempts = app.metrics.registry.get_sample_value
+        assert not attempts("phalanx_schedule_attempts_total", {"result": "unschedulable"})  # no attempt failed
 
 
 async def test_members_released_with_their_own_hosts_one_by_one_wait_rather_than_look_impossible() -> None:

@@ -1,5 +1,7 @@
 """Scenarios a scheduling engineer would write, each asserting the exact outcome."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -473,3 +475,25 @@ def test_an_elastic_service_goes_to_the_block_that_holds_every_replica_not_the_h
     result = placed(snapshot, request)
     assert len(result.assignments) == 16 and result.unplaced == ()
     assert labels_of(snapshot, result.nodes().values(), BLOCK) == {"b1"}
+
+
+def test_a_composite_is_unresolvable_only_when_too_few_parts_could_ever_fit() -> None:
+    """Two of three parts are needed; one asks for a label no node has. The cluster is full now: room
+    freed by finishing pods would let the other two fit, so waiting for room is not hopeless."""
+    snapshot = Snapshot(cluster(1, 1, 2), topology=LEVELS)
+    fill(snapshot, "b0-r0-n00", 8)
+    fill(snapshot, "b0-r0-n01", 8)
+    shape = gpu_shape(4)
+    nowhere = GangRequest.leaf("ns/a", members("a", 3, shape), required="example.com/no-such-label")
+    request = GangRequest.group(
+        "ns/root",
+        [nowhere, GangRequest.leaf("ns/b", members("b", 2, shape)), GangRequest.leaf("ns/c", members("c", 2, shape))],
+        min_children=2,
+    )
+    assert infeasible(snapshot, request).unresolvable is False
+    both_nowhere = GangRequest.group(
+        "ns/root",
+        [nowhere, replace(nowhere, key="ns/a2"), GangRequest.leaf("ns/b", members("b", 2, shape))],
+        min_children=2,
+    )
+    assert infeasible(snapshot, both_nowhere).unresolvable is True
