@@ -480,9 +480,10 @@ class SchedulingLoop:
         if outcome.each_pod:
             for pod in pods:
                 self.reporter.event(self.reporter.pod_subject(pod), reason, outcome.message, type=event_type)
-            subjects = [self.reporter.group_subject(ref) for ref in objects[:1] if ref.kind != "Pod"]
-        else:
-            subjects = [self.reporter.gang([ref for ref in objects if ref.kind != "Pod"], pods)]
+        groups = [ref for ref in objects if ref.kind != "Pod"]
+        # The gang's own Event: on its group object, or (when it has none, and each pod has had its own)
+        # on its first pod.
+        subjects = [self.reporter.gang(groups, () if outcome.each_pod else pods)]
         for subject in subjects:
             self.reporter.event(subject, reason, outcome.message, type=event_type)
         if isinstance(gang, GangSpec) and condition != GANG_WAITING:

@@ -27,14 +27,17 @@ from typing import Any
 from scheduler.app import Phalanx
 from scheduler.frontends.simulation import Simulation
 from scheduler.gangs import GangIndex, GangKey, GangSettings, GangSpec
+from scheduler.gangs.groups import Role
 from scheduler.gangs.model import PodKey
+from scheduler.gangs.sources import SOURCES
 from scheduler.ports.sim.store import Obj, Store
 from scheduler.settings import Settings
 from topology import node_record, pod_requests
 
 PODS = ("", "pods")
 NODES = ("", "nodes")
-GROUP_KINDS = frozenset({"PodGroup", "CompositePodGroup", "Workload"})
+#: Kinds of the gang sources' group objects (from the sources' table).
+GROUP_KINDS = frozenset(api.kind for api in SOURCES if api.role is not Role.PRIORITY_CLASS)
 _FINISHED = frozenset({"Succeeded", "Failed"})
 
 
