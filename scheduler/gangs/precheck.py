@@ -55,19 +55,30 @@ def beyond_cluster(request: GangRequest, snapshot: Snapshot) -> Infeasible | Non
             most_of[shape] = int(shape_fit(snapshot, shape).empty_fit.sum())
         return most_of[shape]
 
-    for leaf in request.walk():
-        if not leaf.is_leaf or not leaf.min_pods:
-            continue
+    def impossible(part: GangRequest) -> Infeasible | None:
+        """The first reason ``part``'s minimum is beyond the empty cluster: a leaf that cannot fit, or a
+        group of which fewer than ``min_children`` parts could (an optional part that cannot is no reason)."""
+        if part.is_leaf:
+            return leaf_beyond(part)
+        reasons = [impossible(child) for child in part.children]
+        possible = sum(1 for reason in reasons if reason is None)
+        if possible >= part.min_children:
+            return None
+        return next(reason for reason in reasons if reason is not None)
+
+    def leaf_beyond(leaf: GangRequest) -> Infeasible | None:
+        if not leaf.min_pods:
+            return None
         need = leaf.min_pods - sum(1 for member in leaf.pods if member.node is not None)
         shapes: set[PodShape] = {member.shape for member in leaf.pods if member.node is None}
         if leaf.placeholder_shape is not None:
             shapes.add(PodShape(requests=leaf.placeholder_shape.requests))
         if need <= 0 or not shapes:
-            continue
+            return None
         ordered = sorted(shapes, key=repr)
         room = sum(most(shape) for shape in ordered)
         if need <= room:
-            continue
+            return None
         part = f"Gang {request.key}" if leaf is request else f"Part {leaf.key} of gang {request.key}"
         what = "of this shape" if len(ordered) == 1 else f"of its {len(ordered)} shapes"
         roomiest = max(
@@ -87,4 +98,5 @@ def beyond_cluster(request: GangRequest, snapshot: Snapshot) -> Infeasible | Non
             total=snapshot.n_nodes,
             unresolvable=True,
         )
-    return None
+
+    return impossible(request)

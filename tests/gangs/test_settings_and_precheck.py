@@ -99,3 +99,17 @@ def test_members_already_placed_count_against_the_empty_cluster_check() -> None:
     assert found is not None and found.reason.startswith(
         "Gang team/big needs 9 more pods; the cluster could hold at most 8"
     )
+
+
+def test_an_optional_part_beyond_the_cluster_does_not_make_its_gang_impossible() -> None:
+    snapshot = Snapshot(cluster(1, 1, 2), topology=Topology(levels=("example.com/rack", "kubernetes.io/hostname")))
+    shape = gpu_shape(4)
+
+    def leaf(key: str, count: int) -> GangRequest:
+        return GangRequest.leaf(key, [Member(key=f"{key}-{i}", shape=shape) for i in range(count)])
+
+    two_of_three = GangRequest.group("ns/root", [leaf("ns/a", 5), leaf("ns/b", 1), leaf("ns/c", 1)], min_children=2)
+    assert beyond_cluster(two_of_three, snapshot) is None  # a cannot fit (5 x 4 GPUs on 16), b and c can
+    all_three = GangRequest.group("ns/root", [leaf("ns/a", 5), leaf("ns/b", 1), leaf("ns/c", 1)])
+    found = beyond_cluster(all_three, snapshot)
+    assert found is not None and found.reason.startswith("Part ns/a of gang ns/root needs 5 pods")
