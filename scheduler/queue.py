@@ -38,7 +38,7 @@ from topology import PodShape
 JITTER = (0.75, 1.25)
 
 
-def order(priority: int, created: float, key: GangKey) -> tuple[int, float, str]:
+def order(priority: int, created: float, key: GangKey) -> tuple[int, float, GangKey]:
     """Higher priority first, then older first, then by key (deterministic)."""
     return -priority, created, key
 
@@ -79,7 +79,7 @@ class GangQueue:
         self.clock = clock
         self.rng = rng or random.Random(0)
         self._entries: dict[GangKey, _Entry] = {}
-        self._active: list[tuple[tuple[int, float, str], int, GangKey]] = []
+        self._active: list[tuple[tuple[int, float, GangKey], int, GangKey]] = []
         self._backoff: list[tuple[float, int, GangKey]] = []
         self._by_shape: dict[PodShape, set[GangKey]] = {}
 

@@ -178,7 +178,7 @@ class Reporter:
             self._conditions[pod] = (reason, message)
 
     def event(
-        self, subject: Subject | None, reason: str, note: str, *, type: str = "Warning", action: str = "Scheduling"
+        self, subject: Subject | None, reason: Reason, note: str, *, type: str = "Warning", action: str = "Scheduling"
     ) -> None:
         if subject is None:
             return

@@ -39,7 +39,7 @@ from scheduler.permit import Permit
 from scheduler.ports.port import NODES, PODS, Change
 from scheduler.ports.sim.builders import ClusterShape
 from scheduler.queue import GangQueue
-from scheduler.reporting import Subject, rfc3339
+from scheduler.reporting import Reason, Subject, rfc3339
 from scheduler.settings import LeaderSettings, QueueSettings, Settings
 from scheduler.state import ClusterState
 
@@ -143,7 +143,7 @@ class _Silent:
         pass
 
     def event(
-        self, subject: Subject | None, reason: str, note: str, *, type: str = "Warning", action: str = "Scheduling"
+        self, subject: Subject | None, reason: Reason, note: str, *, type: str = "Warning", action: str = "Scheduling"
     ) -> None:
         pass
 
