@@ -99,7 +99,6 @@ class Reservation:
 
     gang: GangKey
     deadline: float
-    missing_at_start: int
     placeholders: dict[str, Placeholder] = field(default_factory=dict)
 
     @property
@@ -126,7 +125,6 @@ class Permit:
         reservation = Reservation(
             gang=spec.key,
             deadline=self.clock.monotonic() + timeout,
-            missing_at_start=sum(placeholder.count for placeholder in placeholders.values()),
             placeholders=placeholders,
         )
         self.waiting[spec.key] = reservation

@@ -102,10 +102,6 @@ class ClusterState:
         else:
             self._apply_group(resource, change)
 
-    def relist(self, resource: ApiResource, items: Iterable[Mapping[str, Any]]) -> None:
-        """A complete (re)list: everything listed is applied, and what was known but not listed is deleted."""
-        self.prune(resource, self.apply_listed(resource, items))
-
     def apply_listed(self, resource: ApiResource, items: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
         """Apply one page of a list; returns the (namespace, name) of what it held."""
         listed = set()

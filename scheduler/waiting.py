@@ -49,6 +49,9 @@ def split_unknown(request: GangRequest) -> tuple[GangRequest | None, list[Shortf
         shortfalls += [item for missing in dropped[:short_children] for item in missing]
     if not kept:
         return None, shortfalls
+    unchanged = not dropped and all(rest is child for rest, child in zip(kept, request.children, strict=True))
+    if unchanged and not request.min_pods:
+        return request, shortfalls  # nothing taken out: the request as it is (the common case)
     relaxed = GangRequest.group(
         request.key,
         kept,
@@ -57,11 +60,12 @@ def split_unknown(request: GangRequest) -> tuple[GangRequest | None, list[Shortf
         required=request.required,
         preferred=request.preferred,
     )
-    present = sum(1 for _ in relaxed.members()) + sum(part.placeholders for part in relaxed.walk())
-    if request.min_pods > present and not shortfalls:
-        shortfalls.append(Shortfall(request.key, request.min_pods - present))
-    if request.min_pods > present:
-        relaxed = replace(relaxed, min_pods=present)
+    if request.min_pods:
+        present = sum(1 for _ in relaxed.members()) + sum(part.placeholders for part in relaxed.walk())
+        if request.min_pods > present:
+            if not shortfalls:
+                shortfalls.append(Shortfall(request.key, request.min_pods - present))
+            relaxed = replace(relaxed, min_pods=present)
     return relaxed, shortfalls
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler.app import Phalanx
 from scheduler.ports.sim import MERGE_PATCH
 from tests.scheduler.invariants import check_invariants
 from tests.scheduler.support import Cluster, cluster, eventually, gpu_pod, pfn, phalanx
@@ -21,6 +22,17 @@ def podgroup(name: str, minimum: int) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": "team"},
         "spec": {"minMember": minimum},
     }
+
+
+async def waiting_podgroup(where: Cluster, app: Phalanx, *, minimum_now: int) -> Any:
+    """A PodGroup of minimum 4 whose 3 pods hold room for the fourth; then its minimum is changed."""
+    where.create(podgroup("pg", 4))
+    for i in range(3):
+        where.create(gpu_pod(f"pg-{i}", labels={GROUP: "pg"}))
+    await eventually(lambda: app.permit.waiting, what="a reservation")
+    groups = where.store.resource("scheduling.x-k8s.io/v1alpha1", "PodGroup")
+    where.store.patch(groups, "team", "pg", {"spec": {"minMember": minimum_now}}, MERGE_PATCH)
+    return groups
 
 
 def says(where: Cluster, pod: str, text: str) -> bool:
@@ -44,12 +56,7 @@ async def test_a_member_deleted_while_the_gang_waits_is_waited_for_again() -> No
 
 async def test_a_minimum_raised_while_the_gang_waits_is_what_it_waits_for() -> None:
     async with cluster("blocks=1,racks=2,nodes=4,gpus=8") as where, phalanx(where) as app:
-        where.create(podgroup("pg", 4))
-        for i in range(3):
-            where.create(gpu_pod(f"pg-{i}", labels={GROUP: "pg"}))
-        await eventually(lambda: app.permit.waiting, what="a reservation")
-        groups = where.store.resource("scheduling.x-k8s.io/v1alpha1", "PodGroup")
-        where.store.patch(groups, "team", "pg", {"spec": {"minMember": 6}}, MERGE_PATCH)
+        groups = await waiting_podgroup(where, app, minimum_now=6)
         where.create(gpu_pod("pg-3", labels={GROUP: "pg"}))
         await eventually(lambda: says(where, "team/pg-3", "holds room for 2 member(s)"), what="two short of six")
         assert where.bound() == {}
@@ -60,12 +67,7 @@ async def test_a_minimum_raised_while_the_gang_waits_is_what_it_waits_for() -> N
 
 async def test_a_minimum_lowered_while_the_gang_waits_binds_it_at_once() -> None:
     async with cluster("blocks=1,racks=2,nodes=4,gpus=8") as where, phalanx(where) as app:
-        where.create(podgroup("pg", 4))
-        for i in range(3):
-            where.create(gpu_pod(f"pg-{i}", labels={GROUP: "pg"}))
-        await eventually(lambda: app.permit.waiting, what="a reservation")
-        groups = where.store.resource("scheduling.x-k8s.io/v1alpha1", "PodGroup")
-        where.store.patch(groups, "team", "pg", {"spec": {"minMember": 3}}, MERGE_PATCH)
+        await waiting_podgroup(where, app, minimum_now=3)
         await eventually(lambda: len(where.bound()) == 3, what="the three bound without waiting out the timeout")
         assert not app.permit.waiting and not [key for key in app.state.assumed if key.startswith("~placeholder")]
         check_invariants(where)
