@@ -51,7 +51,9 @@ _FIRST_RETRY = 0.2
 _LAST_RETRY = 10.0
 
 
-class Outcome(Enum):
+class BindResult(Enum):
+    """How binding one pod ended."""
+
     BOUND = "bound"
     GONE = "gone"  # deleted, recreated, or bound elsewhere by someone else: place the rest again now
     CROWDED = "crowded"  # another scheduler used the node meanwhile: place again now
@@ -131,27 +133,27 @@ class Binder:
             self._release(job, why)
             return
         first, rest = job.pods[0], job.pods[1:]
-        outcome = await self._bind_one(*first, first=True)
-        if outcome is not Outcome.BOUND:
-            self._release(job, f"binding {first[0]} was {outcome.value}", refused=outcome is Outcome.REFUSED)
+        result = await self._bind_one(*first, first=True)
+        if result is not BindResult.BOUND:
+            self._release(job, f"binding {first[0]} was {result.value}", refused=result is BindResult.REFUSED)
             return
-        outcomes = [Outcome.BOUND]
+        results = [BindResult.BOUND]
         if rest:
-            results: dict[int, Outcome] = {}
+            by_index: dict[int, BindResult] = {}
 
             async def bind(i: int, pod: str, node: str) -> None:
-                results[i] = await self._bind_one(pod, node)
+                by_index[i] = await self._bind_one(pod, node)
 
             async with anyio.create_task_group() as group:
                 for i, (pod, node) in enumerate(rest):
                     group.start_soon(bind, i, pod, node)
-            outcomes += [results[i] for i in range(len(rest))]
-        for (pod, node), outcome in zip(job.pods, outcomes, strict=True):
-            if outcome is Outcome.BOUND:
+            results += [by_index[i] for i in range(len(rest))]
+        for (pod, node), result in zip(job.pods, results, strict=True):
+            if result is BindResult.BOUND:
                 self.reporter.scheduled(pod, node)
             else:
                 state.unreserve(pod)
-        if all(outcome is Outcome.BOUND for outcome in outcomes):
+        if all(result is BindResult.BOUND for result in results):
             self.metrics.gang_latency.observe(max(0.0, self.clock.wall() - job.created))
         else:
             self.place_again(
@@ -168,7 +170,7 @@ class Binder:
             log.info("gang not bound; placing it again", gang=job.gang, why=why)
             self.place_again(job.gang, why)
 
-    async def _bind_one(self, pod: str, node: str, *, first: bool = False) -> Outcome:
+    async def _bind_one(self, pod: str, node: str, *, first: bool = False) -> BindResult:
         """Bind one pod, retrying transient failures with backoff. A refusal ends the first pod's attempt
         (nothing of the gang is bound: the gang backs off); for any later pod, part of its gang is bound
         already, so the refusal is retried with backoff too, holding the pod's room: giving the room up
@@ -178,39 +180,39 @@ class Binder:
         while True:
             uid = self.state.uid(pod)
             if uid is None or pod not in self.state.assumed:
-                return Outcome.GONE  # deleted, or released (e.g. leadership lost) while waiting
+                return BindResult.GONE  # deleted, or released (e.g. leadership lost) while waiting
             await self.limiter.take()
             async with self._slots:
                 if self.state.overcommitted([node]):
-                    return Outcome.CROWDED  # checked at the last moment, with the latest state
+                    return BindResult.CROWDED  # checked at the last moment, with the latest state
                 started = self.clock.monotonic()
                 try:
                     await self.port.bind(namespace, name, uid, node)
                 except NotFound:
                     self.metrics.bind_errors.labels("404").inc()
-                    return Outcome.GONE
+                    return BindResult.GONE
                 except Conflict as error:
                     self.metrics.bind_errors.labels("409").inc()
-                    outcome = await self._after_conflict(pod, node)
-                    if outcome is Outcome.REFUSED:
+                    result = await self._after_conflict(pod, node)
+                    if result is BindResult.REFUSED:
                         self._refused(pod, node, error)
                         if first:
-                            return outcome
-                    elif outcome is not None:
-                        return outcome
+                            return result
+                    elif result is not None:
+                        return result
                     wait = delay
                 except PortError as error:
                     self.metrics.bind_errors.labels(str(error.code)).inc()
                     if not error.transient:
                         self._refused(pod, node, error)
                         if first:
-                            return Outcome.REFUSED
+                            return BindResult.REFUSED
                     wait = max(delay, error.retry_after) if isinstance(error, Throttled) else delay
                 else:
                     self.metrics.bind_duration.observe(self.clock.monotonic() - started)
                     self.metrics.api_writes.labels("bind").inc()
                     self.state.binding_done(pod)
-                    return Outcome.BOUND
+                    return BindResult.BOUND
             await anyio.sleep(wait)
             delay = min(delay * 2, _LAST_RETRY)
 
@@ -223,20 +225,20 @@ class Binder:
             action="Binding",
         )
 
-    async def _after_conflict(self, pod: str, node: str) -> Outcome | None:
+    async def _after_conflict(self, pod: str, node: str) -> BindResult | None:
         """What a 409 meant, from the pod as the server has it now; None when the server could not say (the
         bind is tried again after a backoff, and asks again if it conflicts again)."""
         namespace, name = pod.split("/", 1)
         try:
             current = await self.port.get(PODS, namespace, name)
         except NotFound:
-            return Outcome.GONE
+            return BindResult.GONE
         except PortError:
             return None
         bound_to = (current.get("spec") or {}).get("nodeName")
         if (current.get("metadata") or {}).get("uid") != self.state.uid(pod) or bound_to not in (None, node):
-            return Outcome.GONE
+            return BindResult.GONE
         if bound_to == node:
             self.state.binding_done(pod)
-            return Outcome.BOUND
-        return Outcome.REFUSED
+            return BindResult.BOUND
+        return BindResult.REFUSED

@@ -132,10 +132,11 @@ class SchedulingLoop:
     def bind_refused(self, gang: GangKey, why: str) -> None:
         """The API server refused to bind the gang's members: a failed attempt like any other. The gang backs
         off (a change to its pods or to the nodes wakes it sooner), never placed again at once."""
+        spec = self.state.index.get(gang)
         self._requeue(gang)
-        self.metrics.attempts.labels("unschedulable").inc()
-        backoff = self.queue.failed(gang, Wake(nodes=True))
-        log.info("binding refused; backing off", gang=gang, why=why, backoff_s=round(backoff, 2))
+        if isinstance(spec, GangSpec) and gang in self.queue:
+            refused = f"binding refused: {why}"
+            self._record(spec, Outcome(code=Code.UNSCHEDULABLE, message=refused, wake=Wake(nodes=True), reported=True))
         self.poke()  # the loop may be idle until a later deadline: this backoff ends sooner
 
     # -- folding cluster news into the queue ------------------------------------------------------
@@ -208,16 +209,14 @@ class SchedulingLoop:
         elif isinstance(result, GangError):
             self._record(result, _problem(result))
         else:
-            outcome = self._schedule(result)
-            if outcome is not None:
-                self._record(result, outcome)
+            self._record(result, self._schedule(result))
         return True
 
     def _unplaced(self, spec: GangSpec) -> list[Member]:
         return [member for member in spec.request.members() if self.state.placed_node(member.key) is None]
 
-    def _schedule(self, spec: GangSpec) -> Outcome | None:
-        """Decide about one gang; None when there is nothing to decide (every member is placed)."""
+    def _schedule(self, spec: GangSpec) -> Outcome:
+        """Decide about one gang."""
         if self.permit.holds(spec.key):
             outcome = self._arrivals(spec)
             if outcome is not None:
@@ -225,8 +224,7 @@ class SchedulingLoop:
             self._release(spec.key)  # the arrivals do not match what was held: place the gang afresh
         unplaced = self._unplaced(spec)
         if not unplaced:
-            self.queue.done(spec.key)
-            return None
+            return Outcome(code=Code.PLACED, attempt=False)
         pods = tuple(member.key for member in unplaced)
         request, missing = with_placeholders(self._pinned(spec.request))
         wake = Wake(nodes=True, shapes=frozenset(member.shape for member in unplaced), pods=len(unplaced))
@@ -417,7 +415,6 @@ class SchedulingLoop:
                 f"Gang {key} timed out waiting for {_absent(spec, missing)}; the room it held is released and it "
                 f"will be tried again.{_gated(spec)}"
             )
-            self.queue.add(key, spec.priority, spec.created)
             outcome = Outcome(
                 code=Code.UNSCHEDULABLE,
                 message=message,
@@ -446,6 +443,9 @@ class SchedulingLoop:
         code = outcome.code
         if outcome.attempt:
             self.metrics.attempts.labels(code.value if code is not Code.UNRESOLVABLE else "unschedulable").inc()
+        if code is Code.PLACED:
+            self.queue.done(key)
+            return
         if code is Code.SCHEDULED:
             assert isinstance(gang, GangSpec) and outcome.job is not None
             self.binder.submit(outcome.job)
@@ -462,6 +462,10 @@ class SchedulingLoop:
             condition = GANG_WAITING if code is Code.WAIT else SCHEDULER_ERROR
             event_type = "Normal" if code is Code.WAIT else "Warning"
         else:
+            if isinstance(gang, GangSpec) and key not in self.queue:
+                # Out of the queue while it waited for members (its reservation timed out): known again, to
+                # back off like any gang that found no room.
+                self.queue.add(key, gang.priority, gang.created)
             wake = outcome.wake if code is Code.UNSCHEDULABLE else Wake(nodes=True)
             backoff = self.queue.failed(key, wake)
             log.info(
@@ -473,6 +477,8 @@ class SchedulingLoop:
                 placement_ms=outcome.placement_ms,
             )
             condition, event_type = outcome.condition or UNSCHEDULABLE, "Warning"
+        if outcome.reported:
+            return
         reason = outcome.reason or _REASONS[code]
         if reason is Reason.GANG_WAITING:
             event_type = "Normal"

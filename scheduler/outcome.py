@@ -31,6 +31,8 @@ class Code(Enum):
     UNRESOLVABLE = "unresolvable"
     #: Its definition must be fixed: out of the queue until one of its objects changes.
     INVALID = "invalid"
+    #: Nothing to decide: every member is bound or being bound. The queue forgets it and its failures.
+    PLACED = "placed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +56,9 @@ class Outcome:
     #: SCHEDULED with extras left over: the gang is tried again for them.
     extras_wait: bool = False
     placement_ms: float = 0.0
+    #: The user has been told already (the binder's FailedBinding Event on the refused pod): only the queue,
+    #: metrics and the log follow.
+    reported: bool = False
     #: Whether it counts as a scheduling attempt (``phalanx_schedule_attempts_total``): a waiting gang
     #: whose members arrive one by one, or whose reservation times out, has made no new attempt.
     attempt: bool = True
