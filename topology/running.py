@@ -1,0 +1,141 @@
+"""Running pods by priority, laid out for vectorized sums: what preemption could free, node by node.
+
+Preemption asks two questions of every running pod many times per decision: "which pods below priority
+P are there, on these nodes?" and "how much would evicting all of them free, per node?". A dict of pods
+answers both in Python per pod (32,000 pods: tens of milliseconds). Here each pod is a slot in a few
+numpy columns, so both are one masked reduction. Nodes are stable integer ids, turned into snapshot rows
+once per snapshot generation; requests are interned and laid out on the resource columns once per
+distinct request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from topology.domains import IntArray
+from topology.snapshot import Snapshot
+
+_GROWTH = 1024
+
+
+class RunningPods:
+    """Pods bound to nodes and not finished, with their priority and whether they may be evicted.
+
+    A pod being deleted still uses its node until it is gone, but is no candidate: its room is coming
+    anyway, and choosing it again would count the same room twice.
+    """
+
+    def __init__(self) -> None:
+        self._slot: dict[str, int] = {}
+        self._keys: list[str] = []
+        self._free_slots: list[int] = []
+        self._node_ids: dict[str, int] = {}
+        self._node_names: list[str] = []
+        self._request_ids: dict[tuple[tuple[str, int], ...], int] = {}
+        self._request_keys: list[tuple[tuple[str, int], ...]] = []
+        self._node = np.zeros(0, dtype=np.int64)
+        self._request = np.zeros(0, dtype=np.int64)
+        self._priority = np.zeros(0, dtype=np.int64)
+        self._candidate = np.zeros(0, dtype=np.bool_)  # alive and not being deleted
+        self._rows_for: tuple[int, int, IntArray] | None = None  # (snapshot id, generation, node id -> row)
+        self._vectors_for: tuple[int, tuple[str, ...], int, IntArray] | None = None
+
+    def __len__(self) -> int:
+        return len(self._slot)
+
+    def __contains__(self, pod: object) -> bool:
+        return pod in self._slot
+
+    def set(self, pod: str, node: str, requests: Mapping[str, int], priority: int, *, deleting: bool) -> None:
+        """Record (or update) a running pod. O(1) amortized."""
+        slot = self._slot.get(pod)
+        if slot is None:
+            slot = self._allocate(pod)
+        node_id = self._node_ids.get(node)
+        if node_id is None:
+            node_id = self._node_ids[node] = len(self._node_names)
+            self._node_names.append(node)
+        key = tuple(sorted(requests.items()))
+        request_id = self._request_ids.get(key)
+        if request_id is None:
+            request_id = self._request_ids[key] = len(self._request_keys)
+            self._request_keys.append(key)
+        self._node[slot] = node_id
+        self._request[slot] = request_id
+        self._priority[slot] = priority
+        self._candidate[slot] = not deleting
+
+    def remove(self, pod: str) -> None:
+        slot = self._slot.pop(pod, None)
+        if slot is None:
+            return
+        self._candidate[slot] = False
+        self._priority[slot] = np.iinfo(np.int64).max  # never below anything
+        self._keys[slot] = ""
+        self._free_slots.append(slot)
+
+    def below(self, snapshot: Snapshot, priority: int) -> IntArray:
+        """Requests of the candidates below ``priority``, summed per node: shape (n_nodes, n_resources)."""
+        out = np.zeros((snapshot.n_nodes, len(snapshot.resources)), dtype=np.int64)
+        slots = np.flatnonzero(self._candidate & (self._priority < priority))
+        if not len(slots):
+            return out
+        rows = self._rows(snapshot)[self._node[slots]]
+        known = rows >= 0
+        np.add.at(out, rows[known], self._vectors(snapshot)[self._request[slots[known]]])
+        return out
+
+    def on_rows(self, snapshot: Snapshot, rows: IntArray, priority: int) -> list[str]:
+        """The candidates below ``priority`` running on the given node rows."""
+        wanted = np.zeros(snapshot.n_nodes + 1, dtype=np.bool_)
+        wanted[rows] = True
+        node_rows = self._rows(snapshot)[self._node]  # -1 (unknown node) reads the spare last entry
+        slots = np.flatnonzero(self._candidate & (self._priority < priority) & wanted[node_rows])
+        return [self._keys[slot] for slot in slots.tolist()]
+
+    def _allocate(self, pod: str) -> int:
+        if not self._free_slots:
+            start = len(self._keys)
+            grow = max(_GROWTH, start)
+            self._keys.extend([""] * grow)
+            self._free_slots.extend(range(start + grow - 1, start - 1, -1))
+            self._node = np.concatenate([self._node, np.zeros(grow, dtype=np.int64)])
+            self._request = np.concatenate([self._request, np.zeros(grow, dtype=np.int64)])
+            never = np.full(grow, np.iinfo(np.int64).max, dtype=np.int64)  # never below anything
+            self._priority = np.concatenate([self._priority, never])
+            self._candidate = np.concatenate([self._candidate, np.zeros(grow, dtype=np.bool_)])
+        slot = self._free_slots.pop()
+        self._slot[pod] = slot
+        self._keys[slot] = pod
+        return slot
+
+    def _rows(self, snapshot: Snapshot) -> IntArray:
+        """Node id -> snapshot row (-1 for nodes the snapshot does not have), per generation."""
+        cached = self._rows_for
+        if (
+            cached is None
+            or cached[0] != id(snapshot)
+            or cached[1] != snapshot.generation
+            or (len(cached[2]) != len(self._node_names))
+        ):
+            index = [snapshot.index_of(name) for name in self._node_names]
+            rows = np.array([-1 if row is None else row for row in index], dtype=np.int64)
+            self._rows_for = cached = (id(snapshot), snapshot.generation, rows)
+        return cached[2]
+
+    def _vectors(self, snapshot: Snapshot) -> IntArray:
+        """Request id -> request laid out on the snapshot's resource columns."""
+        cached = self._vectors_for
+        if (
+            cached is None
+            or cached[0] != id(snapshot)
+            or cached[1] != snapshot.resources
+            or (cached[2] != len(self._request_keys))
+        ):
+            width = len(snapshot.resources)
+            vectors = [snapshot.request_vector(key).vector for key in self._request_keys]
+            matrix = np.stack(vectors) if vectors else np.zeros((0, width), dtype=np.int64)
+            self._vectors_for = cached = (id(snapshot), snapshot.resources, len(self._request_keys), matrix)
+        return cached[3]
