@@ -33,7 +33,7 @@ from scheduler.leader import LeaderElector
 from scheduler.metrics import Metrics
 from scheduler.permit import Permit
 from scheduler.ports.errors import PortError
-from scheduler.ports.port import NODES, PODS, ApiResource, ClusterPort
+from scheduler.ports.port import DISRUPTION_BUDGETS, NODES, PODS, ApiResource, ClusterPort
 from scheduler.queue import GangQueue
 from scheduler.ratelimit import TokenBucket
 from scheduler.reporting import Reporter
@@ -55,6 +55,11 @@ def choose_resources(served: set[tuple[str, str, str]]) -> tuple[list[ApiResourc
     resource says whether the server has its status subresource (a CRD may be installed without one)."""
     chosen = [PODS, NODES]
     missing = []
+    budgets = DISRUPTION_BUDGETS
+    if (budgets.group, budgets.version, budgets.plural) in served:
+        chosen.append(budgets)  # preemption prefers victims no budget protects
+    else:
+        missing.append(f"{budgets.plural}.{budgets.group}")
     for candidates in OPTIONAL:
         found = next((r for r in candidates if (r.group, r.version, r.plural) in served), None)
         if found is None:

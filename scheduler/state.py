@@ -39,9 +39,12 @@ import structlog
 
 from scheduler.clock import Clock
 from scheduler.gangs import GangIndex, GangKey
-from scheduler.ports.port import NODES, PODS, ApiResource, Change
+from scheduler.gangs.fields import timestamp
+from scheduler.ports.port import DISRUPTION_BUDGETS, NODES, PODS, ApiResource, Change
+from scheduler.preemption.budgets import Budgets
 from scheduler.settings import Settings
 from topology import Assignment, PodShape, Snapshot, SpecError, Topology, node_record, pod_requests
+from topology.running import RunningPods
 
 log = structlog.get_logger("phalanx.state")
 
@@ -60,11 +63,23 @@ class Assumption:
 
 
 @dataclass(slots=True)
-class _Pod:
+class RunningPod:
+    """What the scheduler keeps of every pod, its own or another scheduler's."""
+
     uid: str
     node: str | None
     finished: bool
     requests: dict[str, int]
+    priority: int = 0
+    #: ``status.startTime`` (else the creation time) as written, parsed only when preemption asks.
+    start: object = None
+    deleting: bool = False
+    labels: Mapping[str, str] | None = None
+
+    @property
+    def started(self) -> float:
+        """When it started, in wall seconds: preemption spares the longest-running first."""
+        return timestamp(self.start) or 0.0
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -82,7 +97,10 @@ class ClusterState:
         self.index = GangIndex(settings.gang_settings())
         self.assumed: dict[str, Assumption] = {}
         self._expiries: list[tuple[float, str]] = []  # heap of (deadline, pod); stale entries are skipped
-        self._pods: dict[str, _Pod] = {}
+        self._pods: dict[str, RunningPod] = {}
+        #: Pods bound and not finished, by priority (what preemption could free).
+        self.running = RunningPods()
+        self.budgets = Budgets()
         self._interned: dict[tuple[tuple[str, int], ...], dict[str, int]] = {}
         self._groups: dict[ApiResource, set[tuple[str, str]]] = {}
         self.unreadable_nodes: dict[str, str] = {}
@@ -99,6 +117,8 @@ class ClusterState:
             self._apply_pod(change)
         elif resource == NODES:
             self._apply_node(change)
+        elif _same_api(resource, DISRUPTION_BUDGETS):
+            self.budgets.apply(change)
         else:
             self._apply_group(resource, change)
 
@@ -116,6 +136,8 @@ class ClusterState:
             known: set[tuple[str, str]] = {tuple(key.split("/", 1)) for key in self._pods}  # type: ignore[misc]
         elif resource == NODES:
             known = {("", name) for name in self.snapshot.names} | {("", name) for name in self.unreadable_nodes}
+        elif _same_api(resource, DISRUPTION_BUDGETS):
+            known = self.budgets.known()
         else:
             known = set(self._groups.get(resource, set()))
         for namespace, name in known - listed:
@@ -152,8 +174,25 @@ class ClusterState:
             if assumption is not None and assumption.node != node:
                 self._freed.add(assumption.node)  # bound elsewhere than assumed (by someone else)
             self.snapshot.assume(key, node, requests)
-        uid = str((obj.get("metadata") or {}).get("uid") or "")
-        self._pods[key] = _Pod(uid=uid, node=node, finished=finished, requests=requests)
+        metadata = obj.get("metadata") or {}
+        priority = spec.get("priority")
+        priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
+        deleting = metadata.get("deletionTimestamp") is not None
+        if node is not None and not finished:
+            self.running.set(key, node, requests, priority, deleting=deleting)
+        else:
+            self.running.remove(key)
+        labels = metadata.get("labels")
+        self._pods[key] = RunningPod(
+            uid=str(metadata.get("uid") or ""),
+            node=node,
+            finished=finished,
+            requests=requests,
+            priority=priority,
+            start=status.get("startTime") or metadata.get("creationTimestamp"),
+            deleting=deleting,
+            labels=labels if isinstance(labels, Mapping) else None,
+        )
         self.index.upsert_pod(obj)
 
     def _requests(self, obj: Mapping[str, Any]) -> dict[str, int]:
@@ -166,6 +205,7 @@ class ClusterState:
         return self._interned.setdefault(key, requests)
 
     def _drop_pod(self, key: str) -> None:
+        self.running.remove(key)
         previous = self._pods.pop(key, None)
         assumption = self.assumed.pop(key, None)
         if previous is not None and previous.node is not None and not previous.finished:
@@ -224,6 +264,10 @@ class ClusterState:
         return freed, changed
 
     # -- scheduling side --------------------------------------------------------------------------
+
+    def pod(self, pod: str) -> RunningPod | None:
+        """What is known of any pod (read-only)."""
+        return self._pods.get(pod)
 
     def uid(self, pod: str) -> str | None:
         record = self._pods.get(pod)
@@ -324,3 +368,7 @@ class ClusterState:
             free = self.snapshot.free[np.array([row for _, row in known])]
             found += [name for (name, _), short in zip(known, (free < 0).any(axis=1), strict=True) if short]
         return found
+
+
+def _same_api(resource: ApiResource, other: ApiResource) -> bool:
+    return (resource.group, resource.plural) == (other.group, other.plural)

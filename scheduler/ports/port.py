@@ -38,6 +38,7 @@ NODES = ApiResource("", "v1", "nodes", "Node", namespaced=False)
 PRIORITY_CLASSES = ApiResource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
 LEASES = ApiResource("coordination.k8s.io", "v1", "leases", "Lease")
 EVENTS = ApiResource("events.k8s.io", "v1", "events", "Event")
+DISRUPTION_BUDGETS = ApiResource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 
 
 @dataclass(frozen=True, slots=True)

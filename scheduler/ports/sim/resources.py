@@ -61,6 +61,7 @@ _BUILT_IN: tuple[Resource, ...] = (
     Resource("events.k8s.io", "v1", "events", "Event", short_names=("ev",)),
     Resource("coordination.k8s.io", "v1", "leases", "Lease"),
     Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False, short_names=("pc",)),
+    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", subresources=STATUS, short_names=("pdb",)),
     Resource("scheduling.k8s.io", "v1alpha1", "workloads", "Workload"),
     Resource("scheduling.k8s.io", "v1alpha2", "workloads", "Workload"),
     Resource("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup", subresources=STATUS),
