@@ -23,6 +23,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from scheduler.binding import Binder
+from scheduler.preemption.evictor import Evictor
 from scheduler.clock import Clock, SystemClock
 from scheduler.cycle import SchedulingLoop
 from scheduler.gangs import GangKey
@@ -112,6 +113,14 @@ class Phalanx:
             place_again=self._place_again,
             back_off=self._back_off,
         )
+        self.evictor = Evictor(
+            port=port,
+            clock=self.clock,
+            limiter=self.limiter,
+            reporter=self.reporter,
+            metrics=self.metrics,
+            scheduler_name=settings.scheduler_names[0],
+        )
         self.scheduler = SchedulingLoop(
             settings=settings,
             state=self.state,
@@ -121,6 +130,7 @@ class Phalanx:
             reporter=self.reporter,
             clock=self.clock,
             metrics=self.metrics,
+            evictor=self.evictor,
         )
         self.elector = LeaderElector(port, settings.leader_election, settings.identity, self.clock, self.metrics)
         self.informers: list[Informer] = []
@@ -188,8 +198,11 @@ class Phalanx:
             self.scheduler.requeue_all()
             async with anyio.create_task_group() as group:
                 await group.start(self.binder.run)
+                await group.start(self.evictor.run)
                 await group.start(self.reporter.run)
                 await group.start(self.scheduler.run)
         finally:
+            # A new leader evaluates every gang afresh; victims already terminating are not chosen again.
+            self.scheduler.nominations.clear()
             self.permit.release_all()
             self.state.forget_assumptions()

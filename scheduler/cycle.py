@@ -36,6 +36,9 @@ from scheduler.gangs import GangError, GangKey, GangSpec, ObjectRef, Problem, be
 from scheduler.metrics import Metrics
 from scheduler.outcome import Code, Outcome
 from scheduler.permit import Permit, Reservation, placeholder_requests, with_placeholders
+from scheduler.preemption.evictor import EvictJob, Victim
+from scheduler.preemption.nominations import Nominations, hiding
+from scheduler.preemption.planner import PreemptionPlanner, preempting_note, victims_by_reason
 from scheduler.queue import GangQueue, Wake
 from scheduler.reporting import SCHEDULER_ERROR, UNSCHEDULABLE, Reason, Subject
 from scheduler.settings import Settings
@@ -53,6 +56,7 @@ from topology import (
     place,
 )
 from topology.fit import pods_per_node, shape_fit
+from topology.preemption import NoVictims, Victims
 
 log = structlog.get_logger("phalanx.cycle")
 
@@ -63,6 +67,12 @@ class JobSink(Protocol):
     """Where placed gangs go to be bound (the binding cycle, ``binding.Binder``)."""
 
     def submit(self, job: BindJob) -> None: ...
+
+
+class EvictionSink(Protocol):
+    """Where preemptions go to be carried out (``preemption.evictor.Evictor``)."""
+
+    def submit(self, job: EvictJob) -> None: ...
 
 
 class DecisionRecorder(Protocol):
@@ -104,9 +114,11 @@ class SchedulingLoop:
         clock: Clock,
         metrics: Metrics,
         placer: Placer = place,
+        evictor: EvictionSink | None = None,
     ) -> None:
         """``placer`` is the placement algorithm: ``topology.place``, or a baseline the quality
-        benchmark compares it with (it is called exactly as ``place`` is)."""
+        benchmark compares it with (it is called exactly as ``place`` is). Without an ``evictor`` nothing
+        is preempted (the replay benchmark has no API to evict through)."""
         self.settings = settings
         self.placer = placer
         self.state = state
@@ -116,6 +128,9 @@ class SchedulingLoop:
         self.reporter = reporter
         self.clock = clock
         self.metrics = metrics
+        self.evictor = evictor
+        self.nominations = Nominations(clock, settings.preemption.nomination_timeout_seconds)
+        self.preemption = PreemptionPlanner(state, settings, self.nominations)
         self._poke = anyio.Event()
         self._reserved_labels: set[str] = set()
         self.cycles = 0
@@ -148,6 +163,11 @@ class SchedulingLoop:
         state.expire()
         for reservation in self.permit.expired():
             self._timeout(reservation)
+        for nomination in self.nominations.expired():
+            log.info("nomination timed out; the gang is evaluated again", gang=nomination.gang)
+            spec = state.index.get(nomination.gang)
+            if isinstance(spec, GangSpec):
+                queue.add(spec.key, spec.priority, spec.created)
         freed, nodes_changed = state.take_signals()
         if nodes_changed:
             queue.wake_nodes()
@@ -165,9 +185,11 @@ class SchedulingLoop:
         if result is None:
             self.queue.remove(key)
             self._release(key)
+            self.nominations.drop(key)
             return
         if isinstance(result, GangError):
             self._release(key)
+            self.nominations.drop(key)
             self._record(result, _problem(result))
             return
         if self.permit.holds(key) or self._unplaced(result):
@@ -254,7 +276,8 @@ class SchedulingLoop:
         if problem is not None:
             return Outcome(code=Code.UNSCHEDULABLE, message=problem, pods=pods, each_pod=True, wake=wake)
         started = time.perf_counter()
-        placed = self.placer(self.state.snapshot, request, max_tries=self.settings.placement.max_domain_tries)
+        with hiding(self.state.snapshot, self.nominations.hidden_from(spec.key, spec.priority)):
+            placed = self.placer(self.state.snapshot, request, max_tries=self.settings.placement.max_domain_tries)
         placement_ms = round((time.perf_counter() - started) * 1000, 3)
         self.metrics.placement_duration.observe(placement_ms / 1000)
         if isinstance(placed, Infeasible):
@@ -265,9 +288,46 @@ class SchedulingLoop:
             message = placed.message
             if missing:  # the room was sought for members that do not exist yet, too: say so
                 message += f" It also waits for {_absent(spec, missing)}.{_gated(spec)}"
-            code = Code.UNRESOLVABLE if placed.unresolvable else Code.UNSCHEDULABLE
-            return Outcome(code=code, message=message, pods=pods, each_pod=True, wake=wake, placement_ms=placement_ms)
+            if placed.unresolvable:
+                return Outcome(
+                    code=Code.UNRESOLVABLE, message=message, pods=pods, each_pod=True, placement_ms=placement_ms
+                )
+            if not missing and self.evictor is not None:
+                return self._preempt(spec, request, message, pods, wake)
+            return Outcome(
+                code=Code.UNSCHEDULABLE, message=message, pods=pods, each_pod=True, wake=wake, placement_ms=placement_ms
+            )
         return self._assume(spec, placed, pods, wake, placement_ms)
+
+    def _preempt(
+        self, spec: GangSpec, request: GangRequest, message: str, pods: tuple[str, ...], wake: Wake
+    ) -> Outcome:
+        """The gang does not fit: wait for victims already going, or choose new ones, or say why not."""
+        nomination = self.nominations.get(spec.key)
+        if nomination is not None:
+            going = [pod for pod in nomination.victims if self.state.exists(pod)]
+            if going:
+                message = (
+                    f"{message} It preempted pods in {nomination.domain} and waits for {len(going)} of them to "
+                    "terminate."
+                )
+                return Outcome(code=Code.UNSCHEDULABLE, message=message, pods=pods, wake=wake, attempt=False)
+            log.info("nomination dropped: the room its victims freed is not enough any more", gang=spec.key)
+            self.nominations.drop(spec.key)
+        found = self.preemption.plan(spec, request)
+        if isinstance(found, NoVictims):
+            if found.considered:
+                result = "not_allowed" if found.reason.startswith("it may not") else "no_victims"
+                self.metrics.preemption_attempts.labels(result).inc()
+                message = f"{message} Preemption cannot help: {found.reason}."
+            return Outcome(
+                code=Code.UNSCHEDULABLE,
+                message=message,
+                pods=pods,
+                each_pod=True,
+                wake=wake,
+            )
+        return Outcome(code=Code.PREEMPTING, message=message, pods=pods, wake=wake, victims=found)
 
     def _assume(
         self, spec: GangSpec, placed: Placement, pods: tuple[str, ...], wake: Wake, placement_ms: float
@@ -446,8 +506,15 @@ class SchedulingLoop:
         if code is Code.PLACED:
             self.queue.done(key)
             return
+        if code is Code.PREEMPTING:
+            assert isinstance(gang, GangSpec) and outcome.victims is not None
+            self._preempting(gang, outcome.victims, outcome)
+            return
         if code is Code.SCHEDULED:
             assert isinstance(gang, GangSpec) and outcome.job is not None
+            nomination = self.nominations.drop(key)
+            if nomination is not None:
+                self.metrics.preemption_to_bind.observe(max(0.0, self.clock.monotonic() - nomination.decided))
             self.binder.submit(outcome.job)
             self.reporter.group(gang, scheduled=True, message=outcome.message)
             if outcome.extras_wait:  # extras that did not fit wait, inside the gang's domains, for room
@@ -497,6 +564,30 @@ class SchedulingLoop:
             # (Volcano's Unschedulable says NotEnoughResources), which is not what it lacks.
             self.reporter.group(gang, scheduled=self._meets_minimum(gang.request), message=outcome.message)
 
+    def _preempting(self, spec: GangSpec, victims: Victims, outcome: Outcome) -> None:
+        assert self.evictor is not None
+        pods = victims.pods
+        self.nominations.nominate(
+            spec.key, spec.priority, victims.placement, frozenset(pod.key for pod in pods), victims.domain
+        )
+        evict = []
+        for pod in pods:
+            victim_gang = self.state.index.get(self.state.index.gang_of(pod.key) or GangKey(""))
+            group = victim_gang.objects[0] if isinstance(victim_gang, GangSpec) and victim_gang.objects else None
+            evict.append(Victim(pod.key, self.state.uid(pod.key) or "", group))
+        self.evictor.submit(EvictJob(spec.key, tuple(evict), tuple(victims.placement.nodes().items()), victims.domain))
+        self.metrics.preemption_attempts.labels("preempted").inc()
+        for reason, count in victims_by_reason(victims).items():
+            if count:
+                self.metrics.preemption_victims.labels(reason).inc(count)
+        note = preempting_note(victims)
+        log.info("preempting", gang=spec.key, domain=victims.domain, victims=len(pods), by_gang=victims.by_gang())
+        self.queue.failed(spec.key, outcome.wake)
+        self.reporter.pending(outcome.pods, UNSCHEDULABLE, f"{outcome.message} {note}")
+        self.reporter.event(
+            self.reporter.gang(spec.objects, spec.pods), Reason.PREEMPTING, note, type="Normal", action="Preempting"
+        )
+
     def _meets_minimum(self, part: GangRequest) -> bool:
         """Whether the members already bound or assumed satisfy every minimum of ``part``."""
         placed = {member.key for member in part.members() if self.state.placed_node(member.key) is not None}
@@ -518,7 +609,12 @@ class SchedulingLoop:
 
     async def _idle(self) -> None:
         """Wait for a poke, or for the next moment something is due (a backoff, a permit timeout)."""
-        due = (self.queue.next_ready(), self.permit.next_deadline(), self.state.next_expiry())
+        due = (
+            self.queue.next_ready(),
+            self.permit.next_deadline(),
+            self.state.next_expiry(),
+            self.nominations.next_deadline(),
+        )
         deadlines = [d for d in due if d is not None]
         timeout = max(0.0, min(deadlines) - self.clock.monotonic()) if deadlines else 5.0
         if not self._poke.is_set():

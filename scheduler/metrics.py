@@ -14,7 +14,7 @@ class Metrics:
         r = self.registry
         self.attempts = Counter(
             "phalanx_schedule_attempts",
-            "Scheduling attempts by result: scheduled, waiting, unschedulable, invalid, error",
+            "Scheduling attempts by result: scheduled, waiting, unschedulable, preempting, invalid",
             ["result"],
             registry=r,
         )
@@ -48,6 +48,26 @@ class Metrics:
             "phalanx_api_write_errors",
             "Writes the API server refused for good (not retried), by kind and HTTP code",
             ["kind", "code"],
+            registry=r,
+        )
+
+        self.preemption_attempts = Counter(
+            "phalanx_preemption_attempts",
+            "Preemption searches by result: preempted, no_victims (nothing would help), not_allowed "
+            "(preemptionPolicy Never)",
+            ["result"],
+            registry=r,
+        )
+        self.preemption_victims = Counter(
+            "phalanx_preemption_victims",
+            "Pods evicted to make room, by unit: gang (a whole gang), surplus (beyond a gang's minimum), pod",
+            ["reason"],
+            registry=r,
+        )
+        self.preemption_to_bind = Histogram(
+            "phalanx_preemption_to_bind_seconds",
+            "From a preemption decision to its preemptor gang's binding",
+            buckets=_LATENCY_BUCKETS,
             registry=r,
         )
 

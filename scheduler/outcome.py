@@ -13,6 +13,7 @@ from enum import Enum
 from scheduler.binding import BindJob
 from scheduler.queue import Wake
 from scheduler.reporting import Reason
+from topology.preemption import Victims
 
 
 class Code(Enum):
@@ -31,6 +32,10 @@ class Code(Enum):
     UNRESOLVABLE = "unresolvable"
     #: Its definition must be fixed: out of the queue until one of its objects changes.
     INVALID = "invalid"
+    #: No room now, but evicting lower-priority victims makes room: they are evicted and the gang is
+    #: nominated to the room; it backs off, woken early when room frees for one of its shapes (its victims
+    #: going) or when its nomination times out.
+    PREEMPTING = "preempting"
     #: Nothing to decide: every member is bound or being bound. The queue forgets it and its failures.
     PLACED = "placed"
 
@@ -53,6 +58,8 @@ class Outcome:
     wake: Wake = field(default_factory=Wake)
     #: SCHEDULED: the pods to bind and where.
     job: BindJob | None = None
+    #: PREEMPTING: whom to evict, and where the gang goes once they are gone.
+    victims: Victims | None = None
     #: SCHEDULED with extras left over: the gang is tried again for them.
     extras_wait: bool = False
     placement_ms: float = 0.0

@@ -62,6 +62,8 @@ class Reason(StrEnum):
     GANG_TIMEOUT = "GangTimeout"  # Warning: it waited for members longer than its timeout; its room is released
     INVALID_GANG = "InvalidGang"  # Warning: the gang's definition must be fixed
     FAILED_BINDING = "FailedBinding"  # Warning: the API server refused a bind
+    PREEMPTING = "Preempting"  # Normal, on the preemptor gang: which pods of which gangs it evicts, and where
+    PREEMPTED = "Preempted"  # Normal, on each victim and its group object (kube-scheduler's word)
 
 
 #: What the API server accepts in an Event (events.k8s.io/v1 validation): the note in bytes, the others in characters.

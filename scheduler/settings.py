@@ -44,6 +44,17 @@ class PermitSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PreemptionSettings:
+    enabled: bool = True
+    """A gang that does not fit may evict pods of strictly lower priority to make room."""
+    max_domains_tried: int = 16
+    """Candidate domains (racks, blocks, ...) examined per decision, closest to fitting first."""
+    nomination_timeout_seconds: float = 300.0
+    """How long a preemptor's room is held while its victims terminate; then the plan is dropped and the
+    gang evaluated again (victims still terminating are not chosen again)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BindingSettings:
     concurrency: int = 64
     """Binding requests in flight at once."""
@@ -102,6 +113,7 @@ class Settings:
     queue: QueueSettings = field(default_factory=QueueSettings)
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     permit: PermitSettings = field(default_factory=PermitSettings)
+    preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     binding: BindingSettings = field(default_factory=BindingSettings)
     leader_election: LeaderSettings = field(default_factory=LeaderSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
@@ -120,6 +132,7 @@ SECTIONS: dict[str, type] = {
     "queue": QueueSettings,
     "placement": PlacementSettings,
     "permit": PermitSettings,
+    "preemption": PreemptionSettings,
     "binding": BindingSettings,
     "leaderElection": LeaderSettings,
     "server": ServerSettings,
@@ -236,6 +249,8 @@ def _check(settings: Settings) -> None:
     if not 0 < settings.permit.max_reserved_share <= 1:
         share = settings.permit.max_reserved_share
         raise SettingsError(f"permit.maxReservedShare: must be above 0 and at most 1, got {share}")
+    if settings.preemption.max_domains_tried < 1 or settings.preemption.nomination_timeout_seconds <= 0:
+        raise SettingsError("preemption: maxDomainsTried and nominationTimeoutSeconds must be positive")
     if settings.queue.initial_backoff_seconds > settings.queue.max_backoff_seconds:
         raise SettingsError("queue.initialBackoffSeconds: must not exceed queue.maxBackoffSeconds")
     if settings.binding.concurrency < 1 or settings.binding.burst < 1 or settings.binding.writes_per_second <= 0:

@@ -99,6 +99,9 @@ class NoVictims:
 
     reason: str
     tried: int = 0
+    #: False when preemption was not even in question (nothing runs below the gang's priority, or it is
+    #: switched off): not worth a sentence in the gang's reason.
+    considered: bool = True
 
 
 #: Units that have a pod on any of the given node rows (the caller decides priority and gang rules).

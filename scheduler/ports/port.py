@@ -109,3 +109,8 @@ class ClusterPort(Protocol):
     async def patch(self, resource: ApiResource, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """JSON merge patch of the main resource."""
         ...
+
+    async def delete(self, resource: ApiResource, namespace: str, name: str, *, uid: str | None = None) -> None:
+        """DELETE with the object's own grace period (a pod's ``terminationGracePeriodSeconds``), only if its
+        uid is still ``uid``: Conflict when it was replaced, NotFound when it is gone."""
+        ...

@@ -220,3 +220,10 @@ class KubeCluster:
 
     async def patch(self, resource: ApiResource, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         return await self._json("PATCH", _path(resource, namespace, name), body=dict(patch), content_type=MERGE_PATCH)
+
+    async def delete(self, resource: ApiResource, namespace: str, name: str, *, uid: str | None = None) -> None:
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        response = await self._request("DELETE", _path(resource, namespace, name), body=body)
+        response.release()

@@ -94,3 +94,6 @@ class SimCluster:
         return self._call(
             lambda: self.store.patch(self._resource(resource), namespace or None, name, dict(patch), MERGE_PATCH)
         )
+
+    async def delete(self, resource: ApiResource, namespace: str, name: str, *, uid: str | None = None) -> None:
+        self._call(lambda: self.store.delete(self._resource(resource), namespace or None, name, uid=uid))

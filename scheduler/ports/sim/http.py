@@ -351,6 +351,7 @@ class SimServer:
             name,
             uid=preconditions.get("uid"),
             resource_version=preconditions.get("resourceVersion"),
+            grace_period_seconds=_grace(given.get("gracePeriodSeconds", request.query.get("gracePeriodSeconds"))),
         )
         return media.answer(removed, wanted)
 
@@ -410,3 +411,11 @@ class SimServer:
             stream.close()
             self._streams.discard(stream)
         return response
+
+
+def _grace(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    return None

@@ -21,7 +21,11 @@ What it keeps faithful, because the scheduler's correctness depends on it:
 - namespaced objects need their namespace to exist; deleting a namespace deletes what is in it.
 
 Deleting a pod first marks it (``deletionTimestamp``, a MODIFIED event), then removes it, as a kubelet
-confirms at once that nothing runs: nothing here runs containers. Other objects go at once.
+confirms at once that nothing runs: nothing here runs containers. With ``graceful=True`` a pod bound to
+a node stays Terminating for its grace period instead (the DELETE's ``gracePeriodSeconds``, else its
+``terminationGracePeriodSeconds``, else 30), as a kubelet keeps it while its containers stop, until
+:meth:`Store.finish_terminations` is called at or after that time (``phalanx simulate`` moves its clock
+there). Other objects go at once.
 
 Objects are plain JSON dicts. The store owns what it is given (do not modify a dict after passing it
 in) and what it returns is shared and read-only: writes build new dicts, never change stored ones, so
@@ -222,8 +226,11 @@ class Store:
         history: int = 10_000,
         clock: Callable[[], float] = time.time,
         seed: int = 0,
+        graceful: bool = False,
     ) -> None:
         self.catalog = catalog or Catalog()
+        self.graceful = graceful
+        self._terminating: dict[Key, float] = {}  # pods marked for deletion -> when their grace ends
         self._clock = clock
         self._random = random.Random(seed)
         self._version = 1
@@ -521,6 +528,7 @@ class Store:
         *,
         uid: str | None = None,
         resource_version: str | None = None,
+        grace_period_seconds: int | None = None,
     ) -> Obj:
         key, current = self._current(resource, namespace, name)
         if uid and current["metadata"].get("uid") != uid:
@@ -534,12 +542,41 @@ class Store:
                     seen.add(other.storage)
                     for member_key in [k for k in self._table(other) if k[0] == name]:
                         self._remove(other, member_key)
-        elif resource.kind == "Pod" and not resource.group and not current["metadata"].get("deletionTimestamp"):
+        elif self.graceful and resource.kind == "Pod" and not resource.group and _node_of(current):
+            grace = grace_period_seconds
+            if grace is None:
+                grace = (current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+            if not isinstance(grace, int) or grace > 0:
+                if current["metadata"].get("deletionTimestamp"):
+                    return current  # already terminating: a second DELETE does not shorten or restart it
+                seconds = grace if isinstance(grace, int) else 30
+                ends = self._clock() + seconds
+                marked = {**current, "metadata": {**current["metadata"], "deletionTimestamp": _timestamp(ends),
+                                                  "deletionGracePeriodSeconds": seconds}}  # fmt: skip
+                if not self._dry:
+                    self._terminating[key] = ends
+                return self._write(resource, key, "MODIFIED", marked, current)
+        if resource.kind == "Pod" and not resource.group and not current["metadata"].get("deletionTimestamp"):
             # The API server marks the pod first; its kubelet (here: at once) confirms nothing runs.
             marked = {**current, "metadata": {**current["metadata"], "deletionTimestamp": _timestamp(self._clock()),
                                               "deletionGracePeriodSeconds": 0}}  # fmt: skip
             self._write(resource, key, "MODIFIED", marked, current)
         return self._remove(resource, key)
+
+    def next_termination(self) -> float | None:
+        """When the earliest Terminating pod's grace period ends (``graceful`` stores only)."""
+        return min(self._terminating.values(), default=None)
+
+    def finish_terminations(self) -> int:
+        """Remove the Terminating pods whose grace period has ended, as their kubelets would; returns how many."""
+        now = self._clock()
+        due = [key for key, ends in self._terminating.items() if ends <= now]
+        pods = self.resource("v1", "Pod")
+        for key in due:
+            del self._terminating[key]
+            if key in self._table(pods):
+                self._remove(pods, key)
+        return len(due)
 
     def bind(self, namespace: str, name: str, binding: Mapping[str, Any]) -> None:
         """``POST pods/<name>/binding``: assign the pod to ``binding.target.name``."""
@@ -745,3 +782,8 @@ class Store:
 
 def _spec(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in obj.items() if key not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _node_of(pod: Obj) -> str | None:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return node if isinstance(node, str) and node else None

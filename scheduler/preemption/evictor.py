@@ -1,0 +1,161 @@
+"""The API writes of a preemption, off the scheduling cycle (as the binder is for binds).
+
+For each victim, as kube-scheduler does: first the ``DisruptionTarget`` condition (reason
+``PreemptionByScheduler``, so that the pod's controller and its users learn why it goes), then a DELETE
+with the pod's own grace period and its uid as precondition (a pod recreated under the same name is not
+touched), then a Normal ``Preempted`` Event on the pod and, once per gang, on its group object. Each
+preemptor pod gets ``status.nominatedNodeName``, which ``kubectl get pods -o wide`` shows.
+
+A victim that is already gone needs nothing more; a write the server refuses is logged and counted, and
+the nomination's timeout lets the preemptor be evaluated again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectSendStream
+
+from scheduler.clock import Clock
+from scheduler.gangs import GangKey, ObjectRef
+from scheduler.metrics import Metrics
+from scheduler.ports.errors import Conflict, NotFound, PortError
+from scheduler.ports.port import PODS, ClusterPort
+from scheduler.ratelimit import TokenBucket
+from scheduler.reporting import Reason, Reporter, rfc3339
+
+log = structlog.get_logger("phalanx.preemption")
+
+DISRUPTION_TARGET = "DisruptionTarget"
+PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    pod: str
+    uid: str
+    #: The victim's group object, if its gang has one (its Preempted Event goes there too).
+    group: ObjectRef | None
+
+
+@dataclass(frozen=True, slots=True)
+class EvictJob:
+    preemptor: GangKey
+    victims: tuple[Victim, ...]
+    #: (pod, node) of the preemptor's pods, for ``status.nominatedNodeName``.
+    nominated: tuple[tuple[str, str], ...]
+    #: Where the room is made ("rack b0-r3"), for the messages.
+    domain: str
+
+
+class Evictor:
+    def __init__(
+        self,
+        *,
+        port: ClusterPort,
+        clock: Clock,
+        limiter: TokenBucket,
+        reporter: Reporter,
+        metrics: Metrics,
+        scheduler_name: str,
+    ) -> None:
+        self.port = port
+        self.clock = clock
+        self.limiter = limiter
+        self.reporter = reporter
+        self.metrics = metrics
+        self.scheduler_name = scheduler_name
+        self._send: MemoryObjectSendStream[EvictJob] | None = None
+
+    def submit(self, job: EvictJob) -> None:
+        """Queue a preemption's writes (only while :meth:`run` runs, i.e. while leading)."""
+        if self._send is None:
+            raise RuntimeError("the evictor is not running")
+        self._send.send_nowait(job)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        send, receive = anyio.create_memory_object_stream[EvictJob](math.inf)
+        with send, receive:
+            self._send = send
+            try:
+                async with anyio.create_task_group() as group:
+                    task_status.started()
+                    async for job in receive:
+                        group.start_soon(self._evict, job)
+            finally:
+                self._send = None
+
+    async def _evict(self, job: EvictJob) -> None:
+        async with anyio.create_task_group() as group:
+            for pod, node in job.nominated:
+                group.start_soon(self._nominate, pod, node)
+            for victim in job.victims:
+                group.start_soon(self._evict_one, job, victim)
+        told: set[ObjectRef] = set()
+        for victim in job.victims:
+            if victim.group is not None and victim.group not in told:
+                told.add(victim.group)
+                count = sum(1 for other in job.victims if other.group == victim.group)
+                self.reporter.event(
+                    self.reporter.group_subject(victim.group),
+                    Reason.PREEMPTED,
+                    f"{count} of its pods preempted by gang {job.preemptor} to make room in {job.domain}",
+                    type="Normal",
+                    action="Preempting",
+                )
+
+    async def _nominate(self, pod: str, node: str) -> None:
+        namespace, name = pod.split("/", 1)
+        patch = {"status": {"nominatedNodeName": node}}
+        await self._write("nominate", pod, self.port.patch_status(PODS, namespace, name, patch))
+
+    async def _evict_one(self, job: EvictJob, victim: Victim) -> None:
+        namespace, name = victim.pod.split("/", 1)
+        message = f"{self.scheduler_name}: preempted by gang {job.preemptor} to make room in {job.domain}"
+        condition = {
+            "type": DISRUPTION_TARGET,
+            "status": "True",
+            "reason": PREEMPTION_BY_SCHEDULER,
+            "message": message,
+            "lastTransitionTime": rfc3339(self.clock.wall()),
+        }
+        marked = await self._write(
+            "disruption-target",
+            victim.pod,
+            self.port.patch_status(PODS, namespace, name, {"status": {"conditions": [condition]}}),
+        )
+        if marked is None:
+            return
+        deleted = await self._write("delete", victim.pod, self.port.delete(PODS, namespace, name, uid=victim.uid))
+        if deleted is None:
+            return
+        subject = self.reporter.pod_subject(victim.pod)
+        self.reporter.event(
+            subject,
+            Reason.PREEMPTED,
+            f"Preempted by gang {job.preemptor} to make room in {job.domain}",
+            type="Normal",
+            action="Preempting",
+        )
+
+    async def _write(self, kind: str, pod: str, write: Coroutine[Any, Any, Any]) -> bool | None:
+        """Run one write under the rate limit; True when it was applied, None when the pod is gone or the
+        server refused it (then nothing more is done for that pod)."""
+        await self.limiter.take()
+        try:
+            await write
+        except (NotFound, Conflict):
+            log.info("preemption write skipped: the pod is gone or was replaced", kind=kind, pod=pod)
+            return None
+        except PortError as error:
+            self.metrics.api_write_errors.labels(kind, str(error.code)).inc()
+            log.warning("preemption write refused", kind=kind, pod=pod, code=error.code, error=str(error)[:300])
+            return None
+        self.metrics.api_writes.labels(kind).inc()
+        return True

@@ -1,0 +1,120 @@
+"""Room a preemptor waits for while its victims terminate.
+
+A nomination says: gang G (priority p) evicted these pods and will go to these nodes once they are gone.
+Until then, and until its deadline, placements of gangs with priority ``<= p`` other than G see that room
+as taken (:func:`hiding`), as kube-scheduler adds nominated pods of equal or higher priority when it
+filters a node; gangs of higher priority see it free and may take it. The victims of a standing
+nomination are never chosen again by anyone (their deletion is in flight, even before the watch shows
+it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from scheduler.clock import Clock
+from scheduler.gangs import GangKey
+from topology import Placement, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Nomination:
+    gang: GangKey
+    priority: int
+    #: Where each preemptor pod goes (``status.nominatedNodeName``).
+    nodes: tuple[tuple[str, str], ...]
+    #: The requests each of those pods takes there.
+    room: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
+    victims: frozenset[str]
+    domain: str
+    decided: float  # monotonic
+    deadline: float  # monotonic
+
+
+class Nominations:
+    def __init__(self, clock: Clock, timeout_seconds: float) -> None:
+        self.clock = clock
+        self.timeout_seconds = timeout_seconds
+        self._by_gang: dict[GangKey, Nomination] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_gang)
+
+    def __contains__(self, gang: object) -> bool:
+        return gang in self._by_gang
+
+    def nominate(
+        self, gang: GangKey, priority: int, placement: Placement, victims: frozenset[str], domain: str
+    ) -> Nomination:
+        now = self.clock.monotonic()
+        nomination = Nomination(
+            gang=gang,
+            priority=priority,
+            nodes=tuple((a.pod, a.node) for a in placement.assignments),
+            room=tuple((a.node, a.shape.requests) for a in placement.assignments),
+            victims=victims,
+            domain=domain,
+            decided=now,
+            deadline=now + self.timeout_seconds,
+        )
+        self._by_gang[gang] = nomination
+        return nomination
+
+    def get(self, gang: GangKey) -> Nomination | None:
+        return self._by_gang.get(gang)
+
+    def drop(self, gang: GangKey) -> Nomination | None:
+        return self._by_gang.pop(gang, None)
+
+    def clear(self) -> None:
+        self._by_gang.clear()
+
+    def all(self) -> list[Nomination]:
+        return list(self._by_gang.values())
+
+    def in_flight(self) -> set[str]:
+        """Victims of standing nominations: never chosen again while their deletion is under way."""
+        return {pod for nomination in self._by_gang.values() for pod in nomination.victims}
+
+    def expired(self) -> list[Nomination]:
+        """Nominations past their deadline, removed."""
+        now = self.clock.monotonic()
+        late = [nomination for nomination in self._by_gang.values() if nomination.deadline <= now]
+        for nomination in late:
+            del self._by_gang[nomination.gang]
+        return late
+
+    def next_deadline(self) -> float | None:
+        return min((nomination.deadline for nomination in self._by_gang.values()), default=None)
+
+    def hidden_from(self, gang: GangKey, priority: int) -> list[Nomination]:
+        """The nominations whose room ``gang`` may not take: other gangs' of equal or higher priority."""
+        return [n for n in self._by_gang.values() if n.gang != gang and n.priority >= priority]
+
+
+@contextmanager
+def hiding(snapshot: Snapshot, nominations: list[Nomination]) -> Iterator[None]:
+    """Count the nominated room as taken on ``snapshot.free`` for the duration; restored exactly after."""
+    rows: list[int] = []
+    vectors = []
+    for nomination in nominations:
+        for node, requests in nomination.room:
+            row = snapshot.index_of(node)
+            if row is not None:
+                rows.append(row)
+                vectors.append(snapshot.request_vector(requests).vector)
+    if not rows:
+        yield
+        return
+    at = np.array(rows, dtype=np.int64)
+    amounts = np.stack(vectors)
+    free = snapshot.free
+    np.subtract.at(free, at, amounts)
+    try:
+        yield
+    finally:
+        np.add.at(free, at, amounts)

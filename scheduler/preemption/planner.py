@@ -1,0 +1,69 @@
+"""Whether a gang that does not fit may preempt, and whom: the cycle's one call into preemption."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from scheduler.gangs import GangSpec
+from scheduler.preemption.nominations import Nominations, hiding
+from scheduler.preemption.units import UnitSource, never_preempts
+from scheduler.settings import Settings
+from scheduler.state import ClusterState
+from topology import GangRequest
+from topology.preemption import NoVictims, Victims, choose_victims
+
+
+class PreemptionPlanner:
+    def __init__(self, state: ClusterState, settings: Settings, nominations: Nominations) -> None:
+        self.state = state
+        self.settings = settings
+        self.nominations = nominations
+
+    def plan(self, spec: GangSpec, request: GangRequest) -> Victims | NoVictims:
+        """Victims whose eviction lets the gang's whole minimum fit, or why there are none.
+
+        ``request`` is what placement was asked (members running pinned); the nominated room of other
+        gangs of equal or higher priority stays taken, exactly as in the placement that failed."""
+        if not self.settings.preemption.enabled:
+            return NoVictims("preemption is disabled (preemption.enabled: false)", considered=False)
+        never = never_preempts(spec, self.state)
+        if never is not None:
+            return NoVictims(f"it may not preempt: {never}")
+        snapshot = self.state.snapshot
+        evictable = self.state.running.below(snapshot, spec.priority)
+        if not evictable.any():
+            return NoVictims(f"no running pod has a priority below its {spec.priority}", considered=False)
+        units = UnitSource(self.state, spec.key, spec.priority, self.nominations.in_flight())
+        with hiding(snapshot, self.nominations.hidden_from(spec.key, spec.priority)):
+            return choose_victims(
+                snapshot,
+                request,
+                evictable=evictable,
+                units_on=units,
+                budgets=self.state.budgets.allowed() if len(self.state.budgets) else {},
+                max_domains=self.settings.preemption.max_domains_tried,
+                max_tries=self.settings.placement.max_domain_tries,
+            )
+
+
+def preempting_note(victims: Victims) -> str:
+    """The preemptor's Event: which pods of which gangs go, and where."""
+    counted = ", ".join(f"{count} of {gang}" for gang, count in sorted(victims.by_gang().items()))
+    pods = len(victims.pods)
+    return (
+        f"Preempting {pods} pod{'s' if pods != 1 else ''} of lower priority in {victims.domain} ({counted}); "
+        f"the gang is bound there once they have terminated."
+    )
+
+
+def victims_by_reason(victims: Victims) -> Mapping[str, int]:
+    """Victim pods by the kind of unit they went as: a whole gang, a gang's surplus, or a plain pod."""
+    counts = {"gang": 0, "surplus": 0, "pod": 0}
+    for unit in victims.units:
+        if unit.surplus:
+            counts["surplus"] += len(unit.pods)
+        elif unit.key.startswith("gang "):
+            counts["gang"] += len(unit.pods)
+        else:
+            counts["pod"] += len(unit.pods)
+    return counts
