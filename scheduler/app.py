@@ -23,7 +23,6 @@ import structlog
 from anyio.abc import TaskStatus
 
 from scheduler.binding import Binder
-from scheduler.preemption.evictor import Evictor
 from scheduler.clock import Clock, SystemClock
 from scheduler.cycle import SchedulingLoop
 from scheduler.gangs import GangKey
@@ -35,6 +34,7 @@ from scheduler.metrics import Metrics
 from scheduler.permit import Permit
 from scheduler.ports.errors import PortError
 from scheduler.ports.port import DISRUPTION_BUDGETS, NODES, PODS, ApiResource, ClusterPort
+from scheduler.preemption.evictor import Evictor
 from scheduler.queue import GangQueue
 from scheduler.ratelimit import TokenBucket
 from scheduler.reporting import Reporter

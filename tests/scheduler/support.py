@@ -72,6 +72,11 @@ class Cluster:
         self.monitor.user_deleted(key)
         self.store.delete(self.store.resource("v1", "Pod"), namespace, name)
 
+    def finish_termination(self, key: str) -> None:
+        """Do what a kubelet does once a Terminating pod's containers have stopped: delete it for good."""
+        namespace, name = key.split("/")
+        self.store.delete(self.store.resource("v1", "Pod"), namespace, name, grace_period_seconds=0)
+
     def pods(self) -> dict[str, dict[str, Any]]:
         return {
             f"{p['metadata']['namespace']}/{p['metadata']['name']}": p
@@ -111,8 +116,11 @@ async def cluster(
     *,
     faults: Faults | None = None,
     nodes: list[dict[str, Any]] | None = None,
+    graceful: bool = False,
 ) -> AsyncIterator[Cluster]:
-    store = Store(seed=1)
+    """``graceful``: deleted pods stay Terminating (their kubelet never finishes) until the test removes them
+    with ``finish_termination``."""
+    store = Store(seed=1, graceful=graceful)
     load(store, nodes if nodes is not None else ClusterShape.parse(shape).node_manifests())
     monitor = InvariantMonitor(store, gang_settings=GangSettings(levels=LEVELS))
     server = SimServer(store, faults=faults, bookmark_interval=0.2)

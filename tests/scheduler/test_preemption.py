@@ -1,0 +1,215 @@
+"""Preemption end to end: kubernetes_asyncio over HTTP against SimCluster, asserting what an operator sees."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.ports.sim.builders import node_manifest
+from tests.scheduler.invariants import check_invariants
+from tests.scheduler.support import Cluster, cluster, eventually, gpu_pod, pfn, phalanx
+
+RACK = "example.com/rack"
+
+
+def rack_node(name: str, rack: str) -> dict[str, Any]:
+    return node_manifest(
+        name,
+        labels={"example.com/block": "b0", RACK: rack},
+        capacity={"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"},
+    )
+
+
+def two_racks() -> list[dict[str, Any]]:
+    return [rack_node(f"{rack}-n{i}", rack) for rack in ("r0", "r1") for i in range(2)]
+
+
+def priority_class(name: str, value: int, **extra: Any) -> dict[str, Any]:
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value,
+            **extra}  # fmt: skip
+
+
+def member(name: str, gang: str, size: int, priority: str, *, rack: bool = False, **spec: Any) -> dict[str, Any]:
+    annotations = pfn(gang, size)
+    if rack:
+        annotations["scheduling.phalanx.dev/topology-required"] = RACK
+    return gpu_pod(name, annotations=annotations, priorityClassName=priority, **spec)
+
+
+def classes(where: Cluster) -> None:
+    where.create(priority_class("batch", 10))
+    where.create(priority_class("production", 1000))
+    where.create(priority_class("polite", 1000, preemptionPolicy="Never"))
+
+
+async def fill_with_batch(where: Cluster) -> None:
+    """Two low-priority gangs of two 8-GPU pods, one per rack: the cluster is full."""
+    for gang in ("batch-a", "batch-b"):
+        for i in range(2):
+            where.create(member(f"{gang}-{i}", gang, 2, "batch", rack=True))
+    await eventually(lambda: len(where.bound()) == 4, what="the batch gangs bound")
+
+
+def conditions(where: Cluster, pod: str, kind: str) -> list[dict[str, Any]]:
+    return [c for c in (where.pods()[pod].get("status") or {}).get("conditions") or [] if c["type"] == kind]
+
+
+async def test_a_production_gang_evicts_one_whole_batch_gang_in_one_rack_and_binds_there() -> None:
+    async with cluster(nodes=two_racks(), graceful=True) as where, phalanx(where) as app:
+        classes(where)
+        await fill_with_batch(where)
+        for i in range(2):
+            where.create(member(f"prod-{i}", "prod", 2, "production", rack=True))
+        victims = await eventually(
+            lambda: {key for key, pod in where.pods().items() if pod["metadata"].get("deletionTimestamp")},
+            what="victims marked for deletion",
+        )
+        assert victims in ({"team/batch-a-0", "team/batch-a-1"}, {"team/batch-b-0", "team/batch-b-1"})
+        for victim in victims:
+            (target,) = conditions(where, victim, "DisruptionTarget")
+            assert (target["status"], target["reason"]) == ("True", "PreemptionByScheduler")
+            assert target["message"] == "phalanx: preempted by gang pfn:team/prod to make room in rack " + (
+                "r0" if "batch-a" in victim else "r1"
+            )
+        preempting = await eventually(lambda: where.events("Preempting"), what="Preempting Event")
+        assert preempting[0]["type"] == "Normal"
+        assert preempting[0]["regarding"]["name"] == "prod-0"
+        victim_gang = "pfn:team/" + next(iter(victims)).split("/")[1][:7]
+        assert "Preempting 2 pods of lower priority in rack r" in preempting[0]["note"]
+        assert f"(2 of {victim_gang})" in preempting[0]["note"]
+        await eventually(
+            lambda: all(
+                (where.pods()[f"team/prod-{i}"].get("status") or {}).get("nominatedNodeName") for i in range(2)
+            ),
+            what="nominatedNodeName on the preemptor's pods",
+        )
+        freed = {where.pods()[victim]["spec"]["nodeName"] for victim in victims}
+        assert {where.pods()[f"team/prod-{i}"]["status"]["nominatedNodeName"] for i in range(2)} == freed
+        assert not any(pod.startswith("team/prod") for pod in where.bound())  # the victims still terminate
+        for victim in victims:
+            where.finish_termination(victim)
+        await eventually(lambda: {"team/prod-0", "team/prod-1"} <= set(where.bound()), what="the preemptor bound")
+        prod_nodes = {where.bound()[f"team/prod-{i}"] for i in range(2)}
+        assert len({node.split("-")[0] for node in prod_nodes}) == 1  # one rack
+        preempted = await eventually(lambda: where.events("Preempted"), what="Preempted Events")
+        assert {event["regarding"]["name"] for event in preempted} == {victim.split("/")[1] for victim in victims}
+        assert app.metrics.registry.get_sample_value("phalanx_preemption_victims_total", {"reason": "gang"}) == 2
+        assert app.metrics.registry.get_sample_value("phalanx_preemption_to_bind_seconds_count") == 1
+        # The other batch gang is untouched, whole.
+        survivors = {key for key in where.bound() if key.startswith("team/batch")}
+        assert len(survivors) == 2 and len({key[:-2] for key in survivors}) == 1
+        check_invariants(where)
+
+
+async def test_equal_priority_never_preempts_and_preemption_policy_never_says_so() -> None:
+    async with cluster(nodes=two_racks()) as where, phalanx(where):
+        classes(where)
+        await fill_with_batch(where)
+        where.create(member("peer-0", "peer", 1, "batch"))
+        where.create(member("polite-0", "polite", 1, "polite"))
+        peer = await eventually(lambda: where.condition("team/peer-0"), what="the peer pending")
+        polite = await eventually(lambda: where.condition("team/polite-0"), what="the polite gang pending")
+        assert "Preemption" not in peer["message"]  # nothing runs below its priority: nothing to say
+        assert polite["message"].endswith(
+            "Preemption cannot help: it may not preempt: its pod team/polite-0 has preemptionPolicy Never."
+        )
+        assert len(where.bound()) == 4 and not where.events("Preempting")
+        check_invariants(where)
+
+
+async def test_the_surplus_of_an_elastic_gang_goes_first_and_its_minimum_stays() -> None:
+    nodes = [rack_node(f"r0-n{i}", "r0") for i in range(4)]
+    async with cluster(nodes=nodes) as where, phalanx(where):
+        classes(where)
+        group = {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "elastic", "namespace": "team"},
+            "spec": {"minMember": 2},
+        }
+        where.create(group)
+        for i in range(4):
+            where.create(
+                gpu_pod(f"elastic-{i}", labels={"scheduling.x-k8s.io/pod-group": "elastic"}, priorityClassName="batch")
+            )
+        await eventually(lambda: len(where.bound()) == 4, what="the elastic gang bound whole")
+        for i in range(2):
+            where.create(member(f"prod-{i}", "prod", 2, "production"))
+        await eventually(lambda: {"team/prod-0", "team/prod-1"} <= set(where.bound()), what="the preemptor bound")
+        elastic = [key for key in where.bound() if key.startswith("team/elastic")]
+        assert len(elastic) == 2  # exactly its minimum is left running
+        check_invariants(where)
+
+
+async def test_a_victim_that_never_terminates_lets_the_nomination_time_out_and_is_not_chosen_again() -> None:
+    async with cluster(nodes=two_racks(), graceful=True) as where, phalanx(where) as app:
+        app.scheduler.nominations.timeout_seconds = 0.5
+        classes(where)
+        await fill_with_batch(where)
+        where.create(member("prod-0", "prod", 1, "production", rack=True))
+        first = await eventually(
+            lambda: {key for key, pod in where.pods().items() if pod["metadata"].get("deletionTimestamp")},
+            what="a victim marked for deletion",
+        )
+        assert len(first) == 2  # a whole gang, though one pod's room would do
+
+        def preemptions() -> float | None:
+            return app.metrics.registry.get_sample_value("phalanx_preemption_attempts_total", {"result": "preempted"})
+
+        # The first victims never go; after the nomination's timeout the gang is evaluated again, and the
+        # pods still terminating are not chosen a second time: the other batch gang is.
+        await eventually(lambda: preemptions() == 2, what="a second preemption after the timeout")
+        everyone = {f"team/batch-{gang}-{i}" for gang in "ab" for i in range(2)}
+
+        def marked() -> set[str]:
+            return {key for key, pod in where.pods().items() if pod["metadata"].get("deletionTimestamp")}
+
+        await eventually(lambda: marked() == everyone, what=lambda: f"both gangs marked, not only {marked()}")
+        for victim in everyone:
+            where.finish_termination(victim)
+        await eventually(lambda: "team/prod-0" in where.bound(), what="the preemptor bound at last")
+        check_invariants(where)
+
+
+async def test_nominated_room_is_not_taken_by_a_lower_priority_gang_while_victims_terminate() -> None:
+    async with cluster(nodes=two_racks(), graceful=True) as where, phalanx(where):
+        classes(where)
+        where.create(priority_class("middle", 500, preemptionPolicy="Never"))
+        await fill_with_batch(where)
+        for i in range(2):
+            where.create(member(f"prod-{i}", "prod", 2, "production", rack=True))
+        victims = sorted(
+            await eventually(
+                lambda: {key for key, pod in where.pods().items() if pod["metadata"].get("deletionTimestamp")},
+                what="victims marked",
+            )
+        )
+        # One victim is gone: its node is free, but the preemptor needs both. A middle-priority gang that
+        # fits on that one node may not take it.
+        where.finish_termination(victims[0])
+        where.create(member("middle-0", "middle", 1, "middle"))
+        condition = await eventually(lambda: where.condition("team/middle-0"), what="the middle gang tried")
+        assert condition["reason"] == "Unschedulable"
+        assert "team/middle-0" not in where.bound()
+        where.finish_termination(victims[1])
+        await eventually(lambda: {"team/prod-0", "team/prod-1"} <= set(where.bound()), what="the preemptor bound")
+        assert "team/middle-0" not in where.bound()
+        check_invariants(where)
+
+
+async def test_a_higher_priority_gang_may_take_nominated_room() -> None:
+    async with cluster(nodes=two_racks(), graceful=True) as where, phalanx(where):
+        classes(where)
+        where.create(priority_class("critical", 5000, preemptionPolicy="Never"))
+        await fill_with_batch(where)
+        for i in range(2):
+            where.create(member(f"prod-{i}", "prod", 2, "production", rack=True))
+        victims = sorted(
+            await eventually(
+                lambda: {key for key, pod in where.pods().items() if pod["metadata"].get("deletionTimestamp")},
+                what="victims marked",
+            )
+        )
+        where.finish_termination(victims[0])
+        where.create(member("critical-0", "critical", 1, "critical"))
+        await eventually(lambda: "team/critical-0" in where.bound(), what="the critical gang bound in nominated room")
+        check_invariants(where)
