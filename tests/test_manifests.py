@@ -176,6 +176,13 @@ async def test_rbac_allows_exactly_the_calls_the_scheduler_makes() -> None:
                 create_manifests(where, str(path))
             for i in range(2):  # never fits: its FailedScheduling Event repeats (a series patch)
                 where.create(gpu_pod(f"huge-{i}", gpus=16, annotations=pfn("huge", 2)))
+            # A preemption: a low-priority pod of another scheduler holds the one node a gang may use.
+            where.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                          "metadata": {"name": "vip"}, "value": 1000})  # fmt: skip
+            node = next(iter(where.store.objects(where.store.resource("v1", "Node"))))["metadata"]["name"]
+            where.create(gpu_pod("squatter", scheduler="default-scheduler", nodeName=node))
+            where.create(gpu_pod("vip", annotations=pfn("vip", 1), priorityClassName="vip",
+                                 nodeSelector={"kubernetes.io/hostname": node}))  # fmt: skip
             lease_updates = lambda: where.server.audit["update", "coordination.k8s.io", "leases"]  # noqa: E731
             await eventually(lambda: lease_updates() >= 2, what="the lease renewed")
             expected = granted()
