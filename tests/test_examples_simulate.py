@@ -59,6 +59,12 @@ PLACEMENT: dict[str, dict[str, list[str]]] = {
         "b0-r0-n2": ["ml/finetune-worker-2"],
         "b0-r0-n3": ["ml/finetune-worker-3"],
     },
+    "preemption": {
+        "b0-r0-n0": ["prod/llm-0"],
+        "b0-r0-n1": ["prod/llm-1"],
+        "b0-r0-n2": ["prod/llm-2"],
+        "b0-r0-n3": ["prod/llm-3"],
+    },
     "scheduler-plugins": {
         "b0-r0-n0": ["team-b/etl-0", "team-b/etl-1", "team-b/etl-2", "team-b/etl-3", "team-b/etl-4"],
     },
@@ -80,6 +86,12 @@ PLACEMENT: dict[str, dict[str, list[str]]] = {
 }
 
 
+#: pod -> the gang it was preempted for, per example directory (none elsewhere).
+PREEMPTED: dict[str, dict[str, str]] = {
+    "preemption": {f"research/sweep-a-{i}": "pfn:prod/llm" for i in range(4)},
+}
+
+
 def test_every_example_directory_is_covered() -> None:
     assert sorted(path.name for path in EXAMPLES.iterdir() if path.is_dir()) == sorted(PLACEMENT)
 
@@ -93,6 +105,7 @@ def test_example_lands_exactly_as_documented(example: str, capsys: pytest.Captur
     for pod, node in sorted(report["bound"].items()):
         placed.setdefault(node, []).append(pod)
     assert placed == PLACEMENT[example]
+    assert report["preempted"] == PREEMPTED.get(example, {})
     assert report["pending"] == {} and {gang["state"] for gang in report["gangs"]} == {"Bound"}
     workload = [obj for path in files for obj in read_manifest_file(path) if obj["kind"] == "Pod"]
     check_all_or_nothing(report, workload, gpus_per_node=8)
@@ -101,6 +114,8 @@ def test_example_lands_exactly_as_documented(example: str, capsys: pytest.Captur
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*/*.yaml")), ids=lambda path: f"{path.parent.name}/{path.name}")
 def test_each_example_file_creates_its_namespace_first(path: Path) -> None:
     """`kubectl apply -f examples/<dir>/` on a fresh cluster: each file works alone, in any order."""
-    objects = read_manifest_file(str(path))
+    objects = [obj for obj in read_manifest_file(str(path)) if obj["kind"] != "PriorityClass"]  # cluster-wide
+    if not objects:
+        return
     assert objects[0]["kind"] == "Namespace"
     assert {obj["metadata"].get("namespace") for obj in objects[1:]} == {objects[0]["metadata"]["name"]}

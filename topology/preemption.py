@@ -224,19 +224,36 @@ class _Search:
     # -- step 3: a plan per domain, with the per-node room check -----------------------------------
 
     def _cheap_plan(self, domains: Domains, domain: int) -> _Plan | None:
+        """The best-ranked plan of a few greedy orders. All take lower priorities first and a gang's surplus
+        before whole gangs; among equals one takes the most recently started first, one the smallest units
+        (fewest pods for the room), one the units that lie most inside this domain (least room wasted
+        elsewhere). The reprieve pass then trims each."""
         rows = domains.members(domain)
-        units = sorted(self.units_on(rows), key=_least_important_first(self.budgets))
-        room = _Room(self.snapshot, rows, self.need)
-        chosen: list[Unit] = []
-        for unit in units:
-            if room.fits():
-                break
-            room.evict(unit)
-            chosen.append(unit)
-        if not room.fits():
-            return None
-        kept = self._reprieve(chosen, room.spare)
-        return _Plan(domain, kept, self._rank(kept))
+        units = list(self.units_on(rows))
+        inside = set(rows.tolist())
+        outside = {unit.key: _share_outside(unit, inside, self.snapshot) for unit in units}
+        base = _least_important_first(self.budgets)
+        orders: list[Callable[[Unit], tuple[object, ...]]] = [
+            base,
+            lambda unit: (*base(unit)[:3], len(unit.pods), *base(unit)[3:]),
+            lambda unit: (*base(unit)[:3], outside[unit.key], len(unit.pods), *base(unit)[3:]),
+        ]
+        best: _Plan | None = None
+        for order in orders:
+            room = _Room(self.snapshot, rows, self.need)
+            chosen: list[Unit] = []
+            for unit in sorted(units, key=order):
+                if room.fits():
+                    break
+                room.evict(unit)
+                chosen.append(unit)
+            if not room.fits():
+                return None  # every order ends with every unit: none fits
+            kept = self._reprieve(chosen, room.spare)
+            plan = _Plan(domain, kept, self._rank(kept))
+            if best is None or plan.rank < best.rank:
+                best = plan
+        return best
 
     def _reprieve(self, chosen: list[Unit], spare: Callable[[Unit], bool]) -> list[Unit]:
         """Give back each unit, most important first, when the preemptor fits without it; the rest stay.
@@ -411,6 +428,11 @@ def _count_need(part: GangRequest, counts: Counter[PodShape]) -> None:
     if part.min_children >= len(part.children):  # every child is needed: each one's need adds up
         for child in part.children:
             _count_need(child, counts)
+
+
+def _share_outside(unit: Unit, inside: set[int], snapshot: Snapshot) -> float:
+    rows = [snapshot.index_of(pod.node) for pod in unit.pods]
+    return sum(1 for row in rows if row not in inside) / max(1, len(rows))
 
 
 def _least_important_first(budgets: Mapping[str, int]) -> Callable[[Unit], tuple[int, int, int, float, str]]:

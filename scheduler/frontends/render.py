@@ -53,6 +53,9 @@ def table(report: Report, *, title: str, levels: Iterable[str]) -> str:
                 break_on_hyphens=False,
                 break_long_words=False,
             )
+    if report.preempted:
+        lines += ["", "Preempted (pod, and the gang it made room for):"]
+        lines += [f"  {pod}  by {gang}" for pod, gang in sorted(report.preempted.items())]
     if report.nodes <= MAP_NODES and report.node_gpus and any(report.node_gpus.values()):
         lines += ["", *gpu_map(report, letters, list(levels))]
     lines += [

@@ -7,7 +7,8 @@ permit and binder as in a cluster, and the run ends when the system is quiet:
 - every task waits (informers on their watches, the loop on its next poke), so every event has been
   applied and every gang that could be tried has been;
 - then time is moved on, on a virtual clock, to the next moment something is due: a reservation that
-  times out (its room goes to other gangs) or a bind the watch never confirmed. Backoffs are not worth
+  times out (its room goes to other gangs), a bind the watch never confirmed, or a preempted pod whose
+  grace period ends (the simulated kubelet then deletes it, as a real one does once its containers stop). Backoffs are not worth
   waiting for here: in a closed cluster every event that could help a failed gang wakes it at once.
   A gang holds a reservation for missing members once and times out once; when the only reservations
   left are second ones, waiting longer would only repeat what happened.
@@ -29,7 +30,8 @@ from scheduler.app import Phalanx
 from scheduler.clock import ManualClock
 from scheduler.gangs import GangError, GangKey, GangSpec, Problem
 from scheduler.ports.sim.adapter import SimCluster
-from scheduler.ports.sim.builders import load
+from scheduler.ports.sim.builders import ManifestError, load
+from scheduler.ports.sim.errors import ApiError
 from scheduler.ports.sim.store import Store
 from scheduler.settings import LeaderSettings, Settings
 from topology import HOSTNAME, SpecError, pod_requests
@@ -79,6 +81,8 @@ class Report:
     #: The gang of each of Phalanx's pods, and each gang's compiled definition (or what is wrong with it).
     gang_of: dict[str, str] = field(default_factory=dict, repr=False)
     results: dict[str, GangSpec | GangError] = field(default_factory=dict, repr=False)
+    #: Pods this run preempted, and the gang each made room for.
+    preempted: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The documented ``--output json`` shape (README, "phalanx simulate")."""
@@ -86,6 +90,7 @@ class Report:
             "bound": dict(sorted(self.bound.items())),
             "pending": dict(sorted(self.pending.items())),
             "gangs": [gang.to_json() for gang in self.gangs],
+            "preempted": dict(sorted(self.preempted.items())),
             "stats": {
                 "nodes": self.nodes,
                 "pods_bound": self.pods_bound,
@@ -112,8 +117,9 @@ class Simulation:
         self.settings = simulation_settings(settings)
         self.seed = seed
         self.clock = ManualClock(start=float(int(time.time())))
-        self.store = Store(seed=seed, clock=self.clock.wall, history=1_000_000)
+        self.store = Store(seed=seed, clock=self.clock.wall, history=1_000_000, graceful=True)
         self._bound_before: set[str] = set()
+        self._preempted: dict[str, str] = {}
 
     def add_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
         load(self.store, nodes, assume_ready=True)
@@ -127,8 +133,19 @@ class Simulation:
             obj = given
             if obj.get("kind") == "Pod" and default_scheduler and not (obj.get("spec") or {}).get("schedulerName"):
                 obj = {**obj, "spec": {**(obj.get("spec") or {}), "schedulerName": self.settings.scheduler_names[0]}}
+            if obj.get("kind") == "Pod" and "priority" not in (obj.get("spec") or {}):
+                obj = self._admitted(obj)
             load(self.store, [obj])
             self.clock.advance(1.0)
+
+    def _admitted(self, pod: Mapping[str, Any]) -> dict[str, Any]:
+        """``spec.priority`` from the pod's PriorityClass (declared earlier in the workload), as the API
+        server's admission sets it: preemption compares priorities."""
+        name = str((pod.get("metadata") or {}).get("name", "?"))
+        try:
+            return {**pod, "spec": self.store.admit_priority(name, pod.get("spec") or {})}
+        except ApiError as error:
+            raise ManifestError(f"Pod {name!r}: {error.message}") from None
 
     def _pods(self) -> list[dict[str, Any]]:
         return list(self.store.objects(self.store.resource("v1", "Pod")))
@@ -145,6 +162,7 @@ class Simulation:
         app = Phalanx(
             self.settings, SimCluster(self.store), clock=self.clock, rng=random.Random(self.seed), serve=False
         )
+        app.evictor.on_evicted = lambda pod, gang: self._preempted.__setitem__(pod, str(gang))
         started = time.perf_counter()
         timed_out = False
         async with anyio.create_task_group() as group:
@@ -167,12 +185,16 @@ class Simulation:
             if not advance_time:
                 return
             fresh = {key: r.deadline for key, r in app.permit.waiting.items() if key not in timed_out_once}
-            due = [deadline for deadline in (*fresh.values(), app.state.next_expiry()) if deadline is not None]
+            terminating = self.store.next_termination()
+            # The store stamps wall time; the scheduler's deadlines are monotonic: convert to one clock.
+            kubelet = None if terminating is None else terminating - self.clock.wall() + self.clock.monotonic()
+            due = [d for d in (*fresh.values(), app.state.next_expiry(), kubelet) if d is not None]
             if not due:
                 return
             moment = min(due)
             timed_out_once |= {key for key, deadline in fresh.items() if deadline <= moment}
             self.clock.advance(max(0.0, moment - self.clock.monotonic()) + 0.001)
+            self.store.finish_terminations()
             app.scheduler.poke()
 
     async def _tick(self, progress: Callable[[int, int], None]) -> None:
@@ -229,6 +251,7 @@ class Simulation:
             pod_gpus=pod_gpus,
             gang_of=gang_of,
             results={str(key): result for key, result in results.items()},
+            preempted=dict(self._preempted),
         )
 
     def _gang(

@@ -13,7 +13,7 @@ the nomination's timeout lets the preemptor be evaluated again.
 from __future__ import annotations
 
 import math
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +72,8 @@ class Evictor:
         self.metrics = metrics
         self.scheduler_name = scheduler_name
         self._send: MemoryObjectSendStream[EvictJob] | None = None
+        #: Told of each victim the API accepted to delete, and its preemptor (``simulate`` reports them).
+        self.on_evicted: Callable[[str, GangKey], None] | None = None
 
     def submit(self, job: EvictJob) -> None:
         """Queue a preemption's writes (only while :meth:`run` runs, i.e. while leading)."""
@@ -135,6 +137,8 @@ class Evictor:
         deleted = await self._write("delete", victim.pod, self.port.delete(PODS, namespace, name, uid=victim.uid))
         if deleted is None:
             return
+        if self.on_evicted is not None:
+            self.on_evicted(victim.pod, job.preemptor)
         subject = self.reporter.pod_subject(victim.pod)
         self.reporter.event(
             subject,

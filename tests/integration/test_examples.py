@@ -6,8 +6,8 @@ import pytest
 
 from scheduler.ports.sim import read_manifest_file
 from tests.integration.controlplane import ControlPlane
-from tests.integration.support import PhalanxProcess, bound, ensure_namespace, eventually
-from tests.test_examples_simulate import EXAMPLES, PLACEMENT
+from tests.integration.support import PhalanxProcess, bound, ensure_namespace, eventually, pods
+from tests.test_examples_simulate import EXAMPLES, PLACEMENT, PREEMPTED
 
 #: Examples whose APIs a 1.36 server does not serve: scheduling.k8s.io/v1alpha3 and v1beta1 arrive in 1.37,
 #: and v1alpha1 (the 1.35 Workload) is no longer served. The simulate suite covers them on the emulator.
@@ -44,4 +44,22 @@ def test_example_binds_where_its_simulate_test_says(
         else:
             plane.apply(obj)
     wanted = {pod: node for node, names in PLACEMENT[example].items() for pod in names}
-    eventually(lambda: bound(plane) == wanted, timeout=30, what=f"{example}: {wanted}, got {bound(plane)}")
+    running = {f"{obj['metadata']['namespace']}/{obj['metadata']['name']}" for obj in manifests(example)  # type: ignore[index]
+               if obj["kind"] == "Pod" and obj["spec"].get("nodeName")}  # type: ignore[index,union-attr]  # fmt: skip
+
+    def placed_by_phalanx() -> dict[str, str]:
+        kubelet(plane)
+        return {pod: node for pod, node in bound(plane).items() if pod not in running}
+
+    eventually(lambda: placed_by_phalanx() == wanted, timeout=30, what=f"{example}: {wanted}, got {bound(plane)}")
+    marked = {pod for pod in running if pod not in pods(plane)}
+    assert marked == set(PREEMPTED.get(example, {})), "exactly the simulated victims were preempted"
+
+
+def kubelet(plane: ControlPlane) -> None:
+    """There is no kubelet: finish what one would, deleting Terminating pods for good."""
+    for key, pod in pods(plane).items():
+        if pod["metadata"].get("deletionTimestamp"):
+            namespace, name = key.split("/", 1)
+            plane.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                          {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})  # fmt: skip

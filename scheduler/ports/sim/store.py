@@ -424,6 +424,10 @@ class Store:
             raise invalid(resource.kind, resource.group, name, causes)
         return shaped
 
+    def admit_priority(self, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """The pod spec as the Priority admission plugin leaves it (for objects loaded past admission)."""
+        return self._admit_priority(name, spec)
+
     def _admit_priority(self, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The Priority admission plugin: ``spec.priority`` (and ``preemptionPolicy``) from the pod's
         PriorityClass, the global default class, or 0; 403 for a class that does not exist, or a
