@@ -81,6 +81,35 @@ async def test_dry_run_shows_where_pending_gangs_would_go_and_writes_nothing(tmp
     assert "team/waiting" in every_pod.bound
 
 
+def crowded_by_low_priority(where: Cluster) -> None:
+    """Rack b0-r0 runs a low-priority gang on all four nodes; a production gang that must run there waits."""
+    for name, value in (("batch", 10), ("production", 1000)):
+        where.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                      "value": value})  # fmt: skip
+    for i in range(4):
+        where.create(gpu_pod(f"sweep-{i}", annotations=pfn("sweep", 4), priorityClassName="batch",
+                             nodeName=f"b0-r0-n{i}"))  # fmt: skip
+    for i in range(2):
+        where.create(gpu_pod(f"llm-{i}", annotations=pfn("llm", 2), priorityClassName="production",
+                             nodeSelector={"example.com/rack": "b0-r0"}))  # fmt: skip
+
+
+async def test_dry_run_and_explain_say_what_would_be_preempted_and_preempt_nothing(tmp_path: Path) -> None:
+    async with cluster(RACKS) as where:
+        crowded_by_low_priority(where)
+        version = where.store.resource_version
+        copy = await read_real_cluster(str(kubeconfig(tmp_path / "kubeconfig", where.url)), None)
+        report = await dry_run(copy, SETTINGS)
+        text = await explain(copy, SETTINGS, "team/llm-0")
+        assert where.store.resource_version == version and set(where.server.methods) == {"GET"}
+    assert report.preempted == {f"team/sweep-{i}": "pfn:team/llm" for i in range(4)}  # the whole gang, not two pods
+    assert "Preempting 4 pods of lower priority in the cluster (4 of pfn:team/sweep)" in report.pending["team/llm-0"]
+    assert (
+        "It would preempt 4 pod(s) of lower priority, then bind once they have terminated:\n"
+        "  pfn:team/sweep: team/sweep-0, team/sweep-1, team/sweep-2, team/sweep-3"
+    ) in text
+
+
 async def test_explain_gives_the_reason_and_the_room_per_rack(tmp_path: Path) -> None:
     async with cluster(RACKS) as where:
         busy_cluster(where)

@@ -103,6 +103,7 @@ def only_pending_gangs(report: Report, pending_before: set[str], namespace: str 
         pending={pod: why for pod, why in report.pending.items() if in_scope(pod)},
         gangs=[gang for gang in report.gangs if gang.key in wanted],
         pods_bound=sum(1 for pod in report.bound if in_scope(pod)),
+        preempted={pod: gang for pod, gang in report.preempted.items() if gang in wanted},
     )
 
 

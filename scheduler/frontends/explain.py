@@ -70,6 +70,7 @@ async def explain(copy: ClusterCopy, settings: Settings, target: str) -> str:
     if members and len(running) == len(members):
         return "\n".join([*lines, _where_bound(copy, settings, running)])
     lines += _verdict(gang, report)
+    lines += _preemption(gang_key, report)
     result = report.results[gang_key]
     if isinstance(result, GangSpec) and gang.state != BOUND:
         lines += _room(copy, settings, result, report)
@@ -178,6 +179,19 @@ def _verdict(gang: GangReport, report: Report) -> list[str]:
         ]
     state = {"Partial": "runs with its minimum; extras wait", "Invalid": "cannot be scheduled as written"}
     return [f"{state.get(gang.state, 'Pending')}: {gang.reason}"]
+
+
+def _preemption(gang_key: str, report: Report) -> list[str]:
+    """The pods Phalanx would evict for the gang, by the gang (or plain pod) they belong to."""
+    victims = sorted(pod for pod, preemptor in report.preempted.items() if preemptor == gang_key)
+    if not victims:
+        return []
+    by_owner: dict[str, list[str]] = {}
+    for pod in victims:
+        by_owner.setdefault(report.victim_gangs.get(pod) or f"pod {pod}", []).append(pod)
+    lines = [f"It would preempt {len(victims)} pod(s) of lower priority, then bind once they have terminated:"]
+    lines += [f"  {owner}: {', '.join(pods)}" for owner, pods in sorted(by_owner.items())]
+    return lines
 
 
 def _room(copy: ClusterCopy, settings: Settings, spec: GangSpec, report: Report) -> list[str]:

@@ -82,8 +82,9 @@ class Report:
     #: The gang of each of Phalanx's pods, and each gang's compiled definition (or what is wrong with it).
     gang_of: dict[str, str] = field(default_factory=dict, repr=False)
     results: dict[str, GangSpec | GangError] = field(default_factory=dict, repr=False)
-    #: Pods this run preempted, and the gang each made room for.
+    #: Pods this run preempted, and the gang each made room for; and the gang each belonged to (if any).
     preempted: dict[str, str] = field(default_factory=dict)
+    victim_gangs: dict[str, str] = field(default_factory=dict, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         """The documented ``--output json`` shape (README, "phalanx simulate")."""
@@ -121,6 +122,7 @@ class Simulation:
         self.store = Store(seed=seed, clock=self.clock.wall, history=1_000_000, graceful=True)
         self._bound_before: set[str] = set()
         self._preempted: dict[str, str] = {}
+        self._victim_gangs: dict[str, str] = {}
 
     def add_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
         load(self.store, nodes, assume_ready=True)
@@ -163,7 +165,14 @@ class Simulation:
         app = Phalanx(
             self.settings, SimCluster(self.store), clock=self.clock, rng=random.Random(self.seed), serve=False
         )
-        app.evictor.on_evicted = lambda pod, gang: self._preempted.__setitem__(pod, str(gang))
+
+        def evicted(pod: str, preemptor: GangKey) -> None:
+            self._preempted[pod] = str(preemptor)
+            own = app.state.index.gang_of(pod)
+            if own is not None:
+                self._victim_gangs[pod] = str(own)
+
+        app.evictor.on_evicted = evicted
         started = time.perf_counter()
         timed_out = False
         async with anyio.create_task_group() as group:
@@ -253,6 +262,7 @@ class Simulation:
             gang_of=gang_of,
             results={str(key): result for key, result in results.items()},
             preempted=dict(self._preempted),
+            victim_gangs=dict(self._victim_gangs),
         )
 
     def _gang(
