@@ -9,6 +9,11 @@ show, not only the end of a run:
 - whenever asked (:meth:`check_gangs`, at quiet moments): no gang is bound below its minimum, except
   gangs whose members the test deleted itself (:meth:`user_deleted`) or that had members on a node
   that was deleted;
+- at every preemption (a victim's ``DisruptionTarget`` condition): the victim's priority (its gang's, if
+  it is in one) is strictly below its preemptor's; a gang left partly running by a preemption is caught by
+  the gang check below (pods being deleted are no members);
+- at every bind of ours: room nominated for a pending pod of a higher-priority gang on that node (its
+  ``status.nominatedNodeName``) is still there, counting pods already terminating as gone;
 - :meth:`conditions_stale`: every pending pod of ours carries a ``PodScheduled=False`` condition whose
   message is the scheduler's latest decision for it;
 - :meth:`feasible_pending`: liveness, the pending pods one fresh scheduling pass over the same objects
@@ -19,6 +24,7 @@ Violations are collected, not raised, so that a soak can count them; :meth:`asse
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -52,6 +58,14 @@ def _node_of(obj: Mapping[str, Any] | None) -> str | None:
     return node if isinstance(node, str) and node else None
 
 
+def _disruption(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod's ``DisruptionTarget`` condition set by a scheduler's preemption, or an empty dict."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "DisruptionTarget" and condition.get("reason") == "PreemptionByScheduler":
+            return dict(condition)
+    return {}
+
+
 def _counts(obj: Mapping[str, Any]) -> bool:
     """Whether a bound pod still takes room on its node."""
     return (obj.get("status") or {}).get("phase") not in _FINISHED
@@ -77,6 +91,9 @@ class InvariantMonitor:
         self._exempt: set[GangKey] = set()
         self._others_may_bind: set[str] = set()
         self._seen: set[str] = set()
+        self._nominated: dict[str, dict[str, dict[str, int]]] = {}  # node -> pending pod -> its requests
+        self._terminating: set[str] = set()
+        self._priority: dict[str, int] = {}  # pod -> spec.priority
         self.index = GangIndex(self.gang_settings)
         for node in self.store.objects(self.store.resource("v1", "Node")):
             self._node(node, deleted=False)
@@ -209,10 +226,13 @@ class InvariantMonitor:
 
     def _pod(self, pod: Obj, previous: Obj | None, *, deleted: bool) -> None:
         key = _key(pod)
+        if not deleted and _disruption(pod) and not (previous is not None and _disruption(previous)):
+            self._preempted(key, pod)
         if deleted:
             self.index.delete_pod(pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
         else:
             self.index.upsert_pod(pod)
+        self._track_nomination(key, pod, deleted=deleted)
         self._release(key)
         node = _node_of(pod)
         if node is None or deleted:
@@ -238,6 +258,72 @@ class InvariantMonitor:
             self._ours_on[node] += 1
         if newly_bound and ours:
             self._check_node(node)
+            self._check_nominated(key, node, requests)
+
+    def _gang_priority(self, pod: str) -> int:
+        self.index.take_changed()
+        gang = self.index.gang_of(PodKey(pod))
+        result = self.index.get(gang) if gang is not None else None
+        return result.priority if isinstance(result, GangSpec) else self._priority.get(pod, 0)
+
+    def _preempted(self, victim: str, pod: Obj) -> None:
+        self.checks["preemption"] += 1
+        message = str(_disruption(pod).get("message", ""))
+        found = re.search(r"preempted by gang (\S+)", message)
+        if found is None:
+            self._violate(f"pod {victim}: DisruptionTarget names no preemptor: {message!r}")
+            return
+        self.index.take_changed()
+        preemptor = self.index.get(GangKey(found.group(1)))
+        if not isinstance(preemptor, GangSpec):
+            return  # the preemptor is gone or invalid already; nothing to compare with
+        mine = self._gang_priority(victim)
+        if mine >= preemptor.priority:
+            self._violate(
+                f"pod {victim} (priority {mine}) preempted by gang {preemptor.key} of priority {preemptor.priority}"
+            )
+
+    def _track_nomination(self, key: str, pod: Obj, *, deleted: bool) -> None:
+        self._priority[key] = int((pod.get("spec") or {}).get("priority") or 0)
+        if pod["metadata"].get("deletionTimestamp") and not deleted:
+            self._terminating.add(key)
+        else:
+            self._terminating.discard(key)
+        for waiting in self._nominated.values():
+            waiting.pop(key, None)
+        node = (pod.get("status") or {}).get("nominatedNodeName")
+        if not deleted and node and _node_of(pod) is None and _counts(pod):
+            self._nominated.setdefault(str(node), {})[key] = pod_requests(pod)
+        if deleted:
+            self._priority.pop(key, None)
+
+    def _check_nominated(self, pod: str, node: str, requests: Mapping[str, int]) -> None:
+        """A bind on ``node`` leaves room for the pods nominated there by gangs of higher priority."""
+        waiting = self._nominated.get(node)
+        if not waiting:
+            return
+        self.checks["nominated room"] += 1
+        mine = self._gang_priority(pod)
+        gang = self.index.gang_of(PodKey(pod))
+        higher = {
+            other: wanted
+            for other, wanted in waiting.items()
+            if self._gang_priority(other) > mine and self.index.gang_of(PodKey(other)) != gang
+        }
+        if not higher:
+            return
+        used: Counter[str] = Counter()
+        for other, (_, where, taken) in self._bound.items():
+            if where == node and other not in self._terminating:
+                used.update(taken)
+        for wanted in higher.values():
+            used.update(wanted)
+        allocatable = self._allocatable.get(node, {})
+        over = [name for name, amount in used.items() if amount > allocatable.get(name, 0)]
+        if over:
+            self._violate(
+                f"pod {pod} (priority {mine}) bound to {node} in room nominated for {', '.join(sorted(higher))}"
+            )
 
     def _release(self, key: str) -> None:
         held = self._bound.pop(key, None)

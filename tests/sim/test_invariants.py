@@ -100,3 +100,57 @@ def test_a_pod_moved_or_bound_again_is_a_violation() -> None:
         "pod team/p moved from b0-r0-n0 to b0-r0-n1",
         "pod team/p bound twice: to b0-r0-n0 and to b0-r0-n1",
     ]
+
+
+def classes(store: Store) -> None:
+    for name, value in (("low", 1), ("high", 100)):
+        store.create(
+            store.resource("scheduling.k8s.io/v1", "PriorityClass"),
+            None,
+            {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value},
+        )
+
+
+def preempt(store: Store, victim: str, preemptor: str) -> None:
+    condition = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "PreemptionByScheduler",
+        "message": f"phalanx: preempted by gang {preemptor} to make room in the cluster",
+    }
+    store.patch(
+        store.resource(*PODS_RESOURCE),
+        "team",
+        victim,
+        {"status": {"conditions": [condition]}},
+        "application/strategic-merge-patch+json",
+        subresource="status",
+    )
+
+
+def test_a_victim_of_equal_or_higher_priority_is_caught() -> None:
+    store, monitor = watched()
+    classes(store)
+    create(store, gpu_pod("important", annotations=pfn("important", 1), priorityClassName="high"))
+    bind(store, "important", "b0-r0-n0")
+    create(store, gpu_pod("lowly", annotations=pfn("lowly", 1), priorityClassName="low"))
+    preempt(store, "important", "pfn:team/lowly")
+    assert monitor.violations == ["pod team/important (priority 100) preempted by gang pfn:team/lowly of priority 1"]
+    assert monitor.checks["preemption"] == 1
+
+
+def test_a_lower_priority_bind_into_nominated_room_is_caught() -> None:
+    store, monitor = watched()
+    classes(store)
+    create(store, gpu_pod("vip", annotations=pfn("vip", 1), priorityClassName="high"))
+    store.patch(
+        store.resource(*PODS_RESOURCE),
+        "team",
+        "vip",
+        {"status": {"nominatedNodeName": "b0-r0-n0"}},
+        "application/strategic-merge-patch+json",
+        subresource="status",
+    )
+    create(store, gpu_pod("sneaky", annotations=pfn("sneaky", 1), priorityClassName="low", gpus=4))
+    bind(store, "sneaky", "b0-r0-n0")
+    assert monitor.violations == ["pod team/sneaky (priority 1) bound to b0-r0-n0 in room nominated for team/vip"]
