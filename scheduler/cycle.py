@@ -38,7 +38,7 @@ from scheduler.outcome import Code, Outcome
 from scheduler.permit import Permit, Reservation, placeholder_requests, with_placeholders
 from scheduler.preemption.evictor import EvictJob, Victim
 from scheduler.preemption.nominations import Nominations, hiding
-from scheduler.preemption.planner import PreemptionPlanner, preempting_note, victims_by_reason
+from scheduler.preemption.planner import PreemptionPlanner, preempting_note, terminating_for, victims_by_reason
 from scheduler.queue import GangQueue, Wake
 from scheduler.reporting import SCHEDULER_ERROR, UNSCHEDULABLE, Reason, Subject
 from scheduler.settings import Settings
@@ -304,6 +304,10 @@ class SchedulingLoop:
     ) -> Outcome:
         """The gang does not fit: wait for victims already going, or choose new ones, or say why not."""
         nomination = self.nominations.get(spec.key)
+        if nomination is None and spec.key not in self.nominations.given_up:
+            terminating = terminating_for(spec, self.state)
+            if terminating:
+                nomination = self.nominations.adopt(spec.key, spec.priority, terminating)
         if nomination is not None:
             going = [pod for pod in nomination.victims if self.state.exists(pod)]
             if going:

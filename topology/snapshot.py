@@ -168,6 +168,10 @@ class Snapshot:
         for assignment in placement.assignments:
             self.assume(assignment.pod, assignment.node, dict(assignment.shape.requests))
 
+    def pods_on(self, node: str) -> frozenset[str]:
+        """The pods counted on a node (bound or assumed)."""
+        return frozenset(self._pods_by_node.get(node, ()))
+
     def node_of(self, pod: str) -> str | None:
         entry = self._pods.get(pod)
         return entry[0] if entry else None

@@ -40,6 +40,8 @@ class Nominations:
         self.clock = clock
         self.timeout_seconds = timeout_seconds
         self._by_gang: dict[GangKey, Nomination] = {}
+        #: Gangs whose nomination timed out: pods still terminating for them no longer hold them back.
+        self.given_up: set[GangKey] = set()
 
     def __len__(self) -> int:
         return len(self._by_gang)
@@ -64,14 +66,35 @@ class Nominations:
         self._by_gang[gang] = nomination
         return nomination
 
+    def adopt(self, gang: GangKey, priority: int, victims: frozenset[str]) -> Nomination:
+        """A preemption found under way, decided before this process led (its preemptor's pods carry
+        ``nominatedNodeName`` and pods are terminating there): waited for, with a fresh timeout. Its room
+        is not known, so nothing is hidden for it."""
+        now = self.clock.monotonic()
+        nomination = Nomination(
+            gang=gang,
+            priority=priority,
+            nodes=(),
+            room=(),
+            victims=victims,
+            domain="the nodes it is nominated to",
+            decided=now,
+            deadline=now + self.timeout_seconds,
+        )
+        self._by_gang[gang] = nomination
+        return nomination
+
     def get(self, gang: GangKey) -> Nomination | None:
         return self._by_gang.get(gang)
 
     def drop(self, gang: GangKey) -> Nomination | None:
+        """Forget the gang's nomination (it bound, or was deleted, or its plan no longer holds)."""
+        self.given_up.discard(gang)
         return self._by_gang.pop(gang, None)
 
     def clear(self) -> None:
         self._by_gang.clear()
+        self.given_up.clear()
 
     def all(self) -> list[Nomination]:
         return list(self._by_gang.values())
@@ -86,6 +109,7 @@ class Nominations:
         late = [nomination for nomination in self._by_gang.values() if nomination.deadline <= now]
         for nomination in late:
             del self._by_gang[nomination.gang]
+            self.given_up.add(nomination.gang)
         return late
 
     def next_deadline(self) -> float | None:

@@ -27,6 +27,8 @@ class Gangs:
 
     seed: int
     namespace: str = "team"
+    #: The pods' priorityClassName (preemption chaos mixes priorities).
+    priority_class: str | None = None
 
     def __post_init__(self) -> None:
         self.random = random.Random(self.seed)
@@ -34,6 +36,14 @@ class Gangs:
 
     def next(self) -> tuple[str, list[dict[str, Any]]]:
         """The name of a new gang and its objects, in creation order."""
+        name, objects = self._next()
+        if self.priority_class is not None:
+            for obj in objects:
+                if obj["kind"] == "Pod":
+                    obj["spec"]["priorityClassName"] = self.priority_class
+        return name, objects
+
+    def _next(self) -> tuple[str, list[dict[str, Any]]]:
         draw = self.random
         name = f"g{self.made}"
         self.made += 1
@@ -53,6 +63,16 @@ class Gangs:
         if draw.random() < 0.4:
             annotations["scheduling.phalanx.dev/topology-required"] = RACK
         return name, [gpu_pod(f"{name}-{i}", self.namespace, gpus, annotations=annotations) for i in range(size)]
+
+
+def priority_classes(where: Cluster, **values: int) -> None:
+    for name, value in values.items():
+        where.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                      "value": value})  # fmt: skip
+
+
+def preemptions(app: Phalanx) -> float:
+    return app.metrics.registry.get_sample_value("phalanx_preemption_attempts_total", {"result": "preempted"}) or 0.0
 
 
 def api_errors(rate: float = 0.15) -> list[FaultRule]:

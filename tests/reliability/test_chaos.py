@@ -11,7 +11,17 @@ import pytest
 
 from scheduler.ports.sim import FaultRule, Faults
 from scheduler.settings import BindingSettings
-from tests.reliability.chaos import Gangs, api_errors, cordon, create, delete_some_pods, settle, watch_trouble
+from tests.reliability.chaos import (
+    Gangs,
+    api_errors,
+    cordon,
+    create,
+    delete_some_pods,
+    preemptions,
+    priority_classes,
+    settle,
+    watch_trouble,
+)
 from tests.scheduler.invariants import check_invariants
 from tests.scheduler.support import FAST, cluster, eventually, phalanx
 
@@ -124,3 +134,24 @@ async def test_group_objects_changed_or_deleted_mid_flight(seed: int) -> None:
             assert key in where.bound() or "do not exist yet" in where.condition(key)["message"]
         for key in orphans:
             assert key in where.bound() or "does not exist yet" in where.condition(key)["message"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_preemptions_under_api_errors_evict_whole_units_of_lower_priority_only(seed: int) -> None:
+    faults = Faults(seed=seed)
+    async with cluster(SHAPE, faults=faults) as where, phalanx(where) as app:
+        priority_classes(where, batch=10, production=1000)
+        batch = Gangs(seed, priority_class="batch")
+        for _ in range(10):
+            create(where, batch.next()[1])
+        await settle(where, app)
+        faults.rules.extend(api_errors())
+        production = Gangs(seed + 100, namespace="prod", priority_class="production")
+        where.store.ensure_namespace("prod")
+        for _ in range(4):
+            create(where, production.next()[1])
+        await eventually(lambda: preemptions(app) >= 1, timeout=10, what="a preemption under faults")
+        faults.clear()
+        await settle(where, app)
+        check_invariants(where)  # victims strictly below their preemptor, no gang left partly running
+        assert where.monitor.checks["preemption"] >= 1

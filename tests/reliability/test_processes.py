@@ -11,12 +11,13 @@ from aiohttp import ClientSession
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.app import Phalanx
+from scheduler.gangs import GangKey
 from scheduler.ports.kube import KubeCluster
 from scheduler.ports.sim import FaultRule, Faults
 from scheduler.settings import BindingSettings
-from tests.reliability.chaos import Gangs, create, settle
+from tests.reliability.chaos import Gangs, create, preemptions, priority_classes, settle
 from tests.scheduler.invariants import check_invariants
-from tests.scheduler.support import FAST, cluster, elected, eventually, phalanx
+from tests.scheduler.support import FAST, cluster, elected, eventually, gpu_pod, pfn, phalanx
 
 LEASE_SECONDS = 1.5
 
@@ -103,3 +104,74 @@ async def test_an_api_server_gone_for_a_while_makes_phalanx_unready_then_it_reco
                 assert response.status == 200
         check_invariants(where)
         assert recovery < 10
+
+
+async def test_leader_loss_mid_preemption_neither_repeats_the_preemption_nor_loses_it() -> None:
+    """The leader preempts, then dies while its victims terminate (there is no kubelet to hurry them). The
+    new leader finds the preemption under way from the preemptor's nominatedNodeName and waits for it: no
+    second set of victims. Once they are gone the preemptor binds."""
+    async with cluster("blocks=1,racks=2,nodes=2,gpus=8", graceful=True) as where:
+        where.store.ensure_namespace("kube-system")
+        priority_classes(where, batch=10, production=1000)
+        for rack in ("b0-r0", "b0-r1"):
+            for i in range(2):
+                where.create(gpu_pod(f"{rack}-sweep-{i}", annotations=pfn(f"{rack}-sweep", 2),
+                                     priorityClassName="batch", nodeName=f"{rack}-n{i}"))  # fmt: skip
+        replicas: dict[str, tuple[Phalanx, anyio.CancelScope]] = {}
+        async with anyio.create_task_group() as group:
+            for identity in ("replica-a", "replica-b"):
+                port = KubeCluster(ApiClient(Configuration(host=where.url)), request_timeout=10)
+                app = Phalanx(replace(FAST, leader_election=elected(identity, lease=LEASE_SECONDS)), port)
+                where.monitor.apps.append(app)
+                scope = anyio.CancelScope()
+                replicas[identity] = (app, scope)
+
+                async def run(
+                    app: Phalanx = app, scope: anyio.CancelScope = scope, *, task_status: anyio.abc.TaskStatus[None]
+                ) -> None:
+                    try:
+                        with scope:
+                            await app.run(task_status=task_status)
+                    finally:
+                        with anyio.CancelScope(shield=True):
+                            await app.port.close()
+
+                await group.start(run)
+            leader_name = await eventually(
+                lambda: next((name for name, (app, _) in replicas.items() if app.elector.leading), None),
+                what="a leader",
+            )
+            leader, leader_scope = replicas[leader_name]
+            follower = next(app for name, (app, _) in replicas.items() if name != leader_name)
+            rack = {"scheduling.phalanx.dev/topology-required": "example.com/rack"}
+            for i in range(2):
+                where.create(gpu_pod(f"prod-{i}", annotations={**pfn("prod", 2), **rack},
+                                     priorityClassName="production"))  # fmt: skip
+
+            def marked() -> set[str]:
+                return {key for key, pod in where.pods().items() if pod["metadata"].get("deletionTimestamp")}
+
+            victims = await eventually(lambda: len(marked()) == 2 and marked(), what="the leader's victims")
+            await eventually(
+                lambda: all(where.pods()[f"team/prod-{i}"]["status"].get("nominatedNodeName") for i in range(2)),
+                what="the preemptor nominated",
+            )
+
+            async def no_release() -> None:
+                return None
+
+            leader.elector._release = no_release  # type: ignore[method-assign]
+            leader_scope.cancel()
+            where.monitor.apps.remove(leader)
+            await eventually(lambda: follower.elector.leading, timeout=LEASE_SECONDS + 2, what="the follower leading")
+            await eventually(
+                lambda: follower.scheduler.nominations.get(GangKey("pfn:team/prod")),
+                what="the follower adopting the preemption under way",
+            )
+            assert marked() == victims  # nothing else chosen
+            assert preemptions(follower) == 0
+            for victim in victims:
+                where.finish_termination(victim)
+            await eventually(lambda: {"team/prod-0", "team/prod-1"} <= set(where.bound()), what="the preemptor bound")
+            check_invariants(where)
+            group.cancel_scope.cancel()
