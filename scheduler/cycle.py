@@ -141,6 +141,7 @@ class SchedulingLoop:
 
     def place_again(self, gang: GangKey, why: str) -> None:
         """The binder gives a gang back because the cluster changed under it: place it again now."""
+        self.nominations.resume(gang)
         self._requeue(gang)
         self.poke()
 
@@ -148,6 +149,7 @@ class SchedulingLoop:
         """The API server refused to bind the gang's members: a failed attempt like any other. The gang backs
         off (a change to its pods or to the nodes wakes it sooner), never placed again at once."""
         spec = self.state.index.get(gang)
+        self.nominations.resume(gang)
         self._requeue(gang)
         if isinstance(spec, GangSpec) and gang in self.queue:
             refused = f"binding refused: {why}"
@@ -167,6 +169,7 @@ class SchedulingLoop:
             log.info("nomination timed out; the gang is evaluated again", gang=nomination.gang)
             spec = state.index.get(nomination.gang)
             if isinstance(spec, GangSpec):
+                self._clear_nominated(spec)
                 queue.add(spec.key, spec.priority, spec.created)
         freed, nodes_changed = state.take_signals()
         if nodes_changed:
@@ -195,6 +198,7 @@ class SchedulingLoop:
         if self.permit.holds(key) or self._unplaced(result):
             self.queue.add(key, result.priority, result.created)
         else:
+            self.nominations.bound(key)
             self.queue.done(key)
 
     def _room(self, shape: PodShape, nodes: Iterable[str]) -> int:
@@ -305,9 +309,9 @@ class SchedulingLoop:
         """The gang does not fit: wait for victims already going, or choose new ones, or say why not."""
         nomination = self.nominations.get(spec.key)
         if nomination is None and spec.key not in self.nominations.given_up:
-            terminating = terminating_for(spec, self.state)
+            terminating, room = terminating_for(spec, self.state)
             if terminating:
-                nomination = self.nominations.adopt(spec.key, spec.priority, terminating)
+                nomination = self.nominations.adopt(spec.key, spec.priority, terminating, room)
         if nomination is not None:
             going = [pod for pod in nomination.victims if self.state.exists(pod)]
             if going:
@@ -317,7 +321,7 @@ class SchedulingLoop:
                 )
                 return Outcome(code=Code.UNSCHEDULABLE, message=message, pods=pods, wake=wake, attempt=False)
             log.info("nomination dropped: the room its victims freed is not enough any more", gang=spec.key)
-            self.nominations.drop(spec.key)
+            self._drop_nomination(spec)
         found = self.preemption.plan(spec, request)
         if isinstance(found, NoVictims):
             if found.considered:
@@ -508,6 +512,7 @@ class SchedulingLoop:
         if outcome.attempt:
             self.metrics.attempts.labels(code.value if code is not Code.UNRESOLVABLE else "unschedulable").inc()
         if code is Code.PLACED:
+            self.nominations.bound(key)
             self.queue.done(key)
             return
         if code is Code.PREEMPTING:
@@ -516,7 +521,7 @@ class SchedulingLoop:
             return
         if code is Code.SCHEDULED:
             assert isinstance(gang, GangSpec) and outcome.job is not None
-            nomination = self.nominations.drop(key)
+            nomination = self.nominations.binding(key)
             if nomination is not None:
                 self.metrics.preemption_to_bind.observe(max(0.0, self.clock.monotonic() - nomination.decided))
             self.binder.submit(outcome.job)
@@ -567,6 +572,16 @@ class SchedulingLoop:
             # A gang that waits for members keeps the status it had: each source's status speaks of room
             # (Volcano's Unschedulable says NotEnoughResources), which is not what it lacks.
             self.reporter.group(gang, scheduled=self._meets_minimum(gang.request), message=outcome.message)
+
+    def _drop_nomination(self, spec: GangSpec) -> None:
+        self.nominations.drop(spec.key)
+        self._clear_nominated(spec)
+
+    def _clear_nominated(self, spec: GangSpec) -> None:
+        """The pods' ``status.nominatedNodeName`` goes with the nomination (as kube-scheduler clears it)."""
+        if self.evictor is not None:
+            pods = tuple((pod, "") for pod in spec.pods if self.state.placed_node(pod) is None)
+            self.evictor.submit(EvictJob(spec.key, (), pods, ""))
 
     def _preempting(self, spec: GangSpec, victims: Victims, outcome: Outcome) -> None:
         assert self.evictor is not None

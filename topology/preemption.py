@@ -186,6 +186,8 @@ class _Search:
             if plan is not None:
                 plans.append(plan)
         plans.sort(key=lambda plan: (plan.rank, plan.domain))
+        if plans:
+            plans[0] = self._improved(domains, plans[0])
         for plan in plans:
             found = self._verified(domains, plan, len(candidates))
             if found is not None:
@@ -224,10 +226,13 @@ class _Search:
     # -- step 3: a plan per domain, with the per-node room check -----------------------------------
 
     def _cheap_plan(self, domains: Domains, domain: int) -> _Plan | None:
-        """The best-ranked plan of a few greedy orders. All take lower priorities first and a gang's surplus
-        before whole gangs; among equals one takes the most recently started first, one the smallest units
-        (fewest pods for the room), one the units that lie most inside this domain (least room wasted
-        elsewhere). The reprieve pass then trims each."""
+        """The best-ranked plan of a few greedy orders, each trimmed by two reprieve orders.
+
+        Every order takes lower priorities first and a gang's surplus before whole gangs; among equals, one
+        takes the most recently started first, one the smallest units (fewest pods for the room), one the
+        units that lie most inside this domain (least room wasted elsewhere), and one leaves every unit a
+        disruption budget protects for last, whatever its priority. Reprieve gives back the most important
+        first (kube-scheduler's order), or the largest first (fewest pods evicted)."""
         rows = domains.members(domain)
         units = list(self.units_on(rows))
         inside = set(rows.tolist())
@@ -237,8 +242,10 @@ class _Search:
             base,
             lambda unit: (*base(unit)[:3], len(unit.pods), *base(unit)[3:]),
             lambda unit: (*base(unit)[:3], outside[unit.key], len(unit.pods), *base(unit)[3:]),
+            lambda unit: (base(unit)[2], *base(unit)),
         ]
         best: _Plan | None = None
+        seen: set[tuple[str, ...]] = set()
         for order in orders:
             room = _Room(self.snapshot, rows, self.need)
             chosen: list[Unit] = []
@@ -249,24 +256,70 @@ class _Search:
                 chosen.append(unit)
             if not room.fits():
                 return None  # every order ends with every unit: none fits
-            kept = self._reprieve(chosen, room.spare)
-            plan = _Plan(domain, kept, self._rank(kept))
-            if best is None or plan.rank < best.rank:
-                best = plan
+            picked = tuple(sorted(unit.key for unit in chosen))
+            if picked in seen:
+                continue
+            seen.add(picked)
+            for largest_first in (False, True):
+                trimmed = _Room(self.snapshot, rows, self.need)
+                for unit in chosen:
+                    trimmed.evict(unit)
+                kept = self._reprieve(chosen, trimmed.spare, largest_first=largest_first)
+                plan = _Plan(domain, kept, self._rank(kept))
+                if best is None or plan.rank < best.rank:
+                    best = plan
         return best
 
-    def _reprieve(self, chosen: list[Unit], spare: Callable[[Unit], bool]) -> list[Unit]:
+    def _improved(self, domains: Domains, plan: _Plan) -> _Plan:
+        """A local search on the best plan: swap one chosen unit for one other (or drop it) while the rank
+        improves. Greedy orders miss sets where one larger unit replaces two smaller ones; this finds them."""
+        rows = domains.members(plan.domain)
+        units = list(self.units_on(rows))
+        current = list(plan.units)
+        rank = plan.rank
+        for _ in range(len(current) + 2):
+            room = _Room(self.snapshot, rows, self.need)
+            for unit in current:
+                room.evict(unit)
+            keys = {unit.key for unit in current}
+            best: tuple[tuple[int, int, int, int, float], list[Unit]] | None = None
+            for out in current:
+                room.restore(out)
+                rest = [unit for unit in current if unit is not out]
+                options = [rest] if room.fits() else []
+                for other in units:
+                    if other.key in keys:
+                        continue
+                    room.evict(other)
+                    if room.fits():
+                        options.append([*rest, other])
+                    room.restore(other)
+                room.evict(out)
+                for option in options:
+                    option_rank = self._rank(option)
+                    if option_rank < rank and (best is None or option_rank < best[0]):
+                        best = (option_rank, option)
+            if best is None:
+                break
+            rank, current = best
+        return _Plan(plan.domain, _without_subsumed(current), rank)
+
+    def _reprieve(
+        self, chosen: list[Unit], spare: Callable[[Unit], bool], *, largest_first: bool = False
+    ) -> list[Unit]:
         """Give back each unit, most important first, when the preemptor fits without it; the rest stay.
 
-        Units whose pods a disruption budget protects are given back first, as kube-scheduler does."""
+        Units whose pods a disruption budget protects are given back first, as kube-scheduler does; with
+        ``largest_first``, units with the most pods are tried first instead."""
         order = sorted(chosen, key=_least_important_first(self.budgets), reverse=True)
-        protected = [unit for unit in order if _protected(unit, self.budgets)]
-        unprotected = [unit for unit in order if not _protected(unit, self.budgets)]
-        reprieved = {unit.key for unit in protected + unprotected if spare(unit)}
-        kept = [unit for unit in chosen if unit.key not in reprieved]
-        covered = {pod.key for unit in kept if not unit.surplus for pod in unit.pods}
-        # A surplus pod whose whole gang goes too is not a victim of its own.
-        return [unit for unit in kept if not (unit.surplus and all(pod.key in covered for pod in unit.pods))]
+        if largest_first:
+            order.sort(key=lambda unit: -len(unit.pods))
+        else:
+            order = [u for u in order if _protected(u, self.budgets)] + [
+                u for u in order if not _protected(u, self.budgets)
+            ]
+        reprieved = {unit.key for unit in order if spare(unit)}
+        return _without_subsumed([unit for unit in chosen if unit.key not in reprieved])
 
     def _rank(self, units: Sequence[Unit]) -> tuple[int, int, int, int, float]:
         priority_of = {pod.key: unit.priority for unit in units for pod in unit.pods}
@@ -428,6 +481,12 @@ def _count_need(part: GangRequest, counts: Counter[PodShape]) -> None:
     if part.min_children >= len(part.children):  # every child is needed: each one's need adds up
         for child in part.children:
             _count_need(child, counts)
+
+
+def _without_subsumed(units: list[Unit]) -> list[Unit]:
+    """A surplus pod whose whole gang goes too is not a victim of its own."""
+    covered = {pod.key for unit in units if not unit.surplus for pod in unit.pods}
+    return [unit for unit in units if not (unit.surplus and all(pod.key in covered for pod in unit.pods))]
 
 
 def _share_outside(unit: Unit, inside: set[int], snapshot: Snapshot) -> float:

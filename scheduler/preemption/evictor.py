@@ -48,7 +48,7 @@ class Victim:
 class EvictJob:
     preemptor: GangKey
     victims: tuple[Victim, ...]
-    #: (pod, node) of the preemptor's pods, for ``status.nominatedNodeName``.
+    #: (pod, node) of the preemptor's pods, for ``status.nominatedNodeName`` ("" clears it).
     nominated: tuple[tuple[str, str], ...]
     #: Where the room is made ("rack b0-r3"), for the messages.
     domain: str
@@ -113,8 +113,9 @@ class Evictor:
                 )
 
     async def _nominate(self, pod: str, node: str) -> None:
+        """Set the pod's ``status.nominatedNodeName`` (clear it when ``node`` is empty)."""
         namespace, name = pod.split("/", 1)
-        patch = {"status": {"nominatedNodeName": node}}
+        patch = {"status": {"nominatedNodeName": node or None}}
         await self._write("nominate", pod, self.port.patch_status(PODS, namespace, name, patch))
 
     async def _evict_one(self, job: EvictJob, victim: Victim) -> None:

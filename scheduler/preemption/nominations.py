@@ -42,6 +42,9 @@ class Nominations:
         self._by_gang: dict[GangKey, Nomination] = {}
         #: Gangs whose nomination timed out: pods still terminating for them no longer hold them back.
         self.given_up: set[GangKey] = set()
+        #: Nominations of gangs placed and being bound: their own assumed pods hold the room now. A bind the
+        #: API refuses puts the nomination back (:meth:`resume`), so that the room stays theirs.
+        self._binding: dict[GangKey, Nomination] = {}
 
     def __len__(self) -> int:
         return len(self._by_gang)
@@ -66,16 +69,22 @@ class Nominations:
         self._by_gang[gang] = nomination
         return nomination
 
-    def adopt(self, gang: GangKey, priority: int, victims: frozenset[str]) -> Nomination:
+    def adopt(
+        self,
+        gang: GangKey,
+        priority: int,
+        victims: frozenset[str],
+        room: tuple[tuple[str, tuple[tuple[str, int], ...]], ...],
+    ) -> Nomination:
         """A preemption found under way, decided before this process led (its preemptor's pods carry
-        ``nominatedNodeName`` and pods are terminating there): waited for, with a fresh timeout. Its room
-        is not known, so nothing is hidden for it."""
+        ``nominatedNodeName`` and pods are terminating there): waited for, with a fresh timeout, its room
+        (each pod's requests on its nominated node) hidden from lower priorities as before."""
         now = self.clock.monotonic()
         nomination = Nomination(
             gang=gang,
             priority=priority,
             nodes=(),
-            room=(),
+            room=room,
             victims=victims,
             domain="the nodes it is nominated to",
             decided=now,
@@ -88,12 +97,30 @@ class Nominations:
         return self._by_gang.get(gang)
 
     def drop(self, gang: GangKey) -> Nomination | None:
-        """Forget the gang's nomination (it bound, or was deleted, or its plan no longer holds)."""
+        """Forget the gang's nomination (it was deleted, or its plan no longer holds)."""
         self.given_up.discard(gang)
+        self._binding.pop(gang, None)
         return self._by_gang.pop(gang, None)
+
+    def binding(self, gang: GangKey) -> Nomination | None:
+        """The gang is placed and its binds are under way: its nomination waits aside."""
+        nomination = self._by_gang.pop(gang, None)
+        if nomination is not None:
+            self._binding[gang] = nomination
+        return nomination
+
+    def resume(self, gang: GangKey) -> None:
+        """Its binds were refused or lost: the room is the gang's again, until the nomination's deadline."""
+        nomination = self._binding.pop(gang, None)
+        if nomination is not None:
+            self._by_gang[gang] = nomination
+
+    def bound(self, gang: GangKey) -> None:
+        self._binding.pop(gang, None)
 
     def clear(self) -> None:
         self._by_gang.clear()
+        self._binding.clear()
         self.given_up.clear()
 
     def all(self) -> list[Nomination]:

@@ -46,24 +46,29 @@ class PreemptionPlanner:
             )
 
 
-def terminating_for(spec: GangSpec, state: ClusterState) -> frozenset[str]:
+Room = tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
+
+
+def terminating_for(spec: GangSpec, state: ClusterState) -> tuple[frozenset[str], Room]:
     """Pods of lower priority still terminating on the nodes the gang's pods are nominated to: a
     preemption already under way (perhaps decided by an earlier leader), which is waited for, never
     repeated with new victims (kube-scheduler's rule for a nominated pod)."""
     nodes = set()
+    room = []
     for member in spec.request.members():
         info = state.index.pod(member.key)
         status = info.raw.get("status") if info is not None else None
         node = status.get("nominatedNodeName") if isinstance(status, dict) else None
-        if isinstance(node, str) and node:
+        if isinstance(node, str) and node and state.placed_node(member.key) is None:
             nodes.add(node)
+            room.append((node, member.shape.requests))
     going = set()
     for node in nodes:
         for pod in state.snapshot.pods_on(node):
             record = state.pod(pod)
             if record is not None and record.deleting and record.priority < spec.priority:
                 going.add(pod)
-    return frozenset(going)
+    return frozenset(going), tuple(room)
 
 
 def preempting_note(victims: Victims) -> str:

@@ -31,7 +31,7 @@ from scheduler.app import Phalanx
 from scheduler.logs import configure
 from scheduler.ports.kube import KubeCluster
 from scheduler.ports.sim import Faults
-from tests.reliability.chaos import Gangs, api_errors, cordon, create, settle, watch_trouble
+from tests.reliability.chaos import Gangs, api_errors, cordon, create, priority_classes, settle, watch_trouble
 from tests.scheduler.support import FAST, Cluster, cluster, elected
 
 SLOW_RECOVERY_SECONDS = 2.0  # recoveries slower than this are reported with what they waited for
@@ -55,6 +55,11 @@ FAULTS = (
 class Replica:
     app: Phalanx
     scope: anyio.CancelScope
+
+
+PRIORITY_VALUES = (("batch", 10), ("standard", 100), ("production", 1000))
+#: How often each priority arrives: mostly batch, some production.
+PRIORITIES = ("batch", "batch", "batch", "standard", "production")
 
 
 @dataclass
@@ -121,6 +126,8 @@ class Soak:
     # -- churn ---------------------------------------------------------------------------------------
 
     def arrive(self) -> None:
+        # Priorities are mixed, so that production gangs preempt batch ones while everything else goes on.
+        self.gangs.priority_class = self.random.choice(PRIORITIES)
         name, objects = self.gangs.next()
         create(self.where, objects)
         pods = [f"team/{obj['metadata']['name']}" for obj in objects if obj["kind"] == "Pod"]
@@ -268,6 +275,7 @@ async def soaking(args: argparse.Namespace) -> AsyncIterator[Soak]:
     faults = Faults(seed=args.seed)
     async with cluster(args.cluster, faults=faults) as where:
         where.store.ensure_namespace("kube-system")
+        priority_classes(where, **dict(PRIORITY_VALUES))
         yield Soak(where, faults, args.seed, args.fault_seconds, args.outage_seconds)
 
 
