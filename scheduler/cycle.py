@@ -280,7 +280,7 @@ class SchedulingLoop:
         if problem is not None:
             return Outcome(code=Code.UNSCHEDULABLE, message=problem, pods=pods, each_pod=True, wake=wake)
         started = time.perf_counter()
-        with hiding(self.state.snapshot, self.nominations.hidden_from(spec.key, spec.priority)):
+        with hiding(self.state.snapshot, self.nominations.hidden_from(self.state, spec.key, spec.priority)):
             placed = self.placer(self.state.snapshot, request, max_tries=self.settings.placement.max_domain_tries)
         placement_ms = round((time.perf_counter() - started) * 1000, 3)
         self.metrics.placement_duration.observe(placement_ms / 1000)

@@ -47,7 +47,7 @@ class PermitSettings:
 class PreemptionSettings:
     enabled: bool = True
     """A gang that does not fit may evict pods of strictly lower priority to make room."""
-    max_domains_tried: int = 16
+    max_domains_tried: int = 8
     """Candidate domains (racks, blocks, ...) examined per decision, closest to fitting first."""
     nomination_timeout_seconds: float = 300.0
     """How long a preemptor's room is held while its victims terminate; then the plan is dropped and the

@@ -100,6 +100,10 @@ class ClusterState:
         self._pods: dict[str, RunningPod] = {}
         #: Pods bound and not finished, by priority (what preemption could free).
         self.running = RunningPods()
+        #: Pending pods whose ``status.nominatedNodeName`` names a node: (node, requests, priority). The
+        #: room is theirs against lower priorities until the API shows the nomination gone, whichever
+        #: process (or an earlier leader) wrote it.
+        self.nominated: dict[str, tuple[str, dict[str, int], int]] = {}
         self.budgets = Budgets()
         self._interned: dict[tuple[tuple[str, int], ...], dict[str, int]] = {}
         self._groups: dict[ApiResource, set[tuple[str, str]]] = {}
@@ -182,6 +186,11 @@ class ClusterState:
             self.running.set(key, node, requests, priority, deleting=deleting)
         else:
             self.running.remove(key)
+        nominated = status.get("nominatedNodeName")
+        if node is None and not finished and not deleting and isinstance(nominated, str) and nominated:
+            self.nominated[key] = (nominated, requests, priority)
+        else:
+            self.nominated.pop(key, None)
         labels = metadata.get("labels")
         self._pods[key] = RunningPod(
             uid=str(metadata.get("uid") or ""),
@@ -206,6 +215,7 @@ class ClusterState:
 
     def _drop_pod(self, key: str) -> None:
         self.running.remove(key)
+        self.nominated.pop(key, None)
         previous = self._pods.pop(key, None)
         assumption = self.assumed.pop(key, None)
         if previous is not None and previous.node is not None and not previous.finished:

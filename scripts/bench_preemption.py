@@ -93,6 +93,7 @@ def phalanx_victims(inst: exact.Instance) -> set[str]:
         snapshot,
         request,
         evictable=running.below(snapshot, inst.priority),
+        node_cost=running.cheapest(snapshot, inst.priority),
         units_on=units_on,
         budgets=inst.budgets,
     )
@@ -169,30 +170,46 @@ def decision(repeat: int) -> dict[str, Any]:
         }  # fmt: skip
         state.apply(NODES, Change("ADDED", node))
     free = [8] * n_nodes
-    gangs = 0
+    racks = n_nodes // per_rack
+    gangs, pods = 0, 0
+
+    def run(name: str, gang: str | None, size: int, node: int, gpus: int, priority: int) -> None:
+        annotations = {
+            "gang-scheduling.preferred.jp/gang-name": gang,
+            "gang-scheduling.preferred.jp/gang-size": str(size),
+        }
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "team", "uid": name, "annotations": annotations if gang else {},
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"schedulerName": "phalanx" if gang else "default-scheduler", "nodeName": f"n{node}",
+                     "priority": priority, "containers": [{"name": "c", "resources": {"limits": {GPU: str(gpus)}}}]},
+            "status": {"phase": "Running", "startTime": f"2026-01-01T00:{draw.randrange(60):02d}:00Z"},
+        }  # fmt: skip
+        state.apply(PODS, Change("ADDED", pod))
+
+    # 4,000 gangs of 1-4 pods of 2-8 GPUs, each inside one rack, spread over every rack; then every GPU
+    # left is taken by one-GPU pods of another scheduler: nothing is free, so the 64-GPU gang must preempt.
     while gangs < 4000:
-        size, gpus = draw.choice((1, 2, 4, 8)), draw.choice((1, 1, 2, 4))
-        rack = draw.randrange(n_nodes // per_rack)
+        rack = gangs % racks
+        size, gpus = draw.choice((1, 2, 4)), draw.choice((2, 4, 8))
         nodes = [n for n in range(rack * per_rack, (rack + 1) * per_rack) if free[n] >= gpus]
         if len(nodes) < size:
-            continue
-        chosen = draw.sample(nodes, size)
+            size, gpus = 1, 2
+            nodes = [n for n in range(rack * per_rack, (rack + 1) * per_rack) if free[n] >= gpus]
+            if not nodes:
+                gangs += 1  # this rack is full: count it as placed elsewhere to move on
+                continue
         priority = draw.choice((10, 100))
-        for i, n in enumerate(chosen):
+        for i, n in enumerate(draw.sample(nodes, size)):
             free[n] -= gpus
-            pod = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": f"g{gangs}-{i}", "namespace": "team", "uid": f"u{gangs}-{i}",
-                             "annotations": {"gang-scheduling.preferred.jp/gang-name": f"g{gangs}",
-                                             "gang-scheduling.preferred.jp/gang-size": str(size)},
-                             "creationTimestamp": "2026-01-01T00:00:00Z"},
-                "spec": {"schedulerName": "phalanx", "nodeName": f"n{n}", "priority": priority,
-                         "containers": [{"name": "c", "resources": {"limits": {GPU: str(gpus)}}}]},
-                "status": {"phase": "Running", "startTime": f"2026-01-01T00:{draw.randrange(60):02d}:00Z"},
-            }  # fmt: skip
-            state.apply(PODS, Change("ADDED", pod))
+            run(f"g{gangs}-{i}", f"g{gangs}", size, n, gpus, priority)
+            pods += 1
         gangs += 1
+    for n in range(n_nodes):
+        for j in range(free[n]):
+            run(f"filler-{n}-{j}", None, 1, n, 1, 10)
     for i in range(8):
         pod = {
             "apiVersion": "v1",
@@ -248,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{q['equal_to_optimum']} ({q['share']:.1%}; target >= 95%)")  # fmt: skip
     for item in q["differs"]:
         print(f"  seed {item['seed']}: phalanx {item['phalanx']}, optimum {item['optimum']}")
-    print(f"\n{'algorithm':<26} {'pods evicted':>12} {'gangs broken':>12} {'GPUs freed unused':>18} {'preemptor fits':>14}")
+    print(
+        f"\n{'algorithm':<26} {'pods evicted':>12} {'gangs broken':>12} {'GPUs freed unused':>18} {'preemptor fits':>14}"
+    )
     for name, row in q["algorithms"].items():
         print(f"{name:<26} {row['pods_evicted']:>12} {row['gangs_broken']:>12} {row['gpus_freed_unused']:>18} "
               f"{row['preemptor_placed']:>10}/{q['instances']}")  # fmt: skip

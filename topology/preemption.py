@@ -35,14 +35,18 @@ import numpy as np
 
 from topology.domains import Domains, IntArray
 from topology.explain import plural, short_name
-from topology.fit import ShapeFit, domain_totals, pods_per_node, shape_fit
+from topology.fit import FIT_CAP, ShapeFit, domain_totals, pods_per_node, shape_fit
 from topology.outcome import Infeasible, Placement
 from topology.place import DEFAULT_MAX_TRIES, place
 from topology.request import GangRequest, PodShape
 from topology.snapshot import Snapshot
 
 #: Candidate domains examined per decision, closest to fitting first.
-DEFAULT_MAX_DOMAINS = 16
+DEFAULT_MAX_DOMAINS = 8
+#: Domains whose plans are refined (more greedy orders, a swap search) after the first ranking.
+REFINED_DOMAINS = 3
+#: Two-for-one swaps are tried when (chosen units)^2 x (other units) stays below this many room checks.
+PAIR_SWAP_BUDGET = 4000
 #: A plan that the per-node room check cannot decide is searched with ``place`` at every step; beyond
 #: this many units in one domain that would take too long, and the domain is skipped.
 MAX_UNITS_PLACED_ONE_BY_ONE = 256
@@ -115,6 +119,7 @@ def choose_victims(
     evictable: IntArray,
     units_on: UnitSource,
     budgets: Mapping[str, int] | None = None,
+    node_cost: tuple[IntArray, IntArray] | None = None,
     max_domains: int = DEFAULT_MAX_DOMAINS,
     max_tries: int = DEFAULT_MAX_TRIES,
 ) -> Victims | NoVictims:
@@ -123,6 +128,8 @@ def choose_victims(
     evictable : ndarray of shape (n_nodes, n_resources), dtype=int64
         Requests of the pods that may be evicted for this gang, summed per node (``RunningPods.below``).
     budgets : disruptions each PodDisruptionBudget still allows, by the names ``VictimPod.budgets`` use.
+    node_cost : per node, the highest priority among its candidates (-1 for none) and how many there
+        are (``RunningPods.cheapest``): domains are examined in the order these estimate, cheapest first.
     """
     return _Search(
         snapshot,
@@ -130,6 +137,7 @@ def choose_victims(
         evictable=evictable,
         units_on=units_on,
         budgets=budgets or {},
+        node_cost=node_cost,
         max_domains=max_domains,
         max_tries=max_tries,
     ).run()
@@ -159,6 +167,7 @@ class _Search:
         evictable: IntArray,
         units_on: UnitSource,
         budgets: Mapping[str, int],
+        node_cost: tuple[IntArray, IntArray] | None,
         max_domains: int,
         max_tries: int,
     ) -> None:
@@ -167,9 +176,20 @@ class _Search:
         self.evictable = evictable
         self.units_on = units_on
         self.budgets = budgets
+        self.node_cost = node_cost
         self.max_domains = max_domains
         self.max_tries = max_tries
         self.need = _need(snapshot, request)
+        self._units: dict[int, list[Unit]] = {}
+        self._layouts: dict[int, _Layout] = {}
+
+    def _units_in(self, domains: Domains, domain: int) -> tuple[IntArray, list[Unit], _Layout]:
+        """A domain's rows, its candidate units and their layout (asked for once per domain)."""
+        rows = domains.members(domain)
+        if domain not in self._units:
+            self._units[domain] = list(self.units_on(rows))
+            self._layouts[domain] = _Layout(self.snapshot, rows)
+        return rows, self._units[domain], self._layouts[domain]
 
     def run(self) -> Victims | NoVictims:
         key = self.request.required
@@ -182,9 +202,16 @@ class _Search:
             return NoVictims(f"evicting every pod of lower priority would not make room for its minimum in {where}")
         plans = []
         for domain in candidates.tolist():
-            plan = self._cheap_plan(domains, domain)
+            plan = self._cheap_plan(domains, domain, quick=True)
             if plan is not None:
                 plans.append(plan)
+        plans.sort(key=lambda plan: (plan.rank, plan.domain))
+        # The few best domains are searched harder (more orders, then a swap search); the rest keep the
+        # first plan, which is what they are ranked by.
+        for i, plan in enumerate(plans[:REFINED_DOMAINS]):
+            better = self._cheap_plan(domains, plan.domain, quick=False)
+            if better is not None and better.rank < plan.rank:
+                plans[i] = better
         plans.sort(key=lambda plan: (plan.rank, plan.domain))
         if plans:
             plans[0] = self._improved(domains, plans[0])
@@ -220,34 +247,72 @@ class _Search:
                 room = domain_totals(domains.ids, possible[:, column], domains.n_domains)
                 ok &= room >= self.need.total[column]
         candidates = np.flatnonzero(ok)
-        order = np.lexsort((candidates, shortfall[candidates]))
+        highest, pods = self._estimate(domains, free, possible)
+        order = np.lexsort((candidates, shortfall[candidates], pods[candidates], highest[candidates]))
         return candidates[order][: self.max_domains]
+
+    def _estimate(self, domains: Domains, free: IntArray, possible: IntArray) -> tuple[IntArray, IntArray]:
+        """Per domain, a guess at the highest victim priority and the victim pods: clear its nodes cheapest
+        first (``node_cost``) until the first shape of the gang fits. Zeros when there is nothing to go by."""
+        zeros = np.zeros(domains.n_domains, dtype=np.int64)
+        if self.node_cost is None or not self.need.shapes:
+            return zeros, zeros
+        highest, count = self.node_cost
+        fit, needed = self.need.shapes[0]
+        now = pods_per_node(free, fit)
+        gain = pods_per_node(possible, fit) - now
+        deficit = np.maximum(needed - domain_totals(domains.ids, now, domains.n_domains), 0)
+        inside = np.flatnonzero(domains.ids >= 0)
+        order = inside[np.lexsort((count[inside], highest[inside], domains.ids[inside]))]
+        ids = domains.ids[order].astype(np.int64)
+        starts = np.searchsorted(ids, np.arange(domains.n_domains))
+        within = _cumsum_by_group(gain[order], starts, ids)
+        pods_within = _cumsum_by_group(count[order], starts, ids)
+        enough = within >= deficit[ids]
+        first = np.full(domains.n_domains, -1, dtype=np.int64)
+        hits = np.flatnonzero(enough)
+        if len(hits):
+            unique, index = np.unique(ids[hits], return_index=True)
+            first[unique] = hits[index]
+        never = np.int64(1 << 40)  # no guess: examined last
+        at = np.maximum(first, 0)
+        # Nodes are in ascending cost within a domain: the last one needed has the highest priority.
+        guess_highest = np.where(first >= 0, highest[order][at], never)
+        guess_pods = np.where(first >= 0, pods_within[at], never)
+        return guess_highest.astype(np.int64), guess_pods.astype(np.int64)
 
     # -- step 3: a plan per domain, with the per-node room check -----------------------------------
 
-    def _cheap_plan(self, domains: Domains, domain: int) -> _Plan | None:
+    def _cheap_plan(self, domains: Domains, domain: int, *, quick: bool) -> _Plan | None:
         """The best-ranked plan of a few greedy orders, each trimmed by two reprieve orders.
 
-        Every order takes lower priorities first and a gang's surplus before whole gangs; among equals, one
+        The first order clears nodes one by one, cheapest first (lowest highest priority on the node, then
+        fewest pods, then the most recently started): pods need room on nodes, and evicting a little on
+        every node helps no one. The others take lower priorities first and a gang's surplus before whole
+        gangs, across the domain; among equals, one
         takes the most recently started first, one the smallest units (fewest pods for the room), one the
         units that lie most inside this domain (least room wasted elsewhere), and one leaves every unit a
         disruption budget protects for last, whatever its priority. Reprieve gives back the most important
-        first (kube-scheduler's order), or the largest first (fewest pods evicted)."""
-        rows = domains.members(domain)
-        units = list(self.units_on(rows))
+        first (kube-scheduler's order), or the largest first (fewest pods evicted). ``quick``: the first
+        order and reprieve only."""
+        rows, units, layout = self._units_in(domains, domain)
         inside = set(rows.tolist())
         outside = {unit.key: _share_outside(unit, inside, self.snapshot) for unit in units}
         base = _least_important_first(self.budgets)
+        node_rank = self._cheapest_nodes_first(units, layout)
         orders: list[Callable[[Unit], tuple[object, ...]]] = [
+            lambda unit: (node_rank.get(unit.key, len(node_rank)), *base(unit)),
             base,
             lambda unit: (*base(unit)[:3], len(unit.pods), *base(unit)[3:]),
             lambda unit: (*base(unit)[:3], outside[unit.key], len(unit.pods), *base(unit)[3:]),
             lambda unit: (base(unit)[2], *base(unit)),
         ]
+        if quick:
+            orders = orders[:1]
         best: _Plan | None = None
         seen: set[tuple[str, ...]] = set()
         for order in orders:
-            room = _Room(self.snapshot, rows, self.need)
+            room = _Room(self.snapshot, rows, self.need, layout)
             chosen: list[Unit] = []
             for unit in sorted(units, key=order):
                 if room.fits():
@@ -260,8 +325,8 @@ class _Search:
             if picked in seen:
                 continue
             seen.add(picked)
-            for largest_first in (False, True):
-                trimmed = _Room(self.snapshot, rows, self.need)
+            for largest_first in (False,) if quick else (False, True):
+                trimmed = _Room(self.snapshot, rows, self.need, layout)
                 for unit in chosen:
                     trimmed.evict(unit)
                 kept = self._reprieve(chosen, trimmed.spare, largest_first=largest_first)
@@ -270,35 +335,61 @@ class _Search:
                     best = plan
         return best
 
+    def _cheapest_nodes_first(self, units: list[Unit], layout: _Layout) -> dict[str, int]:
+        """Each unit's place when the domain's nodes are ordered cheapest to clear first."""
+        cost: dict[int, list[float]] = {}
+        for unit in units:
+            for pod in unit.pods:
+                where = layout.of(pod)
+                if where is not None:
+                    entry = cost.setdefault(where[0], [0.0, 0.0, 0.0])
+                    entry[0] = max(entry[0], unit.priority)
+                    entry[1] += 1
+                    entry[2] = min(entry[2], -unit.started)
+        order = {row: i for i, row in enumerate(sorted(cost, key=lambda row: (*cost[row], row)))}
+        ranks = {}
+        for unit in units:
+            rows = [where[0] for pod in unit.pods if (where := layout.of(pod)) is not None]
+            ranks[unit.key] = min((order[row] for row in rows), default=len(order))
+        return ranks
+
     def _improved(self, domains: Domains, plan: _Plan) -> _Plan:
-        """A local search on the best plan: swap one chosen unit for one other (or drop it) while the rank
-        improves. Greedy orders miss sets where one larger unit replaces two smaller ones; this finds them."""
-        rows = domains.members(plan.domain)
-        units = list(self.units_on(rows))
+        """A local search on the best plans: drop a chosen unit, swap one for another, or (in small
+        domains) swap two for one, while the rank improves. Greedy orders miss sets where one larger unit
+        replaces two smaller ones, or a newer unit an older one of the same cost; this finds them."""
+        rows, units, layout = self._units_in(domains, plan.domain)
         current = list(plan.units)
         rank = plan.rank
         for _ in range(len(current) + 2):
-            room = _Room(self.snapshot, rows, self.need)
+            room = _Room(self.snapshot, rows, self.need, layout)
             for unit in current:
                 room.evict(unit)
             keys = {unit.key for unit in current}
+            others = [unit for unit in units if unit.key not in keys]
             best: tuple[tuple[int, int, int, int, float], list[Unit]] | None = None
-            for out in current:
-                room.restore(out)
-                rest = [unit for unit in current if unit is not out]
-                options = [rest] if room.fits() else []
-                for other in units:
-                    if other.key in keys:
-                        continue
+
+            def consider(option: list[Unit]) -> None:
+                nonlocal best
+                option_rank = self._rank(option)
+                if option_rank < rank and (best is None or option_rank < best[0]):
+                    best = (option_rank, option)
+
+            pairs: list[tuple[Unit, ...]] = [(unit,) for unit in current]
+            if len(current) * len(current) * len(others) <= PAIR_SWAP_BUDGET:
+                pairs += [(a, b) for i, a in enumerate(current) for b in current[i + 1 :]]
+            for removed in pairs:
+                for unit in removed:
+                    room.restore(unit)
+                rest = [unit for unit in current if unit not in removed]
+                if room.fits():
+                    consider(rest)
+                for other in others:
                     room.evict(other)
                     if room.fits():
-                        options.append([*rest, other])
+                        consider([*rest, other])
                     room.restore(other)
-                room.evict(out)
-                for option in options:
-                    option_rank = self._rank(option)
-                    if option_rank < rank and (best is None or option_rank < best[0]):
-                        best = (option_rank, option)
+                for unit in removed:
+                    room.evict(unit)
             if best is None:
                 break
             rank, current = best
@@ -342,7 +433,7 @@ class _Search:
 
     def _placed_plan(self, domains: Domains, domain: int, tried: int) -> Victims | None:
         """The slow path: ``place`` decides each step (for gangs the per-node room check cannot judge)."""
-        units = sorted(self.units_on(domains.members(domain)), key=_least_important_first(self.budgets))
+        units = sorted(self._units_in(domains, domain)[1], key=_least_important_first(self.budgets))
         if not units or len(units) > MAX_UNITS_PLACED_ONE_BY_ONE:
             return None
         if self._place_without(units) is None:
@@ -397,25 +488,46 @@ class _Search:
 
 
 class _Room:
-    """The free room of one domain's nodes as units are evicted and given back (pods counted once)."""
+    """The free room of one domain's nodes as units are evicted and given back (pods counted once).
 
-    def __init__(self, snapshot: Snapshot, rows: IntArray, need: _Need) -> None:
-        self.snapshot = snapshot
-        self.need = need
-        self.free = snapshot.free[rows].copy()
-        self.local = {int(row): i for i, row in enumerate(rows.tolist())}
-        self.allowed = [fit.eligibility.mask[rows] for fit, _ in need.shapes]
+    The room check runs thousands of times per decision, on a few dozen nodes: counts are kept
+    incrementally in plain Python (each eviction touches one node's row), so a check is O(shapes)."""
+
+    def __init__(self, snapshot: Snapshot, rows: IntArray, need: _Need, layout: _Layout) -> None:
+        self.layout = layout
+        free = snapshot.free[rows]
+        self.free: list[list[int]] = free.tolist()
+        self.columns = [int(c) for c in np.flatnonzero(need.total)]
+        self.wanted = [int(need.total[c]) for c in self.columns]
+        self.sums = [int(free[:, c].sum()) for c in self.columns]
+        self.positions = {column: i for i, column in enumerate(self.columns)}
+        self.shapes = [
+            (
+                list(zip(fit.columns.tolist(), fit.quotas.tolist(), strict=True)),
+                count,
+                fit.eligibility.mask[rows].tolist(),
+            )
+            for fit, count in need.shapes
+            if not fit.missing
+        ]
+        self.impossible = any(fit.missing for fit, _ in need.shapes)
+        self.copies = [
+            [self._copies(row, quotas) if allowed[row] else 0 for row in range(len(self.free))]
+            for quotas, _, allowed in self.shapes
+        ]
+        self.totals = [sum(copies) for copies in self.copies]
         self.cover: Counter[str] = Counter()
 
+    def _copies(self, row: int, quotas: list[tuple[int, int]]) -> int:
+        values = self.free[row]
+        return max(0, min(values[column] // quota for column, quota in quotas)) if quotas else FIT_CAP
+
     def fits(self) -> bool:
-        total = self.need.total
-        if len(total) and (self.free.sum(axis=0) < total).any():
+        if self.impossible:
             return False
-        for (fit, count), allowed in zip(self.need.shapes, self.allowed, strict=True):
-            copies = _copies(self.free, fit)
-            if int(copies[allowed].sum()) < count:
-                return False
-        return True
+        if any(total < count for total, (_, count, _) in zip(self.totals, self.shapes, strict=True)):
+            return False
+        return all(have >= want for have, want in zip(self.sums, self.wanted, strict=True))
 
     def evict(self, unit: Unit) -> None:
         for pod in unit.pods:
@@ -438,20 +550,42 @@ class _Room:
         return False
 
     def _move(self, pod: VictimPod, sign: int) -> None:
-        row = self.snapshot.index_of(pod.node)
-        local = self.local.get(row) if row is not None else None
-        if local is not None:
-            self.free[local] += sign * self.snapshot.request_vector(pod.requests).vector
+        where = self.layout.of(pod)
+        if where is None:
+            return
+        row, vector = where
+        values = self.free[row]
+        for column, amount in vector:
+            values[column] += sign * amount
+            position = self.positions.get(column)
+            if position is not None:
+                self.sums[position] += sign * amount
+        for i, (quotas, _, allowed) in enumerate(self.shapes):
+            if allowed[row]:
+                now = self._copies(row, quotas)
+                self.totals[i] += now - self.copies[i][row]
+                self.copies[i][row] = now
 
 
-def _copies(free: IntArray, fit: ShapeFit) -> IntArray:
-    """Copies of the shape per row of ``free`` (eligibility applied by the caller)."""
-    if fit.missing:
-        return np.zeros(free.shape[0], dtype=np.int64)
-    copies = np.full(free.shape[0], np.iinfo(np.int64).max, dtype=np.int64)
-    for column, quota in zip(fit.columns.tolist(), fit.quotas.tolist(), strict=True):
-        np.minimum(copies, free[:, column] // quota, out=copies)
-    return np.maximum(copies, 0)
+class _Layout:
+    """Where each victim pod sits in one domain's rows, and its request as (column, amount) pairs."""
+
+    def __init__(self, snapshot: Snapshot, rows: IntArray) -> None:
+        self.snapshot = snapshot
+        self.local = {int(row): i for i, row in enumerate(rows.tolist())}
+        self._found: dict[str, tuple[int, tuple[tuple[int, int], ...]] | None] = {}
+
+    def of(self, pod: VictimPod) -> tuple[int, tuple[tuple[int, int], ...]] | None:
+        if pod.key not in self._found:
+            row = self.snapshot.index_of(pod.node)
+            local = self.local.get(row) if row is not None else None
+            if local is None:
+                self._found[pod.key] = None
+            else:
+                vector = self.snapshot.request_vector(pod.requests).vector
+                pairs = tuple((int(c), int(vector[c])) for c in np.flatnonzero(vector))
+                self._found[pod.key] = (local, pairs)
+        return self._found[pod.key]
 
 
 def _need(snapshot: Snapshot, request: GangRequest) -> _Need:
@@ -483,6 +617,14 @@ def _count_need(part: GangRequest, counts: Counter[PodShape]) -> None:
             _count_need(child, counts)
 
 
+def _cumsum_by_group(values: IntArray, starts: IntArray, ids: IntArray) -> IntArray:
+    """Running sums that restart at each group (rows sorted by group; ``starts[g]`` is group g's first row)."""
+    running = np.cumsum(values)
+    before = np.where(starts > 0, running[np.maximum(starts - 1, 0)], 0)
+    result: IntArray = running - before[ids]
+    return result
+
+
 def _without_subsumed(units: list[Unit]) -> list[Unit]:
     """A surplus pod whose whole gang goes too is not a victim of its own."""
     covered = {pod.key for unit in units if not unit.surplus for pod in unit.pods}
@@ -502,7 +644,9 @@ def _least_important_first(budgets: Mapping[str, int]) -> Callable[[Unit], tuple
 
 
 def _protected(unit: Unit, budgets: Mapping[str, int]) -> bool:
-    return any(budgets.get(name, 1) <= 0 for pod in unit.pods for name in pod.budgets)
+    """Whether evicting the unit alone already goes beyond what one of its budgets allows."""
+    covered = Counter(name for pod in unit.pods for name in pod.budgets)
+    return any(count > budgets.get(name, count) for name, count in covered.items())
 
 
 def _violations(pods: Iterable[VictimPod], budgets: Mapping[str, int]) -> int:

@@ -87,6 +87,19 @@ class RunningPods:
         np.add.at(out, rows[known], self._vectors(snapshot)[self._request[slots[known]]])
         return out
 
+    def cheapest(self, snapshot: Snapshot, priority: int) -> tuple[IntArray, IntArray]:
+        """Per node, the highest priority among the candidates below ``priority`` (-1 where there are
+        none) and how many there are: what clearing the node would cost, at a glance."""
+        highest = np.full(snapshot.n_nodes, -1, dtype=np.int64)
+        count = np.zeros(snapshot.n_nodes, dtype=np.int64)
+        slots = np.flatnonzero(self._candidate & (self._priority < priority))
+        if len(slots):
+            rows = self._rows(snapshot)[self._node[slots]]
+            known = rows >= 0
+            np.maximum.at(highest, rows[known], self._priority[slots[known]])
+            np.add.at(count, rows[known], 1)
+        return highest, count
+
     def on_rows(self, snapshot: Snapshot, rows: IntArray, priority: int) -> list[str]:
         """The candidates below ``priority`` running on the given node rows."""
         wanted = np.zeros(snapshot.n_nodes + 1, dtype=np.bool_)

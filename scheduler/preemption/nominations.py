@@ -18,6 +18,7 @@ import numpy as np
 
 from scheduler.clock import Clock
 from scheduler.gangs import GangKey
+from scheduler.state import ClusterState
 from topology import Placement, Snapshot
 
 
@@ -142,22 +143,36 @@ class Nominations:
     def next_deadline(self) -> float | None:
         return min((nomination.deadline for nomination in self._by_gang.values()), default=None)
 
-    def hidden_from(self, gang: GangKey, priority: int) -> list[Nomination]:
-        """The nominations whose room ``gang`` may not take: other gangs' of equal or higher priority."""
-        return [n for n in self._by_gang.values() if n.gang != gang and n.priority >= priority]
+    def hidden_from(self, state: ClusterState, gang: GangKey, priority: int) -> list[tuple[str, Requests]]:
+        """The room ``gang`` may not take: nominated for other gangs of equal or higher priority, as this
+        process decided it and as the API shows it (pods' ``status.nominatedNodeName``), each pod once."""
+        room: dict[str, tuple[str, Requests]] = {}
+        for nomination in self._by_gang.values():
+            if nomination.gang != gang and nomination.priority >= priority:
+                for (pod, _), (node, requests) in zip(nomination.nodes, nomination.room, strict=False):
+                    room[pod] = (node, requests)
+                if not nomination.nodes:  # adopted: its room is known by node only
+                    for i, (node, requests) in enumerate(nomination.room):
+                        room[f"{nomination.gang}#{i}"] = (node, requests)
+        for pod, (node, wanted, pod_priority) in state.nominated.items():
+            if pod_priority >= priority and pod not in room and state.index.gang_of(pod) != gang:
+                room[pod] = (node, tuple(sorted(wanted.items())))
+        return list(room.values())
+
+
+Requests = tuple[tuple[str, int], ...]
 
 
 @contextmanager
-def hiding(snapshot: Snapshot, nominations: list[Nomination]) -> Iterator[None]:
+def hiding(snapshot: Snapshot, room: list[tuple[str, Requests]]) -> Iterator[None]:
     """Count the nominated room as taken on ``snapshot.free`` for the duration; restored exactly after."""
     rows: list[int] = []
     vectors = []
-    for nomination in nominations:
-        for node, requests in nomination.room:
-            row = snapshot.index_of(node)
-            if row is not None:
-                rows.append(row)
-                vectors.append(snapshot.request_vector(requests).vector)
+    for node, requests in room:
+        row = snapshot.index_of(node)
+        if row is not None:
+            rows.append(row)
+            vectors.append(snapshot.request_vector(requests).vector)
     if not rows:
         yield
         return

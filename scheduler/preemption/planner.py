@@ -34,11 +34,12 @@ class PreemptionPlanner:
         if not evictable.any():
             return NoVictims(f"no running pod has a priority below its {spec.priority}", considered=False)
         units = UnitSource(self.state, spec.key, spec.priority, self.nominations.in_flight())
-        with hiding(snapshot, self.nominations.hidden_from(spec.key, spec.priority)):
+        with hiding(snapshot, self.nominations.hidden_from(self.state, spec.key, spec.priority)):
             return choose_victims(
                 snapshot,
                 request,
                 evictable=evictable,
+                node_cost=self.state.running.cheapest(snapshot, spec.priority),
                 units_on=units,
                 budgets=self.state.budgets.allowed() if len(self.state.budgets) else {},
                 max_domains=self.settings.preemption.max_domains_tried,

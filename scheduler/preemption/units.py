@@ -85,6 +85,8 @@ class UnitSource:
         return cached
 
     def _build_gang_units(self, spec: GangSpec) -> Iterator[Unit]:
+        if any(member.key in self.state.assumed for member in spec.request.members()):
+            return  # being bound, or holding room for members: what "whole" means is still changing
         victims = {member.key: victim for member in spec.request.members() if (victim := self._victim(member.key))}
         if not victims:
             return

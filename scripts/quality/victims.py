@@ -323,11 +323,7 @@ def per_node_victims(inst: Instance) -> set[str]:
 
 def broken(inst: Instance, victims: set[str]) -> int:
     """Gangs left running below their minimum."""
-    return sum(
-        1
-        for gang in inst.running
-        if 0 < sum(1 for pod in gang.pods if pod.key not in victims) < gang.min_pods
-    )
+    return sum(1 for gang in inst.running if 0 < sum(1 for pod in gang.pods if pod.key not in victims) < gang.min_pods)
 
 
 def freed(inst: Instance, victims: set[str]) -> np.ndarray:
