@@ -11,7 +11,8 @@ The engine — everything at this level, in the order data flows through it:
 3. ``gangs/``: the sources' objects compiled into gang trees (``gangs/sources.py`` lists the sources);
 4. ``queue``: which gang next, and when a failed one is tried again;
 5. ``cycle``: one scheduling cycle per gang (placement by ``topology``), its ``outcome`` recorded once;
-   ``waiting`` and ``permit`` for gangs that lack members;
+   ``waiting`` and ``permit`` for gangs that lack members; ``preemption/`` for gangs that do not fit
+   (units of eviction, nominations, the evictor);
 6. ``binding``: binds placed gangs; ``reporting``: conditions, Events and group status;
 7. ``leader``, ``health``, ``metrics``, ``settings``, ``app`` (which wires it all together).
 

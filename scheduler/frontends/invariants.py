@@ -13,7 +13,8 @@ show, not only the end of a run:
   it is in one) is strictly below its preemptor's; a gang left partly running by a preemption is caught by
   the gang check below (pods being deleted are no members);
 - at every bind of ours: room nominated for a pending pod of a higher-priority gang on that node (its
-  ``status.nominatedNodeName``) is still there, counting pods already terminating as gone;
+  ``status.nominatedNodeName``) is still there, counting pods already terminating (or marked
+  ``DisruptionTarget`` by a preemption) as gone;
 - :meth:`conditions_stale`: every pending pod of ours carries a ``PodScheduled=False`` condition whose
   message is the scheduler's latest decision for it;
 - :meth:`feasible_pending`: liveness, the pending pods one fresh scheduling pass over the same objects
@@ -285,8 +286,8 @@ class InvariantMonitor:
 
     def _track_nomination(self, key: str, pod: Obj, *, deleted: bool) -> None:
         self._priority[key] = int((pod.get("spec") or {}).get("priority") or 0)
-        if pod["metadata"].get("deletionTimestamp") and not deleted:
-            self._terminating.add(key)
+        if (pod["metadata"].get("deletionTimestamp") or _disruption(pod)) and not deleted:
+            self._terminating.add(key)  # going: terminating, or marked by a preemption that deletes it next
         else:
             self._terminating.discard(key)
         for waiting in self._nominated.values():

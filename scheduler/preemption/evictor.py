@@ -94,11 +94,12 @@ class Evictor:
                 self._send = None
 
     async def _evict(self, job: EvictJob) -> None:
+        async with anyio.create_task_group() as group:  # the victims are marked going first, then the room named
+            for victim in job.victims:
+                group.start_soon(self._evict_one, job, victim)
         async with anyio.create_task_group() as group:
             for pod, node in job.nominated:
                 group.start_soon(self._nominate, pod, node)
-            for victim in job.victims:
-                group.start_soon(self._evict_one, job, victim)
         told: set[ObjectRef] = set()
         for victim in job.victims:
             if victim.group is not None and victim.group not in told:
