@@ -81,3 +81,13 @@ def test_bench_quality_quick_json_compares_every_algorithm() -> None:
     assert names <= set(report["elastic"])
     assert 0 < report["elastic"]["phalanx"]["extras_placed"] <= report["elastic"]["instances"]["optimum_extras"]
     assert "machine:" in completed.stderr
+
+
+def test_bench_preemption_quick_json_compares_with_the_optimum_and_the_baselines() -> None:
+    completed, report = run_quick("scripts/bench_preemption.py")
+    quality = report["quality"]
+    assert quality["instances"] == 10 and 0 <= quality["equal_to_optimum"] <= 10
+    assert set(quality["algorithms"]) == {"phalanx", "exact", "per-pod (kube-scheduler)", "per-node (Volcano-like)"}
+    assert quality["algorithms"]["phalanx"]["gangs_broken"] == 0  # whole units only: a failure, not a figure
+    assert report["decision"]["nodes"] == 1280 and report["decision"]["victims"] > 0
+    assert "machine:" in completed.stderr and "command: scripts/bench_preemption.py --quick --json" in completed.stderr

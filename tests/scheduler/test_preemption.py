@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from scheduler.ports.sim.builders import node_manifest
 from tests.scheduler.invariants import check_invariants
 from tests.scheduler.support import Cluster, cluster, eventually, gpu_pod, pfn, phalanx
@@ -212,4 +214,28 @@ async def test_a_higher_priority_gang_may_take_nominated_room() -> None:
         where.finish_termination(victims[0])
         where.create(member("critical-0", "critical", 1, "critical"))
         await eventually(lambda: "team/critical-0" in where.bound(), what="the critical gang bound in nominated room")
+        check_invariants(where)
+
+
+@pytest.mark.parametrize(("mode", "left"), [(None, 2), ("Pod", 2), ("PodGroup", 0)])
+async def test_an_upstream_pod_group_s_disruption_mode_decides_whether_its_surplus_may_go_alone(
+    mode: str | None, left: int
+) -> None:
+    nodes = [rack_node(f"r0-n{i}", "r0") for i in range(4)]
+    async with cluster(nodes=nodes) as where, phalanx(where):
+        classes(where)
+        spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": 2}}}
+        if mode is not None:
+            spec["disruptionMode"] = mode
+        where.create({"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+                      "metadata": {"name": "elastic", "namespace": "team"}, "spec": spec})  # fmt: skip
+        for i in range(4):
+            where.create(
+                gpu_pod(f"elastic-{i}", priorityClassName="batch", schedulingGroup={"podGroupName": "elastic"})
+            )
+        await eventually(lambda: len(where.bound()) == 4, what="the elastic group bound whole")
+        for i in range(2):
+            where.create(member(f"prod-{i}", "prod", 2, "production"))
+        await eventually(lambda: {"team/prod-0", "team/prod-1"} <= set(where.bound()), what="the preemptor bound")
+        assert len([key for key in where.bound() if key.startswith("team/elastic")]) == left
         check_invariants(where)
