@@ -44,7 +44,9 @@ from topology.snapshot import Snapshot
 #: Candidate domains examined per decision, closest to fitting first.
 DEFAULT_MAX_DOMAINS = 8
 #: Domains whose plans are refined (more greedy orders, a swap search) after the first ranking.
-REFINED_DOMAINS = 3
+REFINED_DOMAINS = 2
+#: Up to this many candidate domains, every one is refined and searched locally.
+SMALL_CHOICE = 4
 #: Two-for-one swaps are tried when (chosen units)^2 x (other units) stays below this many room checks.
 PAIR_SWAP_BUDGET = 4000
 #: A plan that the per-node room check cannot decide is searched with ``place`` at every step; beyond
@@ -182,6 +184,8 @@ class _Search:
         self.need = _need(snapshot, request)
         self._units: dict[int, list[Unit]] = {}
         self._layouts: dict[int, _Layout] = {}
+        self.importance = _least_important_first(budgets)
+        self._node_ranks: dict[int, dict[str, int]] = {}
 
     def _units_in(self, domains: Domains, domain: int) -> tuple[IntArray, list[Unit], _Layout]:
         """A domain's rows, its candidate units and their layout (asked for once per domain)."""
@@ -208,13 +212,16 @@ class _Search:
         plans.sort(key=lambda plan: (plan.rank, plan.domain))
         # The few best domains are searched harder (more orders, then a swap search); the rest keep the
         # first plan, which is what they are ranked by.
-        for i, plan in enumerate(plans[:REFINED_DOMAINS]):
+        # Few domains (a small cluster, or a block-wide requirement) are all refined; many, the best few.
+        refined = len(plans) if len(plans) <= SMALL_CHOICE else REFINED_DOMAINS
+        for i, plan in enumerate(plans[:refined]):
             better = self._cheap_plan(domains, plan.domain, quick=False)
             if better is not None and better.rank < plan.rank:
                 plans[i] = better
         plans.sort(key=lambda plan: (plan.rank, plan.domain))
-        if plans:
-            plans[0] = self._improved(domains, plans[0])
+        improved = len(plans) if len(plans) <= SMALL_CHOICE else 1
+        plans[:improved] = [self._improved(domains, plan) for plan in plans[:improved]]
+        plans.sort(key=lambda plan: (plan.rank, plan.domain))
         for plan in plans:
             found = self._verified(domains, plan, len(candidates))
             if found is not None:
@@ -296,19 +303,20 @@ class _Search:
         first (kube-scheduler's order), or the largest first (fewest pods evicted). ``quick``: the first
         order and reprieve only."""
         rows, units, layout = self._units_in(domains, domain)
-        inside = set(rows.tolist())
-        outside = {unit.key: _share_outside(unit, inside, self.snapshot) for unit in units}
-        base = _least_important_first(self.budgets)
+        base = self.importance
         node_rank = self._cheapest_nodes_first(units, layout)
         orders: list[Callable[[Unit], tuple[object, ...]]] = [
             lambda unit: (node_rank.get(unit.key, len(node_rank)), *base(unit)),
-            base,
-            lambda unit: (*base(unit)[:3], len(unit.pods), *base(unit)[3:]),
-            lambda unit: (*base(unit)[:3], outside[unit.key], len(unit.pods), *base(unit)[3:]),
-            lambda unit: (base(unit)[2], *base(unit)),
         ]
-        if quick:
-            orders = orders[:1]
+        if not quick:
+            inside = set(rows.tolist())
+            outside = {unit.key: _share_outside(unit, inside, self.snapshot) for unit in units}
+            orders += [
+                base,
+                lambda unit: (*base(unit)[:3], len(unit.pods), *base(unit)[3:]),
+                lambda unit: (*base(unit)[:3], outside[unit.key], len(unit.pods), *base(unit)[3:]),
+                lambda unit: (base(unit)[2], *base(unit)),
+            ]
         best: _Plan | None = None
         seen: set[tuple[str, ...]] = set()
         for order in orders:
@@ -337,6 +345,9 @@ class _Search:
 
     def _cheapest_nodes_first(self, units: list[Unit], layout: _Layout) -> dict[str, int]:
         """Each unit's place when the domain's nodes are ordered cheapest to clear first."""
+        cached = self._node_ranks.get(id(layout))
+        if cached is not None:
+            return cached
         cost: dict[int, list[float]] = {}
         for unit in units:
             for pod in unit.pods:
@@ -351,6 +362,7 @@ class _Search:
         for unit in units:
             rows = [where[0] for pod in unit.pods if (where := layout.of(pod)) is not None]
             ranks[unit.key] = min((order[row] for row in rows), default=len(order))
+        self._node_ranks[id(layout)] = ranks
         return ranks
 
     def _improved(self, domains: Domains, plan: _Plan) -> _Plan:
@@ -368,10 +380,10 @@ class _Search:
             others = [unit for unit in units if unit.key not in keys]
             best: tuple[tuple[int, int, int, int, float], list[Unit]] | None = None
 
-            def consider(option: list[Unit]) -> None:
+            def consider(option: list[Unit], bar: tuple[int, int, int, int, float] = rank) -> None:
                 nonlocal best
                 option_rank = self._rank(option)
-                if option_rank < rank and (best is None or option_rank < best[0]):
+                if option_rank < bar and (best is None or option_rank < best[0]):
                     best = (option_rank, option)
 
             pairs: list[tuple[Unit, ...]] = [(unit,) for unit in current]
@@ -402,13 +414,11 @@ class _Search:
 
         Units whose pods a disruption budget protects are given back first, as kube-scheduler does; with
         ``largest_first``, units with the most pods are tried first instead."""
-        order = sorted(chosen, key=_least_important_first(self.budgets), reverse=True)
+        order = sorted(chosen, key=self.importance, reverse=True)
         if largest_first:
             order.sort(key=lambda unit: -len(unit.pods))
         else:
-            order = [u for u in order if _protected(u, self.budgets)] + [
-                u for u in order if not _protected(u, self.budgets)
-            ]
+            order = [u for u in order if self.importance(u)[2]] + [u for u in order if not self.importance(u)[2]]
         reprieved = {unit.key for unit in order if spare(unit)}
         return _without_subsumed([unit for unit in chosen if unit.key not in reprieved])
 
@@ -433,7 +443,7 @@ class _Search:
 
     def _placed_plan(self, domains: Domains, domain: int, tried: int) -> Victims | None:
         """The slow path: ``place`` decides each step (for gangs the per-node room check cannot judge)."""
-        units = sorted(self._units_in(domains, domain)[1], key=_least_important_first(self.budgets))
+        units = sorted(self._units_in(domains, domain)[1], key=self.importance)
         if not units or len(units) > MAX_UNITS_PLACED_ONE_BY_ONE:
             return None
         if self._place_without(units) is None:
@@ -636,9 +646,19 @@ def _share_outside(unit: Unit, inside: set[int], snapshot: Snapshot) -> float:
     return sum(1 for row in rows if row not in inside) / max(1, len(rows))
 
 
-def _least_important_first(budgets: Mapping[str, int]) -> Callable[[Unit], tuple[int, int, int, float, str]]:
-    def key(unit: Unit) -> tuple[int, int, int, float, str]:
-        return (unit.priority, 0 if unit.surplus else 1, int(_protected(unit, budgets)), -unit.started, unit.key)
+_Importance = tuple[int, int, int, float, str]
+
+
+def _least_important_first(budgets: Mapping[str, int]) -> Callable[[Unit], _Importance]:
+    """The sort key of units, least important first (computed once per unit: sorts call it often)."""
+    keys: dict[str, _Importance] = {}
+
+    def key(unit: Unit) -> _Importance:
+        found = keys.get(unit.key)
+        if found is None:
+            protected = int(bool(budgets) and _protected(unit, budgets))
+            found = keys[unit.key] = (unit.priority, 0 if unit.surplus else 1, protected, -unit.started, unit.key)
+        return found
 
     return key
 
