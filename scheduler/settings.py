@@ -47,8 +47,9 @@ class PermitSettings:
 class PreemptionSettings:
     enabled: bool = True
     """A gang that does not fit may evict pods of strictly lower priority to make room."""
-    max_domains_tried: int = 8
-    """Candidate domains (racks, blocks, ...) examined per decision, closest to fitting first."""
+    max_domains_tried: int = 4
+    """Candidate domains (racks, blocks, ...) examined per decision, the cheapest-looking first (a
+    vectorized estimate: clear each domain's cheapest nodes until the gang fits)."""
     nomination_timeout_seconds: float = 300.0
     """How long a preemptor's room is held while its victims terminate; then the plan is dropped and the
     gang evaluated again (victims still terminating are not chosen again)."""

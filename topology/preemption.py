@@ -8,12 +8,14 @@ decides which to evict, with the same engine that places gangs, in these steps:
    victims inside one domain of that key; any other gang inside the whole cluster.
 2. Prune domains, vectorized: evicting every candidate below the preemptor's priority (``evictable``,
    summed per node) must free enough room in the domain for each pod shape of the gang's minimum.
-   The survivors are tried closest-to-fitting first, at most ``max_domains`` of them.
-3. Per domain, greedily: add units least important first (lowest priority; the surplus before whole
-   gangs; units without a disruption budget to spare before those with one; the most recently started
-   first) until the domain's free room could hold the minimum. Then the reprieve pass: give back each
-   chosen unit, most important first, whenever the rest still make room. This is the domain's plan.
-   The room check is per node and per shape (``pods_per_node`` over the domain's rows), exact for one
+   The survivors are ranked by an estimate (clear the domain's cheapest nodes first until the gang
+   fits: the highest priority and the pods that takes), and the first ``max_domains`` are examined.
+3. Per domain, greedily: add units in an order (cheapest nodes first; or lowest priority first, the
+   surplus before whole gangs, units a disruption budget protects last) until the domain's free room
+   could hold the minimum; then the reprieve pass gives back each chosen unit, most important first,
+   whenever the rest still make room. The best few domains are searched harder: more orders, two
+   reprieve orders, and a local search (drop one unit, swap one for one, two for one in small domains).
+   The room check is per node and per shape (copies that fit, counted incrementally), exact for one
    shape without constraints inside the domain and optimistic otherwise.
 4. Rank the plans as kube-scheduler ranks nodes: fewest budget violations, lowest highest-victim
    priority, smallest sum of victim priorities, fewest victim pods, most recently started victims.
@@ -41,12 +43,12 @@ from topology.place import DEFAULT_MAX_TRIES, place
 from topology.request import GangRequest, PodShape
 from topology.snapshot import Snapshot
 
-#: Candidate domains examined per decision, closest to fitting first.
-DEFAULT_MAX_DOMAINS = 8
+#: Candidate domains examined per decision, the cheapest-looking first (``_Search._estimate``).
+DEFAULT_MAX_DOMAINS = 4
 #: Domains whose plans are refined (more greedy orders, a swap search) after the first ranking.
-REFINED_DOMAINS = 2
-#: Up to this many candidate domains, every one is refined and searched locally.
-SMALL_CHOICE = 4
+REFINED_DOMAINS = 1
+#: Up to this many units in all the candidate domains, every domain is refined and searched locally.
+SMALL_CHOICE_UNITS = 200
 #: Two-for-one swaps are tried when (chosen units)^2 x (other units) stays below this many room checks.
 PAIR_SWAP_BUDGET = 4000
 #: A plan that the per-node room check cannot decide is searched with ``place`` at every step; beyond
@@ -212,14 +214,16 @@ class _Search:
         plans.sort(key=lambda plan: (plan.rank, plan.domain))
         # The few best domains are searched harder (more orders, then a swap search); the rest keep the
         # first plan, which is what they are ranked by.
-        # Few domains (a small cluster, or a block-wide requirement) are all refined; many, the best few.
-        refined = len(plans) if len(plans) <= SMALL_CHOICE else REFINED_DOMAINS
+        # When the choice is small (few units in all), every domain is refined and searched locally; in a
+        # large one, the best few are refined and the best one searched.
+        small = sum(len(self._units[plan.domain]) for plan in plans) <= SMALL_CHOICE_UNITS
+        refined = len(plans) if small else REFINED_DOMAINS
         for i, plan in enumerate(plans[:refined]):
             better = self._cheap_plan(domains, plan.domain, quick=False)
             if better is not None and better.rank < plan.rank:
                 plans[i] = better
         plans.sort(key=lambda plan: (plan.rank, plan.domain))
-        improved = len(plans) if len(plans) <= SMALL_CHOICE else 1
+        improved = len(plans) if small else 1
         plans[:improved] = [self._improved(domains, plan) for plan in plans[:improved]]
         plans.sort(key=lambda plan: (plan.rank, plan.domain))
         for plan in plans:
@@ -577,6 +581,9 @@ class _Room:
                 self.copies[i][row] = now
 
 
+_UNSEEN = object()
+
+
 class _Layout:
     """Where each victim pod sits in one domain's rows, and its request as (column, amount) pairs."""
 
@@ -584,18 +591,23 @@ class _Layout:
         self.snapshot = snapshot
         self.local = {int(row): i for i, row in enumerate(rows.tolist())}
         self._found: dict[str, tuple[int, tuple[tuple[int, int], ...]] | None] = {}
+        self._pairs: dict[tuple[tuple[str, int], ...], tuple[tuple[int, int], ...]] = {}
 
     def of(self, pod: VictimPod) -> tuple[int, tuple[tuple[int, int], ...]] | None:
-        if pod.key not in self._found:
+        found = self._found.get(pod.key, _UNSEEN)
+        if found is _UNSEEN:
             row = self.snapshot.index_of(pod.node)
             local = self.local.get(row) if row is not None else None
-            if local is None:
-                self._found[pod.key] = None
-            else:
-                vector = self.snapshot.request_vector(pod.requests).vector
-                pairs = tuple((int(c), int(vector[c])) for c in np.flatnonzero(vector))
-                self._found[pod.key] = (local, pairs)
-        return self._found[pod.key]
+            found = None if local is None else (local, self._pairs_of(pod.requests))
+            self._found[pod.key] = found
+        return found  # type: ignore[return-value]
+
+    def _pairs_of(self, requests: tuple[tuple[str, int], ...]) -> tuple[tuple[int, int], ...]:
+        pairs = self._pairs.get(requests)
+        if pairs is None:
+            vector = self.snapshot.request_vector(requests).vector
+            pairs = self._pairs[requests] = tuple((int(c), int(vector[c])) for c in np.flatnonzero(vector))
+        return pairs
 
 
 def _need(snapshot: Snapshot, request: GangRequest) -> _Need:

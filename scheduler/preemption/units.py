@@ -55,6 +55,7 @@ class UnitSource:
         self.priority = priority
         self.in_flight = in_flight
         self._gangs: dict[GangKey, list[Unit]] = {}
+        self._requests: dict[int, tuple[tuple[str, int], ...]] = {}  # ClusterState shares one dict per request
 
     def __call__(self, rows: IntArray) -> list[Unit]:
         state = self.state
@@ -116,7 +117,10 @@ class UnitSource:
             return None
         namespace = pod.split("/", 1)[0]
         budgets = self.state.budgets.covering(namespace, record.labels or {}) if len(self.state.budgets) else ()
-        return VictimPod(pod, record.node, tuple(sorted(record.requests.items())), budgets)
+        requests = self._requests.get(id(record.requests))
+        if requests is None:
+            requests = self._requests[id(record.requests)] = tuple(sorted(record.requests.items()))
+        return VictimPod(pod, record.node, requests, budgets)
 
     def _started(self, pod: str) -> float:
         record = self.state.pod(pod)

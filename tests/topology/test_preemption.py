@@ -57,6 +57,7 @@ class World:
             self.snapshot,
             request,  # type: ignore[arg-type]
             evictable=self.running.below(self.snapshot, request_priority),
+            node_cost=self.running.cheapest(self.snapshot, request_priority),
             units_on=units_on,
             budgets=self.budgets,
         )
@@ -193,6 +194,8 @@ def test_running_pods_sum_what_could_be_freed_per_node() -> None:
     assert running.below(snapshot, 2)[:, gpu].tolist() == [2, 0]
     assert running.below(snapshot, 6)[:, gpu].tolist() == [5, 0]
     assert running.on_rows(snapshot, np.array([0]), 6) == ["a", "b"]
+    highest, count = running.cheapest(snapshot, 6)
+    assert (highest.tolist(), count.tolist()) == ([5, -1], [2, 0])  # what clearing each node would cost
     running.remove("a")
     running.set("c", n1, {GPU: 4}, 1, deleting=False)
     assert running.below(snapshot, 2)[:, gpu].tolist() == [0, 4]
