@@ -107,7 +107,8 @@ def measure(inst: exact.Instance, victims: set[str]) -> dict[str, Any]:
     return {
         "pods": len(victims),
         "broken": exact.broken(inst, victims),
-        "wasted_gpus": int(freed.sum()) - (inst.pods * inst.gpus if placed else 0),
+        # What was freed beyond what the gang takes (it may also use room that was free already).
+        "wasted_gpus": max(0, int(freed.sum()) - (inst.pods * inst.gpus if placed else 0)),
         "placed": placed,
     }
 
