@@ -38,7 +38,13 @@ from scheduler.outcome import Code, Outcome
 from scheduler.permit import Permit, Reservation, placeholder_requests, with_placeholders
 from scheduler.preemption.evictor import EvictJob, Victim
 from scheduler.preemption.nominations import Nominations, hiding
-from scheduler.preemption.planner import PreemptionPlanner, preempting_note, terminating_for, victims_by_reason
+from scheduler.preemption.planner import (
+    PreemptionPlanner,
+    longest_grace,
+    preempting_note,
+    terminating_for,
+    victims_by_reason,
+)
 from scheduler.queue import GangQueue, Wake
 from scheduler.reporting import SCHEDULER_ERROR, UNSCHEDULABLE, Reason, Subject
 from scheduler.settings import Settings
@@ -130,6 +136,7 @@ class SchedulingLoop:
         self.metrics = metrics
         self.evictor = evictor
         self.nominations = Nominations(clock, settings.preemption.nomination_timeout_seconds)
+        self._clearing: set[str] = set()  # pods whose nominatedNodeName is being cleared
         self.preemption = PreemptionPlanner(state, settings, self.nominations)
         self._poke = anyio.Event()
         self._reserved_labels: set[str] = set()
@@ -309,9 +316,12 @@ class SchedulingLoop:
         """The gang does not fit: wait for victims already going, or choose new ones, or say why not."""
         nomination = self.nominations.get(spec.key)
         if nomination is None and spec.key not in self.nominations.given_up:
-            terminating, room = terminating_for(spec, self.state)
+            terminating, named, room = terminating_for(spec, self.state)
             if terminating:
-                nomination = self.nominations.adopt(spec.key, spec.priority, terminating, room)
+                grace = longest_grace(self.state, terminating)
+                nomination = self.nominations.adopt(
+                    spec.key, spec.priority, terminating, named, room, grace_seconds=grace
+                )
         if nomination is not None:
             going = [pod for pod in nomination.victims if self.state.exists(pod)]
             if going:
@@ -531,6 +541,7 @@ class SchedulingLoop:
             else:
                 self.queue.binding(key)
             return
+        self._clear_stale(key, gang.pods)
         if code in (Code.WAIT, Code.INVALID):
             self.queue.remove(key)  # a change of the gang (a member arrives, an object is fixed) brings it back
             if code is Code.WAIT:
@@ -579,15 +590,31 @@ class SchedulingLoop:
 
     def _clear_nominated(self, spec: GangSpec) -> None:
         """The pods' ``status.nominatedNodeName`` goes with the nomination (as kube-scheduler clears it)."""
-        if self.evictor is not None:
-            pods = tuple((pod, "") for pod in spec.pods if self.state.placed_node(pod) is None)
-            self.evictor.submit(EvictJob(spec.key, (), pods, ""))
+        self._clear_stale(spec.key, spec.pods)
+
+    def _clear_stale(self, gang: GangKey, pods: Iterable[str]) -> None:
+        """Clear ``nominatedNodeName`` on pending pods of a gang that holds no nomination (any more): the
+        room would otherwise stay hidden from everyone else until the pods are gone."""
+        if self.evictor is None or gang in self.nominations:
+            return
+        stale = [pod for pod in pods if pod in self.state.nominated and self.state.placed_node(pod) is None]
+        self._clearing &= set(self.state.nominated)
+        stale = [pod for pod in stale if pod not in self._clearing]
+        if stale:
+            self._clearing.update(stale)
+            self.evictor.submit(EvictJob(gang, (), tuple((pod, "") for pod in stale), ""))
 
     def _preempting(self, spec: GangSpec, victims: Victims, outcome: Outcome) -> None:
         assert self.evictor is not None
         pods = victims.pods
+        going = frozenset(pod.key for pod in pods)
         self.nominations.nominate(
-            spec.key, spec.priority, victims.placement, frozenset(pod.key for pod in pods), victims.domain
+            spec.key,
+            spec.priority,
+            victims.placement,
+            going,
+            victims.domain,
+            grace_seconds=longest_grace(self.state, going),
         )
         evict = []
         for pod in pods:

@@ -51,8 +51,9 @@ class PreemptionSettings:
     """Candidate domains (racks, blocks, ...) examined per decision, the cheapest-looking first (a
     vectorized estimate: clear each domain's cheapest nodes until the gang fits)."""
     nomination_timeout_seconds: float = 300.0
-    """How long a preemptor's room is held while its victims terminate; then the plan is dropped and the
-    gang evaluated again (victims still terminating are not chosen again)."""
+    """How long a preemptor's room is held while its victims terminate (at least twice their longest
+    grace period); then the plan is dropped and the gang evaluated again (victims still terminating are
+    not chosen again)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

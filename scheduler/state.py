@@ -75,6 +75,8 @@ class RunningPod:
     start: object = None
     deleting: bool = False
     labels: Mapping[str, str] | None = None
+    #: Seconds it may take to terminate (``terminationGracePeriodSeconds``, 30 when unset).
+    grace: float = 30.0
 
     @property
     def started(self) -> float:
@@ -201,6 +203,7 @@ class ClusterState:
             start=status.get("startTime") or metadata.get("creationTimestamp"),
             deleting=deleting,
             labels=labels if isinstance(labels, Mapping) else None,
+            grace=_grace(obj),
         )
         self.index.upsert_pod(obj)
 
@@ -378,6 +381,15 @@ class ClusterState:
             free = self.snapshot.free[np.array([row for _, row in known])]
             found += [name for (name, _), short in zip(known, (free < 0).any(axis=1), strict=True) if short]
         return found
+
+
+def _grace(pod: Mapping[str, Any]) -> float:
+    """A pod's grace period: the one its deletion set, else its spec's, else Kubernetes' default 30 s."""
+    for value in ((pod.get("metadata") or {}).get("deletionGracePeriodSeconds"),
+                  (pod.get("spec") or {}).get("terminationGracePeriodSeconds")):  # fmt: skip
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return float(value)
+    return 30.0
 
 
 def _same_api(resource: ApiResource, other: ApiResource) -> bool:

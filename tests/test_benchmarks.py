@@ -86,7 +86,7 @@ def test_bench_quality_quick_json_compares_every_algorithm() -> None:
 def test_bench_preemption_quick_json_compares_with_the_optimum_and_the_baselines() -> None:
     completed, report = run_quick("scripts/bench_preemption.py")
     quality = report["quality"]
-    assert quality["instances"] == 10 and 0 <= quality["equal_to_optimum"] <= 10
+    assert quality["instances"] == 10 and quality["equal_to_optimum"] >= 9  # the full run's target is 95%
     assert set(quality["algorithms"]) == {"phalanx", "exact", "per-pod (kube-scheduler)", "per-node (Volcano-like)"}
     assert quality["algorithms"]["phalanx"]["gangs_broken"] == 0  # whole units only: a failure, not a figure
     assert report["decision"]["nodes"] == 1280 and report["decision"]["victims"] > 0

@@ -19,6 +19,8 @@ class Context:
 
     settings: GangSettings
     priority_classes: dict[str, int] = field(default_factory=dict)
+    #: PriorityClasses whose ``preemptionPolicy`` is ``Never``: a group naming one never preempts.
+    never_preempting: set[str] = field(default_factory=set)
     _members: dict[str, tuple[object, Member | SpecProblem]] = field(default_factory=dict)
 
     def member(self, pod: PodInfo) -> Member:

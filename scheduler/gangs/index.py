@@ -74,6 +74,10 @@ class GangIndex:
     def gang_of(self, pod: str) -> GangKey | None:
         return self.membership.gang_of(pod)
 
+    def never_preempts(self, priority_class: str) -> bool:
+        """Whether the PriorityClass says ``preemptionPolicy: Never``."""
+        return self.membership.never_preempts(priority_class)
+
     def pod(self, key: str) -> PodInfo | None:
         return self.membership.pod(key)
 

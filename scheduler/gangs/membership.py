@@ -95,6 +95,10 @@ class MembershipIndex:
             value = group.raw.get("value")
             if isinstance(value, int) and not isinstance(value, bool):
                 self._context.priority_classes[group.ref.name] = value
+            if group.raw.get("preemptionPolicy") == "Never":
+                self._context.never_preempting.add(group.ref.name)
+            else:
+                self._context.never_preempting.discard(group.ref.name)
             self._dirty |= set(self._gang_of.values())  # rare, and any gang may name the class
             return True
         self._dirty.add(self._root_key(group.ref))
@@ -110,6 +114,7 @@ class MembershipIndex:
             return False
         if group.kind.role is Role.PRIORITY_CLASS:
             self._context.priority_classes.pop(group.ref.name, None)
+            self._context.never_preempting.discard(group.ref.name)
             self._dirty |= set(self._gang_of.values())
             return True
         self._dirty.add(self._root_key(group.ref))
@@ -148,6 +153,10 @@ class MembershipIndex:
     def groups(self) -> Mapping[ObjectRef, GroupObject]:
         """Every group object as last seen (read-only)."""
         return self._groups
+
+    def never_preempts(self, priority_class: str) -> bool:
+        """Whether the PriorityClass says ``preemptionPolicy: Never``."""
+        return priority_class in self._context.never_preempting
 
     def gang_of(self, pod: str) -> GangKey | None:
         return self._gang_of.get(PodKey(pod))

@@ -33,6 +33,9 @@ from scheduler.reporting import Reason, Reporter, rfc3339
 log = structlog.get_logger("phalanx.preemption")
 
 DISRUPTION_TARGET = "DisruptionTarget"
+#: How long a write that may pass is retried; a victim left running would leave its unit half evicted.
+RETRY_SECONDS = 120.0
+_FIRST_RETRY, _LAST_RETRY = 0.2, 10.0
 PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
 
 
@@ -94,17 +97,23 @@ class Evictor:
                 self._send = None
 
     async def _evict(self, job: EvictJob) -> None:
+        evicted: list[Victim] = []
+
+        async def evict(victim: Victim) -> None:
+            if await self._evict_one(job, victim):
+                evicted.append(victim)
+
         async with anyio.create_task_group() as group:  # the victims are marked going first, then the room named
             for victim in job.victims:
-                group.start_soon(self._evict_one, job, victim)
+                group.start_soon(evict, victim)
         async with anyio.create_task_group() as group:
             for pod, node in job.nominated:
                 group.start_soon(self._nominate, pod, node)
         told: set[ObjectRef] = set()
-        for victim in job.victims:
+        for victim in evicted:
             if victim.group is not None and victim.group not in told:
                 told.add(victim.group)
-                count = sum(1 for other in job.victims if other.group == victim.group)
+                count = sum(1 for other in evicted if other.group == victim.group)
                 self.reporter.event(
                     self.reporter.group_subject(victim.group),
                     Reason.PREEMPTED,
@@ -117,9 +126,10 @@ class Evictor:
         """Set the pod's ``status.nominatedNodeName`` (clear it when ``node`` is empty)."""
         namespace, name = pod.split("/", 1)
         patch = {"status": {"nominatedNodeName": node or None}}
-        await self._write("nominate", pod, self.port.patch_status(PODS, namespace, name, patch))
+        await self._write("nominate", pod, lambda: self.port.patch_status(PODS, namespace, name, patch))
 
-    async def _evict_one(self, job: EvictJob, victim: Victim) -> None:
+    async def _evict_one(self, job: EvictJob, victim: Victim) -> bool:
+        """Mark and delete one victim; True once the API has accepted the DELETE."""
         namespace, name = victim.pod.split("/", 1)
         message = f"{self.scheduler_name}: preempted by gang {job.preemptor} to make room in {job.domain}"
         condition = {
@@ -129,39 +139,50 @@ class Evictor:
             "message": message,
             "lastTransitionTime": rfc3339(self.clock.wall()),
         }
+        patch = {"status": {"conditions": [condition]}}
         marked = await self._write(
-            "disruption-target",
-            victim.pod,
-            self.port.patch_status(PODS, namespace, name, {"status": {"conditions": [condition]}}),
+            "disruption-target", victim.pod, lambda: self.port.patch_status(PODS, namespace, name, patch)
         )
         if marked is None:
-            return
-        deleted = await self._write("delete", victim.pod, self.port.delete(PODS, namespace, name, uid=victim.uid))
-        if deleted is None:
-            return
+            return False  # gone or replaced: nothing to delete
+        # Deleted even when the condition could not be written: the rest of its unit is going, and a unit
+        # left half running would be a gang below its minimum.
+        deleted = await self._write(
+            "delete", victim.pod, lambda: self.port.delete(PODS, namespace, name, uid=victim.uid)
+        )
+        if not deleted:
+            return False
         if self.on_evicted is not None:
             self.on_evicted(victim.pod, job.preemptor)
-        subject = self.reporter.pod_subject(victim.pod)
         self.reporter.event(
-            subject,
+            self.reporter.pod_subject(victim.pod),
             Reason.PREEMPTED,
             f"Preempted by gang {job.preemptor} to make room in {job.domain}",
             type="Normal",
             action="Preempting",
         )
-
-    async def _write(self, kind: str, pod: str, write: Coroutine[Any, Any, Any]) -> bool | None:
-        """Run one write under the rate limit; True when it was applied, None when the pod is gone or the
-        server refused it (then nothing more is done for that pod)."""
-        await self.limiter.take()
-        try:
-            await write
-        except (NotFound, Conflict):
-            log.info("preemption write skipped: the pod is gone or was replaced", kind=kind, pod=pod)
-            return None
-        except PortError as error:
-            self.metrics.api_write_errors.labels(kind, str(error.code)).inc()
-            log.warning("preemption write refused", kind=kind, pod=pod, code=error.code, error=str(error)[:300])
-            return None
-        self.metrics.api_writes.labels(kind).inc()
         return True
+
+    async def _write(self, kind: str, pod: str, write: Callable[[], Coroutine[Any, Any, Any]]) -> bool | None:
+        """Run one write under the rate limit, retrying what may pass (5xx, 429, timeouts) with backoff for
+        up to ``RETRY_SECONDS``. True when applied; None when the pod is gone or was replaced; False when
+        the server refused it for good or it kept failing (logged and counted)."""
+        delay, waited = _FIRST_RETRY, 0.0
+        while True:
+            await self.limiter.take()
+            try:
+                await write()
+            except (NotFound, Conflict):
+                log.info("preemption write skipped: the pod is gone or was replaced", kind=kind, pod=pod)
+                return None
+            except PortError as error:
+                self.metrics.api_write_errors.labels(kind, str(error.code)).inc()
+                if not error.transient or waited >= RETRY_SECONDS:
+                    log.warning("preemption write failed", kind=kind, pod=pod, code=error.code, error=str(error)[:300])
+                    return False
+                await anyio.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, _LAST_RETRY)
+                continue
+            self.metrics.api_writes.labels(kind).inc()
+            return True

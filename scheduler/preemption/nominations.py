@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scheduler.clock import Clock
-from scheduler.gangs import GangKey
+from scheduler.gangs import GangKey, GangSpec
 from scheduler.state import ClusterState
 from topology import Placement, Snapshot
 
@@ -54,8 +54,17 @@ class Nominations:
         return gang in self._by_gang
 
     def nominate(
-        self, gang: GangKey, priority: int, placement: Placement, victims: frozenset[str], domain: str
+        self,
+        gang: GangKey,
+        priority: int,
+        placement: Placement,
+        victims: frozenset[str],
+        domain: str,
+        *,
+        grace_seconds: float = 0.0,
     ) -> Nomination:
+        """Record a preemption. Its deadline is the timeout, or twice the victims' longest grace period when
+        that is longer: victims that checkpoint for ten minutes are not "stuck"."""
         now = self.clock.monotonic()
         nomination = Nomination(
             gang=gang,
@@ -65,7 +74,7 @@ class Nominations:
             victims=victims,
             domain=domain,
             decided=now,
-            deadline=now + self.timeout_seconds,
+            deadline=now + max(self.timeout_seconds, 2 * grace_seconds),
         )
         self._by_gang[gang] = nomination
         return nomination
@@ -75,7 +84,10 @@ class Nominations:
         gang: GangKey,
         priority: int,
         victims: frozenset[str],
+        nodes: tuple[tuple[str, str], ...],
         room: tuple[tuple[str, tuple[tuple[str, int], ...]], ...],
+        *,
+        grace_seconds: float = 0.0,
     ) -> Nomination:
         """A preemption found under way, decided before this process led (its preemptor's pods carry
         ``nominatedNodeName`` and pods are terminating there): waited for, with a fresh timeout, its room
@@ -84,12 +96,12 @@ class Nominations:
         nomination = Nomination(
             gang=gang,
             priority=priority,
-            nodes=(),
+            nodes=nodes,
             room=room,
             victims=victims,
             domain="the nodes it is nominated to",
             decided=now,
-            deadline=now + self.timeout_seconds,
+            deadline=now + max(self.timeout_seconds, 2 * grace_seconds),
         )
         self._by_gang[gang] = nomination
         return nomination
@@ -149,13 +161,16 @@ class Nominations:
         room: dict[str, tuple[str, Requests]] = {}
         for nomination in self._by_gang.values():
             if nomination.gang != gang and nomination.priority >= priority:
-                for (pod, _), (node, requests) in zip(nomination.nodes, nomination.room, strict=False):
+                for (pod, _), (node, requests) in zip(nomination.nodes, nomination.room, strict=True):
                     room[pod] = (node, requests)
-                if not nomination.nodes:  # adopted: its room is known by node only
-                    for i, (node, requests) in enumerate(nomination.room):
-                        room[f"{nomination.gang}#{i}"] = (node, requests)
         for pod, (node, wanted, pod_priority) in state.nominated.items():
-            if pod_priority >= priority and pod not in room and state.index.gang_of(pod) != gang:
+            if pod in room:
+                continue
+            owner = state.index.gang_of(pod)
+            if owner == gang:
+                continue
+            spec = state.index.get(owner) if owner is not None else None
+            if (spec.priority if isinstance(spec, GangSpec) else pod_priority) >= priority:  # the gang's priority
                 room[pod] = (node, tuple(sorted(wanted.items())))
         return list(room.values())
 

@@ -50,11 +50,12 @@ class PreemptionPlanner:
 Room = tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
 
 
-def terminating_for(spec: GangSpec, state: ClusterState) -> tuple[frozenset[str], Room]:
+def terminating_for(spec: GangSpec, state: ClusterState) -> tuple[frozenset[str], tuple[tuple[str, str], ...], Room]:
     """Pods of lower priority still terminating on the nodes the gang's pods are nominated to: a
     preemption already under way (perhaps decided by an earlier leader), which is waited for, never
     repeated with new victims (kube-scheduler's rule for a nominated pod)."""
     nodes = set()
+    named = []
     room = []
     for member in spec.request.members():
         info = state.index.pod(member.key)
@@ -62,6 +63,7 @@ def terminating_for(spec: GangSpec, state: ClusterState) -> tuple[frozenset[str]
         node = status.get("nominatedNodeName") if isinstance(status, dict) else None
         if isinstance(node, str) and node and state.placed_node(member.key) is None:
             nodes.add(node)
+            named.append((member.key, node))
             room.append((node, member.shape.requests))
     going = set()
     for node in nodes:
@@ -69,7 +71,12 @@ def terminating_for(spec: GangSpec, state: ClusterState) -> tuple[frozenset[str]
             record = state.pod(pod)
             if record is not None and record.deleting and record.priority < spec.priority:
                 going.add(pod)
-    return frozenset(going), tuple(room)
+    return frozenset(going), tuple(named), tuple(room)
+
+
+def longest_grace(state: ClusterState, pods: frozenset[str]) -> float:
+    """The longest grace period among pods about to terminate (what their nomination must wait)."""
+    return max((record.grace for pod in pods if (record := state.pod(pod)) is not None), default=0.0)
 
 
 def preempting_note(victims: Victims) -> str:

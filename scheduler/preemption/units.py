@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Set
 
-from scheduler.gangs import GangKey, GangSpec, ObjectRef, Source
+from scheduler.gangs import GangError, GangKey, GangSpec, Source
 from scheduler.gangs.pods import PHALANX_GROUP, UPSTREAM_GROUP
 from scheduler.state import ClusterState
 from topology import GangRequest
@@ -24,7 +24,6 @@ from topology.preemption import Unit, VictimPod
 #: ``disruptionMode`` values that mean "the whole group goes, or nothing" (the KEP's names and its
 #: reviewers' proposed ones; ``Pod``, ``Single`` and ``Basic`` allow one pod at a time).
 WHOLE_GROUP_MODES = frozenset({"PodGroup", "All", "Group"})
-PRIORITY_CLASS = ObjectRef("scheduling.k8s.io", "PriorityClass", "", "")
 
 
 def never_preempts(spec: GangSpec, state: ClusterState) -> str | None:
@@ -37,12 +36,8 @@ def never_preempts(spec: GangSpec, state: ClusterState) -> str | None:
     for ref in spec.objects:
         group = state.index.group(ref)
         name = group.spec.get("priorityClassName") if group is not None else None
-        if not isinstance(name, str) or not name:
-            continue
-        for namespace in ("", ref.namespace):
-            found = state.index.group(ObjectRef(PRIORITY_CLASS.group, PRIORITY_CLASS.kind, namespace, name))
-            if found is not None and found.raw.get("preemptionPolicy") == "Never":
-                return f"its PriorityClass {name} has preemptionPolicy Never"
+        if isinstance(name, str) and state.index.never_preempts(name):
+            return f"its PriorityClass {name} has preemptionPolicy Never"
     return None
 
 
@@ -65,11 +60,18 @@ class UnitSource:
             if pod in self.in_flight:
                 continue
             gang = state.index.gang_of(pod)
-            spec = state.index.get(gang) if gang is not None else None
-            if gang is not None and isinstance(spec, GangSpec) and spec.source is not Source.POD:
+            result = state.index.get(gang) if gang is not None else None
+            if gang is not None and isinstance(result, GangSpec) and result.source is not Source.POD:
                 if gang not in seen:
                     seen.add(gang)
-                    units.extend(self._gang_units(spec))
+                    units.extend(self._gang_units(result))
+                continue
+            if gang is not None and isinstance(result, GangError) and len(result.pods) > 1:
+                # A gang whose definition is broken now (its group deleted or invalid) still runs as a
+                # gang: it goes whole or not at all, at the highest priority among its pods.
+                if gang not in seen:
+                    seen.add(gang)
+                    units.extend(self._broken_gang_unit(gang, result))
                 continue
             victim = self._victim(pod)
             record = state.pod(pod)
@@ -100,6 +102,19 @@ class UnitSource:
             return  # already below its minimum: only the whole gang may go
         for key in surplus:
             yield Unit(f"pod {key}", (victims[key],), spec.priority, started[key], str(spec.key), surplus=True)
+
+    def _broken_gang_unit(self, gang: GangKey, error: GangError) -> list[Unit]:
+        if gang == self.preemptor or any(pod in self.state.assumed for pod in error.pods):
+            return []
+        records = [(pod, self.state.pod(pod)) for pod in error.pods]
+        priority = max((record.priority for _, record in records if record is not None), default=0)
+        if priority >= self.priority:
+            return []
+        victims = [victim for pod, _ in records if (victim := self._victim(pod)) is not None]
+        if not victims:
+            return []
+        started = max(self._started(victim.key) for victim in victims)
+        return [Unit(f"gang {gang}", tuple(victims), priority, started, str(gang))]
 
     def _whole_only(self, spec: GangSpec) -> bool:
         for ref in spec.objects:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from scheduler.ports.sim import FaultRule, Faults
 from scheduler.ports.sim.builders import node_manifest
 from tests.scheduler.invariants import check_invariants
 from tests.scheduler.support import Cluster, cluster, eventually, gpu_pod, pfn, phalanx
@@ -43,11 +44,11 @@ def classes(where: Cluster) -> None:
     where.create(priority_class("polite", 1000, preemptionPolicy="Never"))
 
 
-async def fill_with_batch(where: Cluster) -> None:
+async def fill_with_batch(where: Cluster, **spec: Any) -> None:
     """Two low-priority gangs of two 8-GPU pods, one per rack: the cluster is full."""
     for gang in ("batch-a", "batch-b"):
         for i in range(2):
-            where.create(member(f"{gang}-{i}", gang, 2, "batch", rack=True))
+            where.create(member(f"{gang}-{i}", gang, 2, "batch", rack=True, **spec))
     await eventually(lambda: len(where.bound()) == 4, what="the batch gangs bound")
 
 
@@ -144,9 +145,9 @@ async def test_the_surplus_of_an_elastic_gang_goes_first_and_its_minimum_stays()
 
 async def test_a_victim_that_never_terminates_lets_the_nomination_time_out_and_is_not_chosen_again() -> None:
     async with cluster(nodes=two_racks(), graceful=True) as where, phalanx(where) as app:
-        app.scheduler.nominations.timeout_seconds = 0.5
+        app.scheduler.nominations.timeout_seconds = 0.5  # and twice the victims' one-second grace: 2 s
         classes(where)
-        await fill_with_batch(where)
+        await fill_with_batch(where, terminationGracePeriodSeconds=1)
         where.create(member("prod-0", "prod", 1, "production", rack=True))
         first = await eventually(
             lambda: {key for key, pod in where.pods().items() if pod["metadata"].get("deletionTimestamp")},
@@ -238,4 +239,80 @@ async def test_an_upstream_pod_group_s_disruption_mode_decides_whether_its_surpl
             where.create(member(f"prod-{i}", "prod", 2, "production"))
         await eventually(lambda: {"team/prod-0", "team/prod-1"} <= set(where.bound()), what="the preemptor bound")
         assert len([key for key in where.bound() if key.startswith("team/elastic")]) == left
+        check_invariants(where)
+
+
+async def test_a_group_whose_priority_class_never_preempts_says_so_and_evicts_nothing() -> None:
+    async with cluster(nodes=two_racks()) as where, phalanx(where):
+        classes(where)
+        await fill_with_batch(where)
+        where.create({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                      "metadata": {"name": "polite", "namespace": "team"},
+                      "spec": {"minMember": 1, "priorityClassName": "polite"}})  # fmt: skip
+        where.create(gpu_pod("polite-0", annotations={"scheduling.k8s.io/group-name": "polite"}))
+        condition = await eventually(lambda: where.condition("team/polite-0"), what="the polite gang pending")
+        assert condition["message"].endswith(
+            "Preemption cannot help: it may not preempt: its PriorityClass polite has preemptionPolicy Never."
+        )
+        assert len(where.bound()) == 4 and not where.events("Preempting")
+        check_invariants(where)
+
+
+async def test_a_running_gang_whose_group_was_deleted_is_still_evicted_whole() -> None:
+    nodes = [rack_node(f"r0-n{i}", "r0") for i in range(2)]
+    async with cluster(nodes=nodes) as where, phalanx(where):
+        classes(where)
+        group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                 "metadata": {"name": "train", "namespace": "team"}, "spec": {"minMember": 2}}  # fmt: skip
+        where.create(group)
+        for i in range(2):
+            where.create(gpu_pod(f"train-{i}", labels={"scheduling.x-k8s.io/pod-group": "train"},
+                                 priorityClassName="batch"))  # fmt: skip
+        await eventually(lambda: len(where.bound()) == 2, what="the gang bound")
+        groups = where.store.resource("scheduling.x-k8s.io/v1alpha1", "PodGroup")
+        where.monitor.user_deleted("team/train-0")  # the user breaks its definition: its minimum is theirs
+        where.store.delete(groups, "team", "train")
+        where.create(member("prod-0", "prod", 1, "production"))
+        await eventually(lambda: "team/prod-0" in where.bound(), what="the preemptor bound")
+        assert not any(key.startswith("team/train") for key in where.pods())  # both went, not one
+        check_invariants(where)
+
+
+async def test_a_stale_nomination_is_cleared_so_its_room_is_not_held_forever() -> None:
+    nodes = [rack_node(f"r0-n{i}", "r0") for i in range(2)]
+    async with cluster(nodes=nodes) as where:
+        classes(where)
+        where.create(priority_class("system", 5000))
+        where.create(gpu_pod("infra-0", scheduler="default-scheduler", priorityClassName="system", nodeName="r0-n0"))
+        where.create(gpu_pod("infra-1", scheduler="default-scheduler", priorityClassName="system",
+                             nodeName="r0-n1", gpus=4))  # fmt: skip
+        # An earlier leader nominated prod-0 to r0-n1; nothing terminates there and nothing can be preempted.
+        where.create(member("prod-0", "prod", 1, "production"))
+        where.store.patch(where.store.resource("v1", "Pod"), "team", "prod-0",
+                          {"status": {"nominatedNodeName": "r0-n1"}},
+                          "application/strategic-merge-patch+json", subresource="status")  # fmt: skip
+        async with phalanx(where):
+            where.create(member("small-0", "small", 1, "batch", gpus=4))
+            await eventually(lambda: "team/small-0" in where.bound(), what="the batch pod bound in the room")
+            await eventually(
+                lambda: not (where.pods()["team/prod-0"].get("status") or {}).get("nominatedNodeName"),
+                what="the stale nomination cleared",
+            )
+            check_invariants(where)
+
+
+async def test_victims_whose_deletion_fails_for_a_while_still_all_go() -> None:
+    faults = Faults(seed=4)
+    async with cluster(nodes=two_racks(), faults=faults) as where, phalanx(where) as app:
+        classes(where)
+        await fill_with_batch(where)
+        faults.rules.append(FaultRule(verbs=frozenset({"delete"}), error_rate=0.6, codes=(500, 503)))
+        for i in range(2):
+            where.create(member(f"prod-{i}", "prod", 2, "production", rack=True))
+        await eventually(lambda: {"team/prod-0", "team/prod-1"} <= set(where.bound()), timeout=15,
+                         what="the preemptor bound")  # fmt: skip
+        assert faults.injected, "no deletion failed: the test proves nothing"
+        survivors = [key for key in where.bound() if key.startswith("team/batch")]
+        assert len(survivors) == 2 and len({key[:-2] for key in survivors}) == 1  # one whole gang left
+        assert app.metrics.registry.get_sample_value("phalanx_preemption_victims_total", {"reason": "gang"}) == 2
         check_invariants(where)
