@@ -446,13 +446,23 @@ class _Search:
         return self._victims(domains, plan.domain, plan.units, placed, tried)
 
     def _placed_plan(self, domains: Domains, domain: int, tried: int) -> Victims | None:
-        """The slow path: ``place`` decides each step (for gangs the per-node room check cannot judge)."""
+        """The slow path: ``place`` decides (for gangs the per-node room check cannot judge: parts that
+        each need their own rack inside the domain, mixed shapes). The shortest prefix of the units, least
+        important first, that lets the gang place is found by bisection; then the reprieve pass, with
+        ``place`` judging each unit given back (at most ``MAX_UNITS_PLACED_ONE_BY_ONE`` of them)."""
         units = sorted(self._units_in(domains, domain)[1], key=self.importance)
-        if not units or len(units) > MAX_UNITS_PLACED_ONE_BY_ONE:
+        if not units or self._place_without(units) is None:
             return None
-        if self._place_without(units) is None:
+        low, high = 0, len(units)  # units[:high] lets it place
+        while low < high:
+            middle = (low + high) // 2
+            if self._place_without(units[:middle]) is not None:
+                high = middle
+            else:
+                low = middle + 1
+        chosen = list(units[:high])
+        if len(chosen) > MAX_UNITS_PLACED_ONE_BY_ONE:
             return None
-        chosen = list(units)
 
         def spare(unit: Unit) -> bool:
             rest = [other for other in chosen if other is not unit]

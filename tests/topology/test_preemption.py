@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tests.builders import GPU, LEVELS, RACK, cluster, gang
-from topology import Placement, Snapshot
+from topology import GangRequest, Placement, Snapshot
 from topology.domains import IntArray
 from topology.preemption import NoVictims, Unit, VictimPod, Victims, choose_victims
 from topology.running import RunningPods
@@ -200,3 +200,20 @@ def test_running_pods_sum_what_could_be_freed_per_node() -> None:
     running.set("c", n1, {GPU: 4}, 1, deleting=False)
     assert running.below(snapshot, 2)[:, gpu].tolist() == [0, 4]
     assert len(running) == 3
+
+
+def test_a_composite_whose_parts_each_need_a_rack_finds_victims_on_a_large_cluster() -> None:
+    """No top-level requirement, two parts that each require one rack: the room check cannot judge
+    racks inside the cluster, so the placement engine decides, by bisection over the units."""
+    world = World(Snapshot(cluster(1, 40, 8), topology=LEVELS))
+    for record in world.snapshot.records:
+        # The first node of every rack runs the most recently started job: every cheap choice is
+        # scattered one node per rack, which no part can use.
+        index = int(record.name.rsplit("-n", 1)[1])
+        world.run(f"{record.name}-job", [record.name], gpus=8, priority=1, started=1000.0 - index)
+    parts = [gang(f"prod/part-{i}", 2, gpus=8, required=RACK) for i in range(2)]
+    request = GangRequest.group("prod", parts)
+    result = chosen(world.choose(10, request))
+    assert len(result.pods) == 4  # two nodes for each part, nothing more
+    racks = {world.snapshot.node(node).labels[RACK] for node in result.placement.nodes().values()}  # type: ignore[union-attr]
+    assert len(racks) <= 2
