@@ -148,7 +148,10 @@ class Evictor:
         # Deleted even when the condition could not be written: the rest of its unit is going, and a unit
         # left half running would be a gang below its minimum.
         deleted = await self._write(
-            "delete", victim.pod, lambda: self.port.delete(PODS, namespace, name, uid=victim.uid)
+            "delete",
+            victim.pod,
+            lambda: self.port.delete(PODS, namespace, name, uid=victim.uid),
+            replaced=lambda: self._replaced(namespace, name, victim.uid),
         )
         if not deleted:
             return False
@@ -163,21 +166,43 @@ class Evictor:
         )
         return True
 
-    async def _write(self, kind: str, pod: str, write: Callable[[], Coroutine[Any, Any, Any]]) -> bool | None:
-        """Run one write under the rate limit, retrying what may pass (5xx, 429, timeouts) with backoff for
-        up to ``RETRY_SECONDS``. True when applied; None when the pod is gone or was replaced; False when
-        the server refused it for good or it kept failing (logged and counted)."""
+    async def _replaced(self, namespace: str, name: str, uid: str) -> bool:
+        """After a 409 on the uid-guarded DELETE: whether the pod under that name is another one (or gone)."""
+        try:
+            current = await self.port.get(PODS, namespace, name)
+        except NotFound:
+            return True
+        except PortError:
+            return False  # cannot tell: try the DELETE again, its precondition keeps it safe
+        return str((current.get("metadata") or {}).get("uid") or "") != uid
+
+    async def _write(
+        self,
+        kind: str,
+        pod: str,
+        write: Callable[[], Coroutine[Any, Any, Any]],
+        *,
+        replaced: Callable[[], Coroutine[Any, Any, bool]] | None = None,
+    ) -> bool | None:
+        """Run one write under the rate limit, retrying what may pass (5xx, 429, timeouts, a 409 that was a
+        race on the server) with backoff for up to ``RETRY_SECONDS``. A 409 of a write with a precondition
+        asks ``replaced`` whether the pod is another one now. True when applied; None when the pod is gone
+        or was replaced; False when the server refused it for good or it kept failing (logged, counted)."""
         delay, waited = _FIRST_RETRY, 0.0
         while True:
             await self.limiter.take()
             try:
                 await write()
-            except (NotFound, Conflict):
-                log.info("preemption write skipped: the pod is gone or was replaced", kind=kind, pod=pod)
+            except NotFound:
+                log.info("preemption write skipped: the pod is gone", kind=kind, pod=pod)
                 return None
             except PortError as error:
+                if isinstance(error, Conflict) and replaced is not None and await replaced():
+                    log.info("preemption write skipped: the pod was replaced", kind=kind, pod=pod)
+                    return None
                 self.metrics.api_write_errors.labels(kind, str(error.code)).inc()
-                if not error.transient or waited >= RETRY_SECONDS:
+                retryable = error.transient or isinstance(error, Conflict)
+                if not retryable or waited >= RETRY_SECONDS:
                     log.warning("preemption write failed", kind=kind, pod=pod, code=error.code, error=str(error)[:300])
                     return False
                 await anyio.sleep(delay)

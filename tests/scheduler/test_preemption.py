@@ -306,7 +306,7 @@ async def test_victims_whose_deletion_fails_for_a_while_still_all_go() -> None:
     async with cluster(nodes=two_racks(), faults=faults) as where, phalanx(where) as app:
         classes(where)
         await fill_with_batch(where)
-        faults.rules.append(FaultRule(verbs=frozenset({"delete"}), error_rate=0.6, codes=(500, 503)))
+        faults.rules.append(FaultRule(verbs=frozenset({"delete", "patch"}), error_rate=0.5, codes=(500, 503, 409)))
         for i in range(2):
             where.create(member(f"prod-{i}", "prod", 2, "production", rack=True))
         await eventually(lambda: {"team/prod-0", "team/prod-1"} <= set(where.bound()), timeout=15,
