@@ -14,7 +14,7 @@ show, not only the end of a run:
   the gang check below (pods being deleted are no members);
 - at every bind of ours: room nominated for a pending pod of a higher-priority gang on that node (its
   ``status.nominatedNodeName``) is still there, counting pods already terminating (or marked
-  ``DisruptionTarget`` by a preemption) as gone;
+  ``DisruptionTarget`` by a preemption) as gone, unless that pod's scheduler has placed it already;
 - :meth:`conditions_stale`: every pending pod of ours carries a ``PodScheduled=False`` condition whose
   message is the scheduler's latest decision for it;
 - :meth:`feasible_pending`: liveness, the pending pods one fresh scheduling pass over the same objects
@@ -306,10 +306,15 @@ class InvariantMonitor:
         self.checks["nominated room"] += 1
         mine = self._gang_priority(pod)
         gang = self.index.gang_of(PodKey(pod))
+        # A nominated pod its scheduler has placed (it is being bound, perhaps elsewhere) needs that room
+        # no more: where it goes is counted by the capacity check.
+        placing = {other for app in self.apps for other in app.state.assumed}
         higher = {
             other: wanted
             for other, wanted in waiting.items()
-            if self._gang_priority(other) > mine and self.index.gang_of(PodKey(other)) != gang
+            if other not in placing
+            and self._gang_priority(other) > mine
+            and self.index.gang_of(PodKey(other)) != gang
         }
         if not higher:
             return
