@@ -13,6 +13,7 @@ from kubernetes_asyncio import client
 
 from scheduler.frontends.dryrun import dry_run, read_real_cluster
 from scheduler.frontends.explain import explain
+from scheduler.frontends.render import table
 from scheduler.ports.kube import KubeCluster, connect
 from scheduler.ports.kube.readonly import ReadOnlyViolation, read_only
 from scheduler.ports.port import NODES
@@ -104,6 +105,10 @@ async def test_dry_run_and_explain_say_what_would_be_preempted_and_preempt_nothi
         assert where.store.resource_version == version and set(where.server.methods) == {"GET"}
     assert report.preempted == {f"team/sweep-{i}": "pfn:team/llm" for i in range(4)}  # the whole gang, not two pods
     assert "Preempting 4 pods of lower priority in the cluster (4 of pfn:team/sweep)" in report.pending["team/llm-0"]
+    lines = table(report, title="t", levels=SETTINGS.levels, would=True).splitlines()
+    assert lines[lines.index("Would preempt (pod, and the gang it makes room for):") + 1] == (
+        "  team/sweep-0  by pfn:team/llm"
+    )
     assert (
         "It would preempt 4 pod(s) of lower priority, then bind once they have terminated:\n"
         "  pfn:team/sweep: team/sweep-0, team/sweep-1, team/sweep-2, team/sweep-3"

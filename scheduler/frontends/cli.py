@@ -348,7 +348,7 @@ def _command_dry_run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     scope = f" in namespace {args.namespace}" if args.namespace else ""
     title = f"Phalanx dry-run against {copy.server}: {len(report.gangs)} pending gang(s){scope}; nothing was written"
-    print(table(report, title=title, levels=settings.levels))
+    print(table(report, title=title, levels=settings.levels, would=True))
     return 0
 
 

@@ -312,9 +312,7 @@ class InvariantMonitor:
         higher = {
             other: wanted
             for other, wanted in waiting.items()
-            if other not in placing
-            and self._gang_priority(other) > mine
-            and self.index.gang_of(PodKey(other)) != gang
+            if other not in placing and self._gang_priority(other) > mine and self.index.gang_of(PodKey(other)) != gang
         }
         if not higher:
             return

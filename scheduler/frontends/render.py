@@ -27,8 +27,10 @@ def _where(domains: Mapping[str, str]) -> str:
     return " ".join(f"{short_name(key)}={value}" for key, value in domains.items())
 
 
-def table(report: Report, *, title: str, levels: Iterable[str]) -> str:
-    """The gang table, why each gang that is not bound waits, the GPU map (small clusters), a summary."""
+def table(report: Report, *, title: str, levels: Iterable[str], would: bool = False) -> str:
+    """The gang table, why each gang that is not bound waits, the GPU map (small clusters), a summary.
+
+    ``would``: the run only shows what Phalanx would do (``dry-run``): its preemptions are not made."""
     letters = gang_letters(report)
     names = {
         gang.key: f"{gang.key} [{letters[gang.key]}]" if gang.key in letters else gang.key for gang in report.gangs
@@ -54,7 +56,8 @@ def table(report: Report, *, title: str, levels: Iterable[str]) -> str:
                 break_long_words=False,
             )
     if report.preempted:
-        lines += ["", "Preempted (pod, and the gang it made room for):"]
+        heading = "Would preempt" if would else "Preempted"
+        lines += ["", f"{heading} (pod, and the gang it makes room for):"]
         lines += [f"  {pod}  by {gang}" for pod, gang in sorted(report.preempted.items())]
     if report.nodes <= MAP_NODES and report.node_gpus and any(report.node_gpus.values()):
         lines += ["", *gpu_map(report, letters, list(levels))]
