@@ -13,7 +13,8 @@ The engine — everything at this level, in the order data flows through it:
 5. ``cycle``: one scheduling cycle per gang (placement by ``topology``), its ``outcome`` recorded once;
    ``waiting`` and ``permit`` for gangs that lack members; ``preemption/`` for gangs that do not fit
    (units of eviction, nominations, the evictor);
-6. ``binding``: binds placed gangs; ``reporting``: conditions, Events and group status;
+6. ``binding``: binds placed gangs (through ``jobs``, off the cycle); ``reporting``: conditions, Events and
+   group status;
 7. ``leader``, ``health``, ``metrics``, ``settings``, ``app`` (which wires it all together).
 
 ``frontends/`` — the ``phalanx`` command (``cli``) and what it runs: ``simulation``, ``dryrun``,

@@ -25,7 +25,6 @@ refusal (the API server answers 409 when a pod still has ``spec.schedulingGates`
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -33,10 +32,10 @@ from enum import Enum
 import anyio
 import structlog
 from anyio.abc import TaskStatus
-from anyio.streams.memory import MemoryObjectSendStream
 
 from scheduler.clock import Clock
 from scheduler.gangs import GangKey
+from scheduler.jobs import Jobs
 from scheduler.metrics import Metrics
 from scheduler.ports.errors import Conflict, NotFound, PortError, Throttled
 from scheduler.ports.port import PODS, ClusterPort
@@ -92,7 +91,7 @@ class Binder:
         self.metrics = metrics
         self.place_again = place_again
         self.back_off = back_off
-        self._send: MemoryObjectSendStream[BindJob] | None = None
+        self._jobs = Jobs("binder", self._bind_gang)
         self._slots = anyio.Semaphore(settings.concurrency)
         self.in_flight = 0
 
@@ -100,23 +99,14 @@ class Binder:
         """Queue a permitted gang for binding (only while :meth:`run` runs, i.e. while leading)."""
         if not job.pods:
             return
-        if self._send is None:
-            raise RuntimeError("the binder is not running")
+        self._jobs.submit(job)
         self.in_flight += 1
-        self._send.send_nowait(job)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        send, receive = anyio.create_memory_object_stream[BindJob](math.inf)
-        with send, receive:
-            self._send = send
-            try:
-                async with anyio.create_task_group() as group:
-                    task_status.started()
-                    async for job in receive:
-                        group.start_soon(self._bind_gang, job)
-            finally:
-                self._send = None
-                self.in_flight = 0
+        try:
+            await self._jobs.run(task_status=task_status)
+        finally:
+            self.in_flight = 0
 
     async def _bind_gang(self, job: BindJob) -> None:
         try:

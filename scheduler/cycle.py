@@ -176,7 +176,7 @@ class SchedulingLoop:
             log.info("nomination timed out; the gang is evaluated again", gang=nomination.gang)
             spec = state.index.get(nomination.gang)
             if isinstance(spec, GangSpec):
-                self._clear_nominated(spec)
+                self._clear_stale(spec.key, spec.pods)
                 queue.add(spec.key, spec.priority, spec.created)
         freed, nodes_changed = state.take_signals()
         if nodes_changed:
@@ -586,10 +586,6 @@ class SchedulingLoop:
 
     def _drop_nomination(self, spec: GangSpec) -> None:
         self.nominations.drop(spec.key)
-        self._clear_nominated(spec)
-
-    def _clear_nominated(self, spec: GangSpec) -> None:
-        """The pods' ``status.nominatedNodeName`` goes with the nomination (as kube-scheduler clears it)."""
         self._clear_stale(spec.key, spec.pods)
 
     def _clear_stale(self, gang: GangKey, pods: Iterable[str]) -> None:
@@ -597,9 +593,13 @@ class SchedulingLoop:
         room would otherwise stay hidden from everyone else until the pods are gone."""
         if self.evictor is None or gang in self.nominations:
             return
-        stale = [pod for pod in pods if pod in self.state.nominated and self.state.placed_node(pod) is None]
-        self._clearing &= set(self.state.nominated)
-        stale = [pod for pod in stale if pod not in self._clearing]
+        nominated = self.state.nominated
+        self._clearing = {pod for pod in self._clearing if pod in nominated}  # cleared ones the watch showed
+        stale = [
+            pod
+            for pod in pods
+            if pod in nominated and pod not in self._clearing and self.state.placed_node(pod) is None
+        ]
         if stale:
             self._clearing.update(stale)
             self.evictor.submit(EvictJob(gang, (), tuple((pod, "") for pod in stale), ""))

@@ -12,50 +12,28 @@ from typing import Any
 
 import structlog
 
+from scheduler.gangs.fields import LabelSelector, SpecProblem, label_selector
+from scheduler.gangs.model import ObjectRef
 from scheduler.ports.port import Change
 
 log = structlog.get_logger("phalanx.preemption")
 
 
 @dataclass(frozen=True, slots=True)
-class Requirement:
-    key: str
-    operator: str
-    values: frozenset[str]
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        if self.operator == "In":
-            return labels.get(self.key) in self.values
-        if self.operator == "NotIn":
-            return labels.get(self.key) not in self.values
-        if self.operator == "Exists":
-            return self.key in labels
-        if self.operator == "DoesNotExist":
-            return self.key not in labels
-        return False  # an operator the API would have refused: select nothing rather than everything
-
-
-@dataclass(frozen=True, slots=True)
 class Budget:
     namespace: str
     name: str
-    match_labels: tuple[tuple[str, str], ...]
-    requirements: tuple[Requirement, ...]
+    #: None when the budget has no selector, which selects no pod (policy/v1); an empty one selects all.
+    selector: LabelSelector | None
     #: ``status.disruptionsAllowed``: how many of its pods may go now (the disruption controller keeps it).
     allowed: int
-    #: A budget without a selector selects no pod (policy/v1); an empty selector selects every pod.
-    selects_nothing: bool = False
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
     def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
-        if self.selects_nothing or namespace != self.namespace:
-            return False
-        return all(labels.get(k) == v for k, v in self.match_labels) and all(
-            requirement.matches(labels) for requirement in self.requirements
-        )
+        return self.selector is not None and namespace == self.namespace and self.selector.matches(labels)
 
 
 def read_budget(obj: Mapping[str, Any]) -> Budget | None:
@@ -63,24 +41,19 @@ def read_budget(obj: Mapping[str, Any]) -> Budget | None:
     namespace, name = metadata.get("namespace"), metadata.get("name")
     if not isinstance(namespace, str) or not isinstance(name, str):
         return None
-    spec = obj.get("spec") or {}
-    selector = spec.get("selector")
+    raw = (obj.get("spec") or {}).get("selector")
     allowed = (obj.get("status") or {}).get("disruptionsAllowed")
-    if not isinstance(selector, Mapping):
-        return Budget(namespace, name, (), (), 0, selects_nothing=True)
-    labels = selector.get("matchLabels") or {}
-    requirements = tuple(
-        Requirement(
-            str(item.get("key", "")), str(item.get("operator", "")), frozenset(map(str, item.get("values") or ()))
-        )
-        for item in selector.get("matchExpressions") or ()
-        if isinstance(item, Mapping)
-    )
+    selector = None
+    if raw is not None:
+        try:
+            selector = label_selector(ObjectRef("policy", "PodDisruptionBudget", namespace, name), raw, "spec.selector")
+        except SpecProblem as problem:  # the API server validates selectors: only a hand-made object gets here
+            log.warning("PodDisruptionBudget ignored: its selector cannot be read", budget=f"{namespace}/{name}",
+                        problem=str(problem))  # fmt: skip
     return Budget(
         namespace=namespace,
         name=name,
-        match_labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())) if isinstance(labels, Mapping) else (),
-        requirements=requirements,
+        selector=selector,
         # A budget the disruption controller has not counted yet allows nothing, as the eviction API says.
         allowed=allowed if isinstance(allowed, int) and not isinstance(allowed, bool) else 0,
     )

@@ -12,7 +12,6 @@ the nomination's timeout lets the preemptor be evaluated again.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +19,10 @@ from typing import Any
 import anyio
 import structlog
 from anyio.abc import TaskStatus
-from anyio.streams.memory import MemoryObjectSendStream
 
 from scheduler.clock import Clock
 from scheduler.gangs import GangKey, ObjectRef
+from scheduler.jobs import Jobs
 from scheduler.metrics import Metrics
 from scheduler.ports.errors import Conflict, NotFound, PortError
 from scheduler.ports.port import PODS, ClusterPort
@@ -74,27 +73,16 @@ class Evictor:
         self.reporter = reporter
         self.metrics = metrics
         self.scheduler_name = scheduler_name
-        self._send: MemoryObjectSendStream[EvictJob] | None = None
+        self._jobs = Jobs("evictor", self._evict)
         #: Told of each victim the API accepted to delete, and its preemptor (``simulate`` reports them).
         self.on_evicted: Callable[[str, GangKey], None] | None = None
 
     def submit(self, job: EvictJob) -> None:
         """Queue a preemption's writes (only while :meth:`run` runs, i.e. while leading)."""
-        if self._send is None:
-            raise RuntimeError("the evictor is not running")
-        self._send.send_nowait(job)
+        self._jobs.submit(job)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        send, receive = anyio.create_memory_object_stream[EvictJob](math.inf)
-        with send, receive:
-            self._send = send
-            try:
-                async with anyio.create_task_group() as group:
-                    task_status.started()
-                    async for job in receive:
-                        group.start_soon(self._evict, job)
-            finally:
-                self._send = None
+        await self._jobs.run(task_status=task_status)
 
     async def _evict(self, job: EvictJob) -> None:
         evicted: list[Victim] = []

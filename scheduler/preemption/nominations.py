@@ -136,9 +136,6 @@ class Nominations:
         self._binding.clear()
         self.given_up.clear()
 
-    def all(self) -> list[Nomination]:
-        return list(self._by_gang.values())
-
     def in_flight(self) -> set[str]:
         """Victims of standing nominations: never chosen again while their deletion is under way."""
         return {pod for nomination in self._by_gang.values() for pod in nomination.victims}

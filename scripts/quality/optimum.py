@@ -80,12 +80,7 @@ def optimum(snapshot: Snapshot, gangs: list[Gang], *, time_limit: float = 60.0) 
                 rows.append(({y(g, n): 1.0}, 0.0, 0.0))
             else:
                 rows.append(({y(g, n): 1.0, variable_of[domain]: -float(gangs[g].pods)}, -np.inf, 0.0))
-    matrix = lil_matrix((len(rows), n_vars))
-    lower, upper = np.empty(len(rows)), np.empty(len(rows))
-    for i, (coefficients, low, high) in enumerate(rows):
-        for variable, value in coefficients.items():
-            matrix[i, variable] = value
-        lower[i], upper[i] = low, high
+    constraints = linear_constraints(rows, n_vars)
     cost = np.zeros(n_vars)
     for g in range(n_gangs):
         cost[y(g, 0) : y(g, 0) + n_nodes] = -float(per_pod[g])
@@ -95,7 +90,7 @@ def optimum(snapshot: Snapshot, gangs: list[Gang], *, time_limit: float = 60.0) 
         high[y(g, 0) : y(g, 0) + n_nodes] = per_node
     result = milp(
         cost,
-        constraints=LinearConstraint(matrix.tocsr(), lower, upper),
+        constraints=constraints,
         integrality=np.ones(n_vars),
         bounds=Bounds(np.zeros(n_vars), high),
         options={"time_limit": time_limit, "disp": False},
@@ -109,3 +104,14 @@ def optimum(snapshot: Snapshot, gangs: list[Gang], *, time_limit: float = 60.0) 
         if gang.min_pods is not None
     )
     return Optimum(gpus=round(-result.fun), proven=result.status == 0, extras=extras)
+
+
+def linear_constraints(rows: list[tuple[dict[int, float], float, float]], n_vars: int) -> LinearConstraint:
+    """``low <= sum(coefficient * x[variable]) <= high`` for each (coefficients, low, high) row."""
+    matrix = lil_matrix((len(rows), n_vars))
+    lower, upper = np.empty(len(rows)), np.empty(len(rows))
+    for i, (coefficients, low, high) in enumerate(rows):
+        for variable, value in coefficients.items():
+            matrix[i, variable] = value
+        lower[i], upper[i] = low, high
+    return LinearConstraint(matrix.tocsr(), lower, upper)

@@ -22,8 +22,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import lil_matrix
+from scipy.optimize import Bounds, milp
+
+from quality.optimum import linear_constraints
 
 GPU = "nvidia.com/gpu"
 GPUS_PER_NODE = 8
@@ -241,18 +242,12 @@ def _solve(
     integrality: np.ndarray,
     high: np.ndarray,
 ) -> np.ndarray:
-    matrix = lil_matrix((len(rows), n_vars))
-    lower, upper = np.empty(len(rows)), np.empty(len(rows))
-    for i, (coefficients, low, top) in enumerate(rows):
-        for variable, value in coefficients.items():
-            matrix[i, variable] = value
-        lower[i], upper[i] = low, top
     cost = np.zeros(n_vars)
     for variable, value in objective.items():
         cost[variable] = value
     result = milp(
         cost,
-        constraints=LinearConstraint(matrix.tocsr(), lower, upper),
+        constraints=linear_constraints(rows, n_vars),
         integrality=integrality,
         bounds=Bounds(np.zeros(n_vars), high),
         options={"time_limit": 30, "disp": False},

@@ -3,7 +3,9 @@ outage. Checked by the cluster's invariant monitor and by liveness once the faul
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
 import anyio
@@ -14,10 +16,10 @@ from scheduler.app import Phalanx
 from scheduler.gangs import GangKey
 from scheduler.ports.kube import KubeCluster
 from scheduler.ports.sim import FaultRule, Faults
-from scheduler.settings import BindingSettings
+from scheduler.settings import BindingSettings, Settings
 from tests.reliability.chaos import Gangs, create, preemptions, priority_classes, settle
 from tests.scheduler.invariants import check_invariants
-from tests.scheduler.support import FAST, cluster, elected, eventually, gpu_pod, pfn, phalanx
+from tests.scheduler.support import FAST, Cluster, cluster, elected, eventually, gpu_pod, pfn, phalanx
 
 LEASE_SECONDS = 1.5
 
@@ -26,48 +28,62 @@ def binds(app: Phalanx) -> float:
     return app.metrics.registry.get_sample_value("phalanx_api_writes_total", {"kind": "bind"}) or 0.0
 
 
-async def test_killing_the_leader_mid_bind_hands_over_within_the_lease_and_never_binds_twice() -> None:
-    slow = Faults(seed=5, rules=[FaultRule(verbs=frozenset({"bind"}), latency=0.05, jitter=0.05)])
-    settings = replace(FAST, binding=BindingSettings(concurrency=2, assume_timeout_seconds=5))
-    async with cluster("blocks=1,racks=2,nodes=4,gpus=8", faults=slow) as where:
-        where.store.ensure_namespace("kube-system")
-        replicas: dict[str, tuple[Phalanx, anyio.CancelScope]] = {}
-        async with anyio.create_task_group() as group:
-            for identity in ("replica-a", "replica-b"):
-                port = KubeCluster(ApiClient(Configuration(host=where.url)), request_timeout=10)
-                app = Phalanx(replace(settings, leader_election=elected(identity, lease=LEASE_SECONDS)), port)
-                where.monitor.apps.append(app)
-                scope = anyio.CancelScope()
-                replicas[identity] = (app, scope)
+@contextlib.asynccontextmanager
+async def two_replicas(
+    where: Cluster, settings: Settings
+) -> AsyncIterator[tuple[Phalanx, Phalanx, Callable[[], None]]]:
+    """Two replicas with leader election on one cluster: (leader, follower, kill the leader). Killing is
+    as SIGKILL would: no clean shutdown, the Lease runs out on its own."""
+    replicas: dict[str, tuple[Phalanx, anyio.CancelScope]] = {}
+    async with anyio.create_task_group() as group:
+        for identity in ("replica-a", "replica-b"):
+            port = KubeCluster(ApiClient(Configuration(host=where.url)), request_timeout=10)
+            app = Phalanx(replace(settings, leader_election=elected(identity, lease=LEASE_SECONDS)), port)
+            where.monitor.apps.append(app)
+            scope = anyio.CancelScope()
+            replicas[identity] = (app, scope)
 
-                async def run(
-                    app: Phalanx = app, scope: anyio.CancelScope = scope, *, task_status: anyio.abc.TaskStatus[None]
-                ) -> None:
-                    try:
-                        with scope:
-                            await app.run(task_status=task_status)
-                    finally:
-                        with anyio.CancelScope(shield=True):
-                            await app.port.close()
+            async def run(
+                app: Phalanx = app, scope: anyio.CancelScope = scope, *, task_status: anyio.abc.TaskStatus[None]
+            ) -> None:
+                try:
+                    with scope:
+                        await app.run(task_status=task_status)
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await app.port.close()
 
-                await group.start(run)
-            leader_name = await eventually(
-                lambda: next((name for name, (app, _) in replicas.items() if app.elector.leading), None),
-                what="a leader",
-            )
-            leader, leader_scope = replicas[leader_name]
-            follower = next(app for name, (app, _) in replicas.items() if name != leader_name)
-            gangs = Gangs(5)
-            for _ in range(8):
-                create(where, gangs.next()[1])
-            await eventually(lambda: binds(leader) >= 2, timeout=5, what="the leader binding")
+            await group.start(run)
+        leader_name = await eventually(
+            lambda: next((name for name, (app, _) in replicas.items() if app.elector.leading), None),
+            what="a leader",
+        )
+        leader, leader_scope = replicas[leader_name]
+        follower = next(app for name, (app, _) in replicas.items() if name != leader_name)
 
-            async def no_release() -> None:  # killed: no clean shutdown, the lease runs out on its own
+        def kill_leader() -> None:
+            async def no_release() -> None:
                 return None
 
             leader.elector._release = no_release  # type: ignore[method-assign]
             leader_scope.cancel()
             where.monitor.apps.remove(leader)
+
+        yield leader, follower, kill_leader
+        group.cancel_scope.cancel()
+
+
+async def test_killing_the_leader_mid_bind_hands_over_within_the_lease_and_never_binds_twice() -> None:
+    slow = Faults(seed=5, rules=[FaultRule(verbs=frozenset({"bind"}), latency=0.05, jitter=0.05)])
+    settings = replace(FAST, binding=BindingSettings(concurrency=2, assume_timeout_seconds=5))
+    async with cluster("blocks=1,racks=2,nodes=4,gpus=8", faults=slow) as where:
+        where.store.ensure_namespace("kube-system")
+        async with two_replicas(where, settings) as (leader, follower, kill_leader):
+            gangs = Gangs(5)
+            for _ in range(8):
+                create(where, gangs.next()[1])
+            await eventually(lambda: binds(leader) >= 2, timeout=5, what="the leader binding")
+            kill_leader()
             killed = time.monotonic()
             await eventually(lambda: follower.elector.leading, timeout=LEASE_SECONDS + 2, what="the follower leading")
             takeover = time.monotonic() - killed
@@ -77,7 +93,6 @@ async def test_killing_the_leader_mid_bind_hands_over_within_the_lease_and_never
             check_invariants(where)
             assert takeover <= LEASE_SECONDS + 0.5, f"took over after {takeover:.2f}s, lease is {LEASE_SECONDS}s"
             assert binds(follower) >= 1
-            group.cancel_scope.cancel()
 
 
 async def test_an_api_server_gone_for_a_while_makes_phalanx_unready_then_it_recovers_and_schedules() -> None:
@@ -117,32 +132,7 @@ async def test_leader_loss_mid_preemption_neither_repeats_the_preemption_nor_los
             for i in range(2):
                 where.create(gpu_pod(f"{rack}-sweep-{i}", annotations=pfn(f"{rack}-sweep", 2),
                                      priorityClassName="batch", nodeName=f"{rack}-n{i}"))  # fmt: skip
-        replicas: dict[str, tuple[Phalanx, anyio.CancelScope]] = {}
-        async with anyio.create_task_group() as group:
-            for identity in ("replica-a", "replica-b"):
-                port = KubeCluster(ApiClient(Configuration(host=where.url)), request_timeout=10)
-                app = Phalanx(replace(FAST, leader_election=elected(identity, lease=LEASE_SECONDS)), port)
-                where.monitor.apps.append(app)
-                scope = anyio.CancelScope()
-                replicas[identity] = (app, scope)
-
-                async def run(
-                    app: Phalanx = app, scope: anyio.CancelScope = scope, *, task_status: anyio.abc.TaskStatus[None]
-                ) -> None:
-                    try:
-                        with scope:
-                            await app.run(task_status=task_status)
-                    finally:
-                        with anyio.CancelScope(shield=True):
-                            await app.port.close()
-
-                await group.start(run)
-            leader_name = await eventually(
-                lambda: next((name for name, (app, _) in replicas.items() if app.elector.leading), None),
-                what="a leader",
-            )
-            leader, leader_scope = replicas[leader_name]
-            follower = next(app for name, (app, _) in replicas.items() if name != leader_name)
+        async with two_replicas(where, FAST) as (_, follower, kill_leader):
             rack = {"scheduling.phalanx.dev/topology-required": "example.com/rack"}
             for i in range(2):
                 where.create(gpu_pod(f"prod-{i}", annotations={**pfn("prod", 2), **rack},
@@ -156,13 +146,7 @@ async def test_leader_loss_mid_preemption_neither_repeats_the_preemption_nor_los
                 lambda: all(where.pods()[f"team/prod-{i}"]["status"].get("nominatedNodeName") for i in range(2)),
                 what="the preemptor nominated",
             )
-
-            async def no_release() -> None:
-                return None
-
-            leader.elector._release = no_release  # type: ignore[method-assign]
-            leader_scope.cancel()
-            where.monitor.apps.remove(leader)
+            kill_leader()
             await eventually(lambda: follower.elector.leading, timeout=LEASE_SECONDS + 2, what="the follower leading")
             await eventually(
                 lambda: follower.scheduler.nominations.get(GangKey("pfn:team/prod")),
@@ -174,4 +158,3 @@ async def test_leader_loss_mid_preemption_neither_repeats_the_preemption_nor_los
                 where.finish_termination(victim)
             await eventually(lambda: {"team/prod-0", "team/prod-1"} <= set(where.bound()), what="the preemptor bound")
             check_invariants(where)
-            group.cancel_scope.cancel()

@@ -52,6 +52,18 @@ async def fill_with_batch(where: Cluster, **spec: Any) -> None:
     await eventually(lambda: len(where.bound()) == 4, what="the batch gangs bound")
 
 
+def terminating(where: Cluster) -> set[str]:
+    """Pods marked for deletion and not gone yet (no kubelet finishes them unless the test does)."""
+    return {key for key, pod in where.pods().items() if pod["metadata"].get("deletionTimestamp")}
+
+
+async def production_gang_preempts(where: Cluster) -> list[str]:
+    """A production gang of two 8-GPU pods that requires one rack arrives; its victims, once marked."""
+    for i in range(2):
+        where.create(member(f"prod-{i}", "prod", 2, "production", rack=True))
+    return sorted(await eventually(lambda: terminating(where), what="victims marked for deletion"))
+
+
 def conditions(where: Cluster, pod: str, kind: str) -> list[dict[str, Any]]:
     return [c for c in (where.pods()[pod].get("status") or {}).get("conditions") or [] if c["type"] == kind]
 
@@ -60,12 +72,7 @@ async def test_a_production_gang_evicts_one_whole_batch_gang_in_one_rack_and_bin
     async with cluster(nodes=two_racks(), graceful=True) as where, phalanx(where) as app:
         classes(where)
         await fill_with_batch(where)
-        for i in range(2):
-            where.create(member(f"prod-{i}", "prod", 2, "production", rack=True))
-        victims = await eventually(
-            lambda: {key for key, pod in where.pods().items() if pod["metadata"].get("deletionTimestamp")},
-            what="victims marked for deletion",
-        )
+        victims = set(await production_gang_preempts(where))
         assert victims in ({"team/batch-a-0", "team/batch-a-1"}, {"team/batch-b-0", "team/batch-b-1"})
         for victim in victims:
             (target,) = conditions(where, victim, "DisruptionTarget")
@@ -149,10 +156,7 @@ async def test_a_victim_that_never_terminates_lets_the_nomination_time_out_and_i
         classes(where)
         await fill_with_batch(where, terminationGracePeriodSeconds=1)
         where.create(member("prod-0", "prod", 1, "production", rack=True))
-        first = await eventually(
-            lambda: {key for key, pod in where.pods().items() if pod["metadata"].get("deletionTimestamp")},
-            what="a victim marked for deletion",
-        )
+        first = await eventually(lambda: terminating(where), what="a victim marked for deletion")
         assert len(first) == 2  # a whole gang, though one pod's room would do
 
         def preemptions() -> float | None:
@@ -163,10 +167,9 @@ async def test_a_victim_that_never_terminates_lets_the_nomination_time_out_and_i
         await eventually(lambda: preemptions() == 2, what="a second preemption after the timeout")
         everyone = {f"team/batch-{gang}-{i}" for gang in "ab" for i in range(2)}
 
-        def marked() -> set[str]:
-            return {key for key, pod in where.pods().items() if pod["metadata"].get("deletionTimestamp")}
-
-        await eventually(lambda: marked() == everyone, what=lambda: f"both gangs marked, not only {marked()}")
+        await eventually(
+            lambda: terminating(where) == everyone, what=lambda: f"both gangs marked, not only {terminating(where)}"
+        )
         for victim in everyone:
             where.finish_termination(victim)
         await eventually(lambda: "team/prod-0" in where.bound(), what="the preemptor bound at last")
@@ -178,14 +181,7 @@ async def test_nominated_room_is_not_taken_by_a_lower_priority_gang_while_victim
         classes(where)
         where.create(priority_class("middle", 500, preemptionPolicy="Never"))
         await fill_with_batch(where)
-        for i in range(2):
-            where.create(member(f"prod-{i}", "prod", 2, "production", rack=True))
-        victims = sorted(
-            await eventually(
-                lambda: {key for key, pod in where.pods().items() if pod["metadata"].get("deletionTimestamp")},
-                what="victims marked",
-            )
-        )
+        victims = await production_gang_preempts(where)
         # One victim is gone: its node is free, but the preemptor needs both. A middle-priority gang that
         # fits on that one node may not take it.
         where.finish_termination(victims[0])
@@ -204,14 +200,7 @@ async def test_a_higher_priority_gang_may_take_nominated_room() -> None:
         classes(where)
         where.create(priority_class("critical", 5000, preemptionPolicy="Never"))
         await fill_with_batch(where)
-        for i in range(2):
-            where.create(member(f"prod-{i}", "prod", 2, "production", rack=True))
-        victims = sorted(
-            await eventually(
-                lambda: {key for key, pod in where.pods().items() if pod["metadata"].get("deletionTimestamp")},
-                what="victims marked",
-            )
-        )
+        victims = await production_gang_preempts(where)
         where.finish_termination(victims[0])
         where.create(member("critical-0", "critical", 1, "critical"))
         await eventually(lambda: "team/critical-0" in where.bound(), what="the critical gang bound in nominated room")

@@ -1,0 +1,42 @@
+"""A queue of jobs handled off the scheduling cycle, each in its own task, while its owner leads.
+
+The binder and the evictor hand their API writes to one: the cycle submits at once and never awaits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Coroutine
+from typing import Any, Generic, TypeVar
+
+import anyio
+from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectSendStream
+
+Job = TypeVar("Job")
+
+
+class Jobs(Generic[Job]):
+    def __init__(self, owner: str, handle: Callable[[Job], Coroutine[Any, Any, None]]) -> None:
+        self.owner = owner
+        self.handle = handle
+        self._send: MemoryObjectSendStream[Job] | None = None
+
+    def submit(self, job: Job) -> None:
+        """Queue a job (only while :meth:`run` runs)."""
+        if self._send is None:
+            raise RuntimeError(f"the {self.owner} is not running")
+        self._send.send_nowait(job)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Handle every job submitted until cancelled (jobs in flight are cancelled with it)."""
+        send, receive = anyio.create_memory_object_stream[Job](math.inf)
+        with send, receive:
+            self._send = send
+            try:
+                async with anyio.create_task_group() as group:
+                    task_status.started()
+                    async for job in receive:
+                        group.start_soon(self.handle, job)
+            finally:
+                self._send = None
