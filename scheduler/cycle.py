@@ -621,7 +621,9 @@ class SchedulingLoop:
             victim_gang = self.state.index.get(self.state.index.gang_of(pod.key) or GangKey(""))
             group = victim_gang.objects[0] if isinstance(victim_gang, GangSpec) and victim_gang.objects else None
             evict.append(Victim(pod.key, self.state.uid(pod.key) or "", group))
-        self.evictor.submit(EvictJob(spec.key, tuple(evict), tuple(victims.placement.nodes().items()), victims.domain))
+        subject = self.reporter.gang(spec.objects, spec.pods)
+        nominated = tuple(victims.placement.nodes().items())
+        self.evictor.submit(EvictJob(spec.key, tuple(evict), nominated, victims.domain, subject))
         self.metrics.preemption_attempts.labels("preempted").inc()
         for reason, count in victims_by_reason(victims).items():
             if count:
@@ -630,9 +632,7 @@ class SchedulingLoop:
         log.info("preempting", gang=spec.key, domain=victims.domain, victims=len(pods), by_gang=victims.by_gang())
         self.queue.failed(spec.key, outcome.wake)
         self.reporter.pending(outcome.pods, UNSCHEDULABLE, f"{outcome.message} {note}")
-        self.reporter.event(
-            self.reporter.gang(spec.objects, spec.pods), Reason.PREEMPTING, note, type="Normal", action="Preempting"
-        )
+        self.reporter.event(subject, Reason.PREEMPTING, note, type="Normal", action="Preempting")
 
     def _meets_minimum(self, part: GangRequest) -> bool:
         """Whether the members already bound or assumed satisfy every minimum of ``part``."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import structlog
@@ -27,7 +27,7 @@ from scheduler.metrics import Metrics
 from scheduler.ports.errors import Conflict, NotFound, PortError
 from scheduler.ports.port import PODS, ClusterPort
 from scheduler.ratelimit import TokenBucket
-from scheduler.reporting import Reason, Reporter, rfc3339
+from scheduler.reporting import Reason, Reporter, Subject, rfc3339
 
 log = structlog.get_logger("phalanx.preemption")
 
@@ -54,6 +54,9 @@ class EvictJob:
     nominated: tuple[tuple[str, str], ...]
     #: Where the room is made ("rack b0-r3"), for the messages.
     domain: str
+    #: What the preemptor's Events are about (its group object or first pod); told when a victim could
+    #: not be deleted.
+    subject: Subject | None = None
 
 
 class Evictor:
@@ -141,7 +144,17 @@ class Evictor:
             lambda: self.port.delete(PODS, namespace, name, uid=victim.uid),
             replaced=lambda: self._replaced(namespace, name, victim.uid),
         )
-        if not deleted:
+        if isinstance(deleted, str):
+            # The unit may now be half evicted, and the preemptor waits for a pod that does not go: say so
+            # where the operator looks (the pending gang), not only in the log.
+            self.reporter.event(
+                job.subject,
+                Reason.FAILED_PREEMPTION,
+                f"Could not delete {victim.pod} to make room in {job.domain} ({deleted}); the gang is "
+                "evaluated again after preemption.nominationTimeoutSeconds.",
+                action="Preempting",
+            )
+        if deleted is not True:
             return False
         if self.on_evicted is not None:
             self.on_evicted(victim.pod, job.preemptor)
@@ -171,11 +184,11 @@ class Evictor:
         write: Callable[[], Coroutine[Any, Any, Any]],
         *,
         replaced: Callable[[], Coroutine[Any, Any, bool]] | None = None,
-    ) -> bool | None:
+    ) -> Literal[True] | str | None:
         """Run one write under the rate limit, retrying what may pass (5xx, 429, timeouts, a 409 that was a
         race on the server) with backoff for up to ``RETRY_SECONDS``. A 409 of a write with a precondition
         asks ``replaced`` whether the pod is another one now. True when applied; None when the pod is gone
-        or was replaced; False when the server refused it for good or it kept failing (logged, counted)."""
+        or was replaced; what the server said when it refused for good or kept failing (logged, counted)."""
         delay, waited = _FIRST_RETRY, 0.0
         while True:
             await self.limiter.take()
@@ -192,7 +205,7 @@ class Evictor:
                 retryable = error.transient or isinstance(error, Conflict)
                 if not retryable or waited >= RETRY_SECONDS:
                     log.warning("preemption write failed", kind=kind, pod=pod, code=error.code, error=str(error)[:300])
-                    return False
+                    return f"{error.code}: {str(error)[:300]}"
                 await anyio.sleep(delay)
                 waited += delay
                 delay = min(delay * 2, _LAST_RETRY)

@@ -41,7 +41,13 @@ class Answers:
 
 
 class Silent:
-    def event(self, *args: Any, **kwargs: Any) -> None: ...
+    """A reporter that keeps the Events it is asked for."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, str, str]] = []
+
+    def event(self, subject: Any, reason: str, note: str, **kwargs: Any) -> None:
+        self.events.append((subject, str(reason), note))
 
     def pod_subject(self, pod: str) -> None: ...
 
@@ -53,21 +59,24 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(module, "_FIRST_RETRY", 0.001)  # the retries' pace is not what is tested
 
 
-async def evict(port: Answers) -> None:
+async def evict(port: Answers) -> Silent:
     clock = SystemClock()
+    reporter = Silent()
     evictor = Evictor(
         port=port,  # type: ignore[arg-type]
         clock=clock,
         limiter=TokenBucket(1e6, 1_000_000, clock),
-        reporter=Silent(),  # type: ignore[arg-type]
+        reporter=reporter,  # type: ignore[arg-type]
         metrics=Metrics(),
         scheduler_name="phalanx",
     )
     async with anyio.create_task_group() as group:
         await group.start(evictor.run)
-        job = EvictJob(GangKey("pfn:prod/llm"), (Victim("team/a", "uid-1", None),), (("prod/llm-0", "n1"),), "rack r0")
+        victims = (Victim("team/a", "uid-1", None),)
+        job = EvictJob(GangKey("pfn:prod/llm"), victims, (("prod/llm-0", "n1"),), "rack r0", subject="the gang")  # type: ignore[arg-type]
         await evictor._evict(job)
         group.cancel_scope.cancel()
+    return reporter
 
 
 async def test_a_conflict_on_the_condition_patch_is_a_race_tried_again_and_the_victim_is_deleted() -> None:
@@ -90,3 +99,12 @@ async def test_a_victim_is_deleted_even_when_its_condition_cannot_be_written() -
     port = Answers(patch=[Forbidden("pods/status patch is forbidden")], delete=[])
     await evict(port)
     assert port.deleted == ["team/a"]
+
+
+async def test_a_victim_the_server_refuses_to_delete_is_told_on_the_preemptor() -> None:
+    port = Answers(patch=[], delete=[Forbidden('pods "a" is forbidden: cannot delete')])
+    reporter = await evict(port)
+    assert port.deleted == []
+    (warning,) = [event for event in reporter.events if event[1] == "FailedPreemption"]
+    assert warning[0] == "the gang"
+    assert warning[2].startswith("Could not delete team/a to make room in rack r0 (403: ")
