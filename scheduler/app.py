@@ -204,5 +204,6 @@ class Phalanx:
         finally:
             # A new leader evaluates every gang afresh; victims already terminating are not chosen again.
             self.scheduler.nominations.clear()
+            self.scheduler.starvation.clear()  # a new leader rebuilds reservations from the same state
             self.permit.release_all()
             self.state.forget_assumptions()

@@ -48,6 +48,14 @@ from scheduler.preemption.planner import (
 from scheduler.queue import GangQueue, Wake
 from scheduler.reporting import SCHEDULER_ERROR, UNSCHEDULABLE, Reason, Subject
 from scheduler.settings import Settings
+from scheduler.starvation import (
+    DomainReservation,
+    Starvation,
+    held_back_note,
+    holding_note,
+    reserving_note,
+    runtime_bound,
+)
 from scheduler.state import ClusterState
 from scheduler.waiting import Shortfall, describe, split_unknown
 from topology import (
@@ -138,8 +146,10 @@ class SchedulingLoop:
         self.nominations = Nominations(clock, settings.preemption.nomination_timeout_seconds)
         self._clearing: set[str] = set()  # pods whose nominatedNodeName is being cleared
         self.preemption = PreemptionPlanner(state, settings, self.nominations)
+        self.starvation = Starvation(settings.starvation, state, clock, settings.levels)
         self._poke = anyio.Event()
         self._reserved_labels: set[str] = set()
+        self._reservation_levels: set[str] = set()
         self.cycles = 0
 
     def poke(self) -> None:
@@ -167,6 +177,7 @@ class SchedulingLoop:
 
     def sync(self) -> None:
         state, queue = self.state, self.queue
+        self.starvation.refresh()
         for key in state.index.take_changed():
             self._requeue(key)
         state.expire()
@@ -178,11 +189,20 @@ class SchedulingLoop:
             if isinstance(spec, GangSpec):
                 self._clear_stale(spec.key, spec.pods)
                 queue.add(spec.key, spec.priority, spec.created)
+        for late in self.starvation.expired():
+            log.info("domain reservation released: its gang did not bind in time", gang=late.gang, domain=late.where)
+            self.metrics.starvation_released.labels("expired").inc()
+            queue.wake(late.gang)  # tried again at once: it reserves the next domain if it still does not fit
+            self._next_in_line(late)
         freed, nodes_changed = state.take_signals()
         if nodes_changed:
             queue.wake_nodes()
         if freed:
-            queue.wake_capacity(lambda shape: self._room(shape, freed))
+            for gang in self.starvation.touching(freed):
+                queue.wake(gang)
+            kept = [(item.rows, item.amounts) for item in self.starvation.held_from_wakes()]
+            with hiding(state.snapshot, [], kept):
+                queue.wake_capacity(lambda shape: self._room(shape, freed))
         self._gauges()
 
     def requeue_all(self) -> None:
@@ -196,6 +216,7 @@ class SchedulingLoop:
             self.queue.remove(key)
             self._release(key)
             self.nominations.drop(key)
+            self._unreserve(key, "deleted")
             return
         if isinstance(result, GangError):
             self._release(key)
@@ -220,6 +241,13 @@ class SchedulingLoop:
         for name, count in self.queue.depth().items():
             self.metrics.queue_depth.labels(name).set(count)
         self.metrics.waiting_gangs.set(len(self.permit))
+        levels: dict[str, int] = dict.fromkeys(self._reservation_levels, 0)  # a level with none left reads 0
+        for reservation in self.starvation.standing():
+            level = reservation.level or "cluster"
+            levels[level] = levels.get(level, 0) + 1
+        for level, count in levels.items():
+            self.metrics.starvation_reservations.labels(level).set(count)
+        self._reservation_levels |= levels.keys()
         held = self.permit.held()
         for name in self._reserved_labels - held.keys():
             self.metrics.reserved.labels(name).set(0)  # a resource no longer held reads 0, not its last value
@@ -287,7 +315,13 @@ class SchedulingLoop:
         if problem is not None:
             return Outcome(code=Code.UNSCHEDULABLE, message=problem, pods=pods, each_pod=True, wake=wake)
         started = time.perf_counter()
-        with hiding(self.state.snapshot, self.nominations.hidden_from(self.state, spec.key, spec.priority)):
+        nominated = self.nominations.hidden_from(self.state, spec.key, spec.priority)
+        held = (
+            self.starvation.held_from(spec.key, spec.priority, runtime_bound(spec, self.state))
+            if len(self.starvation)
+            else []
+        )
+        with hiding(self.state.snapshot, nominated, [(item.rows, item.amounts) for item in held]):
             placed = self.placer(self.state.snapshot, request, max_tries=self.settings.placement.max_domain_tries)
         placement_ms = round((time.perf_counter() - started) * 1000, 3)
         self.metrics.placement_duration.observe(placement_ms / 1000)
@@ -303,12 +337,39 @@ class SchedulingLoop:
                 return Outcome(
                     code=Code.UNRESOLVABLE, message=message, pods=pods, each_pod=True, placement_ms=placement_ms
                 )
-            if not missing and self.evictor is not None:
-                return self._preempt(spec, request, message, pods, wake)
-            return Outcome(
+            if held:
+                message += held_back_note(held)
+            if missing:
+                return Outcome(
+                    code=Code.UNSCHEDULABLE,
+                    message=message,
+                    pods=pods,
+                    each_pod=True,
+                    wake=wake,
+                    placement_ms=placement_ms,
+                )
+            if self.evictor is not None:
+                return self._starving(spec, request, self._preempt(spec, request, message, pods, wake))
+            outcome = Outcome(
                 code=Code.UNSCHEDULABLE, message=message, pods=pods, each_pod=True, wake=wake, placement_ms=placement_ms
             )
+            return self._starving(spec, request, outcome)
         return self._assume(spec, placed, pods, wake, placement_ms)
+
+    def _starving(self, spec: GangSpec, request: GangRequest, outcome: Outcome) -> Outcome:
+        """A gang that found no room (and no victims) and has waited too long may reserve a domain; one that
+        holds a reservation says so (see ``starvation.py``)."""
+        if outcome.code is not Code.UNSCHEDULABLE or not outcome.attempt or not self.starvation.starving(spec):
+            return outcome
+        made, displaced = self.starvation.claim(spec, request)
+        if displaced is not None:
+            log.info("domain reservation displaced by a more important gang", gang=displaced.gang, by=spec.key)
+            self.metrics.starvation_released.labels("displaced").inc()
+            self.queue.wake(displaced.gang)  # it waits in line again
+        held = self.starvation.get(spec.key)
+        if held is None:
+            return outcome
+        return replace(outcome, message=f"{outcome.message} {holding_note(self.starvation, held)}", reserved=made)
 
     def _preempt(
         self, spec: GangSpec, request: GangRequest, message: str, pods: tuple[str, ...], wake: Wake
@@ -523,6 +584,7 @@ class SchedulingLoop:
             self.metrics.attempts.labels(code.value if code is not Code.UNRESOLVABLE else "unschedulable").inc()
         if code is Code.PLACED:
             self.nominations.bound(key)
+            self._unreserve(key, "bound")
             self.queue.done(key)
             return
         if code is Code.PREEMPTING:
@@ -535,6 +597,7 @@ class SchedulingLoop:
             if nomination is not None:
                 self.metrics.preemption_to_bind.observe(max(0.0, self.clock.monotonic() - nomination.decided))
             self.binder.submit(outcome.job)
+            self._unreserve(key, "bound")
             self.reporter.group(gang, scheduled=True, message=outcome.message)
             if outcome.extras_wait:  # extras that did not fit wait, inside the gang's domains, for room
                 self.queue.failed(key, outcome.wake)
@@ -543,6 +606,7 @@ class SchedulingLoop:
             return
         self._clear_stale(key, gang.pods)
         if code in (Code.WAIT, Code.INVALID):
+            self._unreserve(key, code.value)
             self.queue.remove(key)  # a change of the gang (a member arrives, an object is fixed) brings it back
             if code is Code.WAIT:
                 log.info("waiting for members", gang=key, why=outcome.message)
@@ -554,7 +618,9 @@ class SchedulingLoop:
                 # back off like any gang that found no room.
                 self.queue.add(key, gang.priority, gang.created)
             wake = outcome.wake if code is Code.UNSCHEDULABLE else Wake(nodes=True)
-            backoff = self.queue.failed(key, wake)
+            # Not backed off past the moment it may reserve room (it has waited long enough by then).
+            at_most = self.starvation.until_starving(gang) if isinstance(gang, GangSpec) else None
+            backoff = self.queue.failed(key, wake, at_most=at_most)
             log.info(
                 "unschedulable",
                 gang=key,
@@ -566,6 +632,8 @@ class SchedulingLoop:
             condition, event_type = outcome.condition or UNSCHEDULABLE, "Warning"
         if outcome.reported:
             return
+        if outcome.reserved is not None and isinstance(gang, GangSpec):
+            self._reserving(gang, outcome.reserved)
         reason = outcome.reason or _REASONS[code]
         if reason is Reason.GANG_WAITING:
             event_type = "Normal"
@@ -583,6 +651,30 @@ class SchedulingLoop:
             # A gang that waits for members keeps the status it had: each source's status speaks of room
             # (Volcano's Unschedulable says NotEnoughResources), which is not what it lacks.
             self.reporter.group(gang, scheduled=self._meets_minimum(gang.request), message=outcome.message)
+
+    def _reserving(self, spec: GangSpec, held: DomainReservation) -> None:
+        self.metrics.starvation_reserved.inc()
+        note = reserving_note(self.starvation, held)
+        log.info("domain reserved", gang=spec.key, domain=held.where, nodes=len(held.nodes), why=note)
+        subject = self.reporter.gang(spec.objects, spec.pods)
+        self.reporter.event(subject, Reason.RESERVING, note, type="Normal", action="Reserving")
+
+    def _unreserve(self, gang: GangKey, reason: str) -> None:
+        """The gang needs no domain reservation any more: it bound, went, or waits for something else."""
+        held = self.starvation.forget(gang)
+        if held is None:
+            return
+        self.metrics.starvation_released.labels(reason).inc()
+        if reason == "bound":
+            self.metrics.starvation_to_bind.observe(max(0.0, self.clock.monotonic() - held.decided))
+        log.info("domain reservation released", gang=gang, domain=held.where, reason=reason)
+        self._next_in_line(held)
+
+    def _next_in_line(self, ended: DomainReservation) -> None:
+        """A reservation ended: the most important gang refused one at its level is tried now, to take it."""
+        gang = self.starvation.next_in_line(ended.level)
+        if gang is not None:
+            self.queue.wake(gang)
 
     def _drop_nomination(self, spec: GangSpec) -> None:
         self.nominations.drop(spec.key)
@@ -660,6 +752,7 @@ class SchedulingLoop:
             self.permit.next_deadline(),
             self.state.next_expiry(),
             self.nominations.next_deadline(),
+            self.starvation.next_deadline(),
         )
         deadlines = [d for d in due if d is not None]
         timeout = max(0.0, min(deadlines) - self.clock.monotonic()) if deadlines else 5.0

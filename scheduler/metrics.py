@@ -71,5 +71,30 @@ class Metrics:
             registry=r,
         )
 
+        self.starvation_reservations = Gauge(
+            "phalanx_starvation_reservations",
+            "Domain reservations standing for gangs that waited too long, by topology level",
+            ["level"],
+            registry=r,
+        )
+        self.starvation_reserved = Counter(
+            "phalanx_starvation_reservations_made",
+            "Domain reservations made for gangs that waited too long",
+            registry=r,
+        )
+        self.starvation_released = Counter(
+            "phalanx_starvation_reservations_released",
+            "Domain reservations ended, by reason: bound (its gang bound), expired (starvation.maxHoldSeconds), "
+            "displaced (a more important gang took the level's turn), deleted, waiting (for members), invalid",
+            ["reason"],
+            registry=r,
+        )
+        self.starvation_to_bind = Histogram(
+            "phalanx_starvation_reservation_to_bind_seconds",
+            "From a domain reservation to its gang's binding",
+            buckets=(*_LATENCY_BUCKETS, 1800, 3600, 7200),
+            registry=r,
+        )
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -13,6 +13,7 @@ from enum import Enum
 from scheduler.binding import BindJob
 from scheduler.queue import Wake
 from scheduler.reporting import Reason
+from scheduler.starvation import DomainReservation
 from topology.preemption import Victims
 
 
@@ -60,6 +61,8 @@ class Outcome:
     job: BindJob | None = None
     #: PREEMPTING: whom to evict, and where the gang goes once they are gone.
     victims: Victims | None = None
+    #: UNSCHEDULABLE: the domain reservation this decision made for the gang (it has waited too long).
+    reserved: DomainReservation | None = None
     #: SCHEDULED with extras left over: the gang is tried again for them.
     extras_wait: bool = False
     placement_ms: float = 0.0

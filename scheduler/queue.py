@@ -116,8 +116,9 @@ class GangQueue:
             entry.state = State.BINDING
             entry.version += 1
 
-    def failed(self, key: GangKey, wake: Wake) -> float:
-        """Back the gang off after a failed attempt; returns the backoff in seconds."""
+    def failed(self, key: GangKey, wake: Wake, *, at_most: float | None = None) -> float:
+        """Back the gang off after a failed attempt; returns the backoff in seconds. ``at_most`` ends it
+        sooner, when something is due for the gang by then (it may reserve room once it has waited long)."""
         entry = self._entries.get(key)
         if entry is None:
             return 0.0
@@ -125,6 +126,8 @@ class GangQueue:
         growth: float = 2.0 ** min(entry.attempts - 1, 62)  # a gang may fail forever; the float may not
         base = min(self.settings.initial_backoff_seconds * growth, self.settings.max_backoff_seconds)
         delay = min(base * self.rng.uniform(*JITTER), self.settings.max_backoff_seconds)
+        if at_most is not None:
+            delay = max(0.0, min(delay, at_most))
         self._unindex(entry)
         entry.state, entry.until, entry.wake = State.BACKOFF, self.clock.monotonic() + delay, wake
         entry.version += 1
@@ -143,6 +146,15 @@ class GangQueue:
                 entry.state = State.POPPED
                 return key
         return None
+
+    def wake(self, key: GangKey) -> bool:
+        """Something that may help this one gang happened: end its backoff now. False when it is not
+        backing off (ready already, being tried or bound, or unknown)."""
+        entry = self._entries.get(key)
+        if entry is None or entry.state is not State.BACKOFF:
+            return False
+        self._activate(entry)
+        return True
 
     def retry_later(self, key: GangKey) -> None:
         """Put a popped gang back in active without counting a failure (e.g. it must wait its turn)."""

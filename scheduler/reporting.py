@@ -65,6 +65,7 @@ class Reason(StrEnum):
     PREEMPTING = "Preempting"  # Normal, on the preemptor gang: which pods of which gangs it evicts, and where
     PREEMPTED = "Preempted"  # Normal, on each victim and its group object (kube-scheduler's word)
     FAILED_PREEMPTION = "FailedPreemption"  # Warning, on the preemptor: a victim could not be deleted
+    RESERVING = "Reserving"  # Normal, on a gang that waited too long: the domain whose freeing room it holds
 
 
 #: What the API server accepts in an Event (events.k8s.io/v1 validation): the note in bytes, the others in characters.

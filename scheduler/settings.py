@@ -57,6 +57,19 @@ class PreemptionSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StarvationSettings:
+    enabled: bool = True
+    """The most important gang that has waited too long gets the room freeing up in one domain."""
+    reserve_after_seconds: float = 300.0
+    """How long a gang waits (since its creation) before it may reserve a domain."""
+    max_reservations: int = 1
+    """Reservations standing at once per topology level (racks, blocks, nodes, the whole cluster)."""
+    max_hold_seconds: float = 1800.0
+    """A reservation that has not let its gang bind after this long is released, and the next domain
+    is tried."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BindingSettings:
     concurrency: int = 64
     """Binding requests in flight at once."""
@@ -116,6 +129,7 @@ class Settings:
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     permit: PermitSettings = field(default_factory=PermitSettings)
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
+    starvation: StarvationSettings = field(default_factory=StarvationSettings)
     binding: BindingSettings = field(default_factory=BindingSettings)
     leader_election: LeaderSettings = field(default_factory=LeaderSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
@@ -135,6 +149,7 @@ SECTIONS: dict[str, type] = {
     "placement": PlacementSettings,
     "permit": PermitSettings,
     "preemption": PreemptionSettings,
+    "starvation": StarvationSettings,
     "binding": BindingSettings,
     "leaderElection": LeaderSettings,
     "server": ServerSettings,
@@ -253,6 +268,10 @@ def _check(settings: Settings) -> None:
         raise SettingsError(f"permit.maxReservedShare: must be above 0 and at most 1, got {share}")
     if settings.preemption.max_domains_tried < 1 or settings.preemption.nomination_timeout_seconds <= 0:
         raise SettingsError("preemption: maxDomainsTried and nominationTimeoutSeconds must be positive")
+    if settings.starvation.max_reservations < 1 or settings.starvation.max_hold_seconds <= 0:
+        raise SettingsError(
+            "starvation: maxReservations and maxHoldSeconds must be positive (to reserve nothing, set enabled: false)"
+        )
     if settings.queue.initial_backoff_seconds > settings.queue.max_backoff_seconds:
         raise SettingsError("queue.initialBackoffSeconds: must not exceed queue.maxBackoffSeconds")
     if settings.binding.concurrency < 1 or settings.binding.burst < 1 or settings.binding.writes_per_second <= 0:

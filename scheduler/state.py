@@ -77,11 +77,23 @@ class RunningPod:
     labels: Mapping[str, str] | None = None
     #: Seconds it may take to terminate (``terminationGracePeriodSeconds``, 30 when unset).
     grace: float = 30.0
+    #: ``spec.activeDeadlineSeconds``: the kubelet stops the pod this long after it starts.
+    runtime_limit: float | None = None
+    #: When it will have ended at the latest, in wall seconds, if that is known: its start plus its
+    #: ``activeDeadlineSeconds``, or when its deletion's grace period ends.
+    ends_at: float | None = None
 
     @property
     def started(self) -> float:
         """When it started, in wall seconds: preemption spares the longest-running first."""
         return timestamp(self.start) or 0.0
+
+    def ends_by(self, now: float) -> float:
+        """The latest it will have ended (wall seconds): a pod bound but not started yet may start now;
+        one with no ``activeDeadlineSeconds`` may run forever."""
+        if self.ends_at is not None:
+            return self.ends_at
+        return now + self.runtime_limit if self.runtime_limit is not None else float("inf")
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -184,8 +196,9 @@ class ClusterState:
         priority = spec.get("priority")
         priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
         deleting = metadata.get("deletionTimestamp") is not None
+        limit, ends_at = _lifetime(spec, status, metadata)
         if node is not None and not finished:
-            self.running.set(key, node, requests, priority, deleting=deleting)
+            self.running.set(key, node, requests, priority, deleting=deleting, ends_at=ends_at, runtime_limit=limit)
         else:
             self.running.remove(key)
         nominated = status.get("nominatedNodeName")
@@ -204,6 +217,8 @@ class ClusterState:
             deleting=deleting,
             labels=labels if isinstance(labels, Mapping) else None,
             grace=_grace(obj),
+            runtime_limit=limit,
+            ends_at=ends_at,
         )
         self.index.upsert_pod(obj)
 
@@ -390,6 +405,22 @@ def _grace(pod: Mapping[str, Any]) -> float:
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return float(value)
     return 30.0
+
+
+def _lifetime(
+    spec: Mapping[str, Any], status: Mapping[str, Any], metadata: Mapping[str, Any]
+) -> tuple[float | None, float | None]:
+    """A pod's ``runtime_limit`` and ``ends_at`` (see :class:`RunningPod`), timestamps parsed only when the
+    pod has a deadline or is being deleted."""
+    raw = spec.get("activeDeadlineSeconds")
+    limit = float(raw) if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else None
+    deleting = metadata.get("deletionTimestamp")
+    if deleting is not None:
+        return limit, timestamp(deleting)
+    if limit is None:
+        return None, None
+    started = timestamp(status.get("startTime"))
+    return limit, None if started is None else started + limit
 
 
 def _same_api(resource: ApiResource, other: ApiResource) -> bool:

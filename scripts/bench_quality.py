@@ -12,7 +12,11 @@
                ("optimum_arrival_order").
   philly       the Philly trace through the real queue and scheduling cycle (simulated clock, binds
                at once): a seeded 14-day window compressed to 70/85/95% offered load of 1,024 nodes,
-               replayed for some hours; utilisation and p50/p95 queueing delay by gang size.
+               replayed for some hours; utilisation and p50/p95 queueing delay by gang size. Phalanx
+               runs three ways: as configured by default (domain reservations for gangs that waited
+               too long, pods without deadlines), with every pod's activeDeadlineSeconds set from its
+               job's duration (so that short jobs may backfill reserved room), and without
+               reservations (greedy, as before issue 16). The baselines place without reservations.
   adversarial  single-GPU jobs alternating with gangs of a whole rack that must share one rack.
   elastic      6 elastic gangs (2-4 whole-node pods each at least, 2-4 more wanted, one rack each) on 64
                nodes whose racks are partly taken, solved exactly as in "optimum": each algorithm's placed
@@ -51,6 +55,13 @@ from quality.workloads import (
 from scheduler.logs import configure
 
 NAMES = list(algorithms())
+#: Rows of the Philly replay beyond the placers: (placer, domain reservations, pods set activeDeadlineSeconds).
+REPLAYED = {
+    "phalanx": ("phalanx", True, False),
+    "phalanx+deadlines": ("phalanx", True, True),
+    "phalanx-greedy": ("phalanx", False, False),
+    **{name: (name, False, False) for name in NAMES if name != "phalanx"},
+}
 
 
 def spread(values: list[float]) -> list[float]:
@@ -120,7 +131,9 @@ def _replay_one(task: tuple[str, float, int, float, float, str]) -> tuple[str, f
     size = SIZES[1024]
     jobs = window(read_trace(Path(trace)), seed, days, load, size.n_nodes * 8, hours=hours)
     started = time.perf_counter()
-    result = Replay(size, algorithms(seed)[name], seed=seed).run(jobs)
+    placer, starvation, deadlines = REPLAYED[name]
+    replay = Replay(size, algorithms(seed)[placer], seed=seed, starvation=starvation, deadlines=deadlines)
+    result = replay.run(jobs)
     figures = stats(result)
     figures["jobs"] = len(jobs)
     return name, load, seed, figures, time.perf_counter() - started
@@ -129,13 +142,14 @@ def _replay_one(task: tuple[str, float, int, float, float, str]) -> tuple[str, f
 def philly(
     loads: list[float], seeds: list[int], *, hours: float, days: float, workers: int, trace: str
 ) -> dict[str, Any]:
-    tasks = [(name, load, seed, hours, days, trace) for load in loads for seed in seeds for name in NAMES]
+    tasks = [(name, load, seed, hours, days, trace) for load in loads for seed in seeds for name in REPLAYED]
     collected: dict[tuple[float, str], list[dict[str, float]]] = {}
     with ProcessPoolExecutor(max_workers=workers) as pool:
         for name, load, _seed, figures, _seconds in pool.map(_replay_one, tasks):
             collected.setdefault((load, name), []).append(figures)
     report: dict[str, Any] = {}
-    for (load, name), runs in sorted(collected.items()):
+    rows = list(REPLAYED)
+    for (load, name), runs in sorted(collected.items(), key=lambda item: (item[0][0], rows.index(item[0][1]))):
         keys = runs[0].keys()
         entry = {key: round(statistics.median(run[key] for run in runs), 2) for key in keys}
         entry["p95_wait_32plus_s_spread"] = spread([run["p95_wait_32plus_s"] for run in runs])
@@ -234,7 +248,12 @@ def main(argv: list[str] | None = None) -> int:
         if "philly" in report:
             plots.utilisation_vs_load(report["philly"], folder / "quality_utilisation_vs_load.png")
             middle = "0.85" if "0.85" in report["philly"] else next(iter(report["philly"]))
-            plots.wait_by_size(report["philly"][middle], middle, folder / "quality_wait_by_size.png")
+            plots.wait_by_size(
+                {name: row for name, row in report["philly"][middle].items() if name in NAMES},
+                middle,
+                folder / "quality_wait_by_size.png",
+            )
+            plots.starvation(report["philly"], folder / "quality_starvation.png")
         if pictures:
             figures = report["saturation"][next(iter(report["saturation"]))]
             best = max((name for name in figures if name != "phalanx"), key=lambda n: figures[n]["gpu_allocation"])

@@ -55,7 +55,7 @@ def test_simulate_with_no_arguments_places_every_format_and_explains_what_waits(
 
 def test_simulate_json_is_the_documented_shape_and_keeps_every_gang_whole(capsys: pytest.CaptureFixture[str]) -> None:
     report = simulate_json(capsys)
-    assert list(report) == ["bound", "pending", "gangs", "preempted", "stats"]
+    assert list(report) == ["bound", "pending", "gangs", "preempted", "reservations", "stats"]
     assert list(report["stats"]) == ["nodes", "pods_bound", "gpu_allocation", "seconds"]
     states = {gang["key"]: gang["state"] for gang in report["gangs"]}
     assert states == {

@@ -115,3 +115,25 @@ def test_a_window_is_compressed_to_the_offered_load(tmp_path: Path) -> None:
     arrivals = np.array([job.arrival for job in jobs])
     assert (np.diff(arrivals) >= 0).all() and arrivals[-1] < 10 * 3600
     assert asked / (64 * 10 * 3600) == pytest.approx(0.5, rel=0.2)
+
+
+def test_the_replay_can_give_pods_deadlines_and_phalanx_its_reservations() -> None:
+    """A 32-GPU job that needs the whole rack arrives behind a 15-minute 1-GPU job, in a stream of
+    100-second 1-GPU jobs. Greedy, it waits until the stream ends: some GPU is always busy. With a
+    reservation (after five minutes) it waits for what ran when it reserved; the stream waits meanwhile,
+    unless its pods set deadlines that end before the big job could start (backfill)."""
+    size = ClusterSize(1, 1, 4)
+    jobs = [Job("first", arrival=0.0, duration=900.0, gpus=1), Job("big", arrival=1.0, duration=60.0, gpus=32)]
+    jobs += [Job(f"s{i:03d}", arrival=2.0 + 20 * i, duration=100.0, gpus=1) for i in range(300)]
+
+    def waits(**flags: bool) -> tuple[float, float]:
+        result = Replay(size, algorithms()["phalanx"], **flags).run(jobs)
+        stream = [wait for key, wait in result.waits.items() if key.startswith("s")]
+        return result.waits["big"], float(np.mean(stream))
+
+    greedy = waits()
+    reserved = waits(starvation=True)
+    backfilled = waits(starvation=True, deadlines=True)
+    assert greedy[0] > 5000  # the stream ends after 6,000 s
+    assert reserved[0] <= 300 + 900 + 20 and backfilled[0] <= 900 + 20  # the last pod there ends at 900
+    assert backfilled[1] < reserved[1] / 2  # short jobs kept running beside the reservation

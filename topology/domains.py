@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 IdArray = npt.NDArray[np.int32]
 BoolArray = npt.NDArray[np.bool_]
 

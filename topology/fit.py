@@ -109,3 +109,11 @@ def domain_totals(ids: IdArray, values: IntArray, n_domains: int) -> IntArray:
     else:
         sums = np.bincount(ids[valid], weights=values[valid], minlength=n_domains)
     return sums.astype(np.int64)
+
+
+def cumsum_by_group(values: IntArray, starts: IntArray, ids: IntArray) -> IntArray:
+    """Running sums that restart at each group (rows sorted by group; ``starts[g]`` is group g's first row)."""
+    running = np.cumsum(values)
+    before = np.where(starts > 0, running[np.maximum(starts - 1, 0)], 0)
+    result: IntArray = running - before[ids]
+    return result

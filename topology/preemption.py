@@ -37,7 +37,7 @@ import numpy as np
 
 from topology.domains import Domains, IntArray
 from topology.explain import plural, short_name
-from topology.fit import FIT_CAP, ShapeFit, domain_totals, pods_per_node, shape_fit
+from topology.fit import FIT_CAP, ShapeFit, cumsum_by_group, domain_totals, pods_per_node, shape_fit
 from topology.outcome import Infeasible, Placement
 from topology.place import DEFAULT_MAX_TRIES, place
 from topology.request import GangRequest, PodShape
@@ -277,8 +277,8 @@ class _Search:
         order = inside[np.lexsort((count[inside], highest[inside], domains.ids[inside]))]
         ids = domains.ids[order].astype(np.int64)
         starts = np.searchsorted(ids, np.arange(domains.n_domains))
-        within = _cumsum_by_group(gain[order], starts, ids)
-        pods_within = _cumsum_by_group(count[order], starts, ids)
+        within = cumsum_by_group(gain[order], starts, ids)
+        pods_within = cumsum_by_group(count[order], starts, ids)
         enough = within >= deficit[ids]
         first = np.full(domains.n_domains, -1, dtype=np.int64)
         hits = np.flatnonzero(enough)
@@ -647,14 +647,6 @@ def _count_need(part: GangRequest, counts: Counter[PodShape]) -> None:
     if part.min_children >= len(part.children):  # every child is needed: each one's need adds up
         for child in part.children:
             _count_need(child, counts)
-
-
-def _cumsum_by_group(values: IntArray, starts: IntArray, ids: IntArray) -> IntArray:
-    """Running sums that restart at each group (rows sorted by group; ``starts[g]`` is group g's first row)."""
-    running = np.cumsum(values)
-    before = np.where(starts > 0, running[np.maximum(starts - 1, 0)], 0)
-    result: IntArray = running - before[ids]
-    return result
 
 
 def _without_subsumed(units: list[Unit]) -> list[Unit]:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from topology.domains import IntArray
+from topology.domains import FloatArray, IntArray
 from topology.snapshot import Snapshot
 
 _GROWTH = 1024
@@ -39,6 +39,11 @@ class RunningPods:
         self._request = np.zeros(0, dtype=np.int64)
         self._priority = np.zeros(0, dtype=np.int64)
         self._candidate = np.zeros(0, dtype=np.bool_)  # alive and not being deleted
+        self._occupied = np.zeros(0, dtype=np.bool_)  # alive, being deleted or not
+        #: When each pod will have ended at the latest (wall seconds; inf when unknown), and, for pods not
+        #: started yet, their runtime limit (inf when none): see :meth:`ready_at`.
+        self._ends_at = np.zeros(0, dtype=np.float64)
+        self._limit = np.zeros(0, dtype=np.float64)
         self._rows_for: tuple[int, int, IntArray] | None = None  # (snapshot id, generation, node id -> row)
         self._vectors_for: tuple[int, tuple[str, ...], int, IntArray] | None = None
 
@@ -48,8 +53,19 @@ class RunningPods:
     def __contains__(self, pod: object) -> bool:
         return pod in self._slot
 
-    def set(self, pod: str, node: str, requests: Mapping[str, int], priority: int, *, deleting: bool) -> None:
-        """Record (or update) a running pod. O(1) amortized."""
+    def set(
+        self,
+        pod: str,
+        node: str,
+        requests: Mapping[str, int],
+        priority: int,
+        *,
+        deleting: bool,
+        ends_at: float | None = None,
+        runtime_limit: float | None = None,
+    ) -> None:
+        """Record (or update) a running pod. O(1) amortized. ``ends_at``: the latest it will have ended, if
+        known; else ``runtime_limit`` counts from whenever it is asked (it has not started yet)."""
         slot = self._slot.get(pod)
         if slot is None:
             slot = self._allocate(pod)
@@ -66,12 +82,16 @@ class RunningPods:
         self._request[slot] = request_id
         self._priority[slot] = priority
         self._candidate[slot] = not deleting
+        self._occupied[slot] = True
+        self._ends_at[slot] = np.inf if ends_at is None else ends_at
+        self._limit[slot] = np.inf if runtime_limit is None else runtime_limit
 
     def remove(self, pod: str) -> None:
         slot = self._slot.pop(pod, None)
         if slot is None:
             return
         self._candidate[slot] = False
+        self._occupied[slot] = False
         self._priority[slot] = np.iinfo(np.int64).max  # never below anything
         self._keys[slot] = ""
         self._free_slots.append(slot)
@@ -100,6 +120,18 @@ class RunningPods:
             np.add.at(count, rows[known], 1)
         return highest, count
 
+    def ready_at(self, snapshot: Snapshot, now: float) -> FloatArray:
+        """Per node, when every pod on it will have ended at the latest (wall seconds): ``now`` for a node
+        with none, inf where one may run forever."""
+        ready = np.full(snapshot.n_nodes, now, dtype=np.float64)
+        slots = np.flatnonzero(self._occupied)
+        if len(slots):
+            rows = self._rows(snapshot)[self._node[slots]]
+            known = rows >= 0
+            ends = np.where(np.isfinite(self._ends_at[slots]), self._ends_at[slots], now + self._limit[slots])
+            np.maximum.at(ready, rows[known], ends[known])
+        return ready
+
     def on_rows(self, snapshot: Snapshot, rows: IntArray, priority: int) -> list[str]:
         """The candidates below ``priority`` running on the given node rows."""
         wanted = np.zeros(snapshot.n_nodes + 1, dtype=np.bool_)
@@ -119,6 +151,9 @@ class RunningPods:
             never = np.full(grow, np.iinfo(np.int64).max, dtype=np.int64)  # never below anything
             self._priority = np.concatenate([self._priority, never])
             self._candidate = np.concatenate([self._candidate, np.zeros(grow, dtype=np.bool_)])
+            self._occupied = np.concatenate([self._occupied, np.zeros(grow, dtype=np.bool_)])
+            self._ends_at = np.concatenate([self._ends_at, np.zeros(grow, dtype=np.float64)])
+            self._limit = np.concatenate([self._limit, np.zeros(grow, dtype=np.float64)])
         slot = self._free_slots.pop()
         self._slot[pod] = slot
         self._keys[slot] = pod

@@ -45,6 +45,7 @@ def plot(report: Report, levels: Sequence[str], path: str | Path) -> None:
         if node in owners:
             owners[node] += [report.gang_of.get(pod)] * report.pod_gpus.get(pod, 0)
 
+    reserved = report.reserved_nodes
     width = max((gpus for gpus in report.node_gpus.values()), default=1) + 1
     height = max((len(nodes) for nodes in columns.values()), default=1)
     figure, axes = pyplot.subplots(figsize=(max(6.0, 0.18 * width * len(columns) + 2), max(3.0, 0.25 * height + 2)))
@@ -55,6 +56,17 @@ def plot(report: Report, levels: Sequence[str], path: str | Path) -> None:
         previous_group = group
         axes.text(x * width + width / 2 - 0.5, height + 0.3, column, ha="center", fontsize=7, rotation=90)
         for y, node in enumerate(nodes):
+            if node in reserved:  # its freeing room is held for a gang that waited too long
+                axes.add_patch(
+                    Rectangle(
+                        (x * width - 0.15, height - 1 - y - 0.1),
+                        report.node_gpus[node] + 0.2,
+                        1.1,
+                        fill=False,
+                        edgecolor="#d62728",
+                        linewidth=1.2,
+                    )
+                )
             held = owners[node]
             for gpu in range(report.node_gpus[node]):
                 owner = held[gpu] if gpu < len(held) else "free"
@@ -67,6 +79,10 @@ def plot(report: Report, levels: Sequence[str], path: str | Path) -> None:
     axes.set_title(title + (f" (blocks separated by lines: {group_key})" if group_key else ""), fontsize=9)
     handles = [Patch(facecolor=colour[gang], label=gang) for gang in gangs[:20]]
     handles += [Patch(facecolor="#7f7f7f", label="other pods"), Patch(facecolor="#f2f2f2", label="free")]
+    handles += [
+        Patch(fill=False, edgecolor="#d62728", label=f"held for {held.gang} (waited too long)")
+        for held in report.reservations
+    ]
     axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
     try:
         figure.savefig(path, dpi=120, bbox_inches="tight")

@@ -55,6 +55,16 @@ def table(report: Report, *, title: str, levels: Iterable[str], would: bool = Fa
                 break_on_hyphens=False,
                 break_long_words=False,
             )
+    if report.reservations:
+        lines += ["", "Reserved (gangs that waited too long, and the nodes whose freeing room each holds):"]
+        for held in report.reservations:
+            lines += textwrap.wrap(
+                f"{held.gang} {held.holds}: {' '.join(held.nodes)}",
+                width=_WRAP,
+                initial_indent="  ",
+                subsequent_indent="      ",
+                break_on_hyphens=False,
+            )
     if report.preempted:
         heading = "Would preempt" if would else "Preempted"
         lines += ["", f"{heading} (pod, and the gang it makes room for):"]
@@ -81,11 +91,14 @@ def gpu_map(report: Report, letters: Mapping[str, str], levels: list[str]) -> li
             symbol = letters.get(report.gang_of.get(pod, ""), "#")
             cells[node].extend(symbol * report.pod_gpus.get(pod, 0))
     rows: dict[str, list[str]] = {}
+    reserved = report.reserved_nodes
     for node, gpus in sorted(report.node_gpus.items()):
         row = report.node_labels.get(node, {}).get(row_key, "-") if row_key else "all"
-        rows.setdefault(row, []).append("".join(cells[node])[:gpus].ljust(gpus, "."))
+        cell = "".join(cells[node])[:gpus]
+        rows.setdefault(row, []).append(f"[{cell.ljust(gpus, '_')}]" if node in reserved else cell.ljust(gpus, "."))
     legend = f"GPU map: a row per {short_name(row_key) if row_key else 'cluster'}, a cell per node, a character per GPU"
-    lines = [f"{legend} (letters are the gangs above, # other pods, . free):"]
+    held = ", [...] a node held for a gang that waited too long (_ its free GPUs)" if reserved else ""
+    lines = [f"{legend} (letters are the gangs above, # other pods, . free{held}):"]
     label_width = max(len(row) for row in rows)
     for row, nodes in rows.items():
         label, text = row, " ".join(nodes)

@@ -35,6 +35,7 @@ from scheduler.ports.sim.builders import ManifestError, load
 from scheduler.ports.sim.errors import ApiError
 from scheduler.ports.sim.store import Store
 from scheduler.settings import LeaderSettings, Settings
+from scheduler.starvation import holds_words
 from topology import HOSTNAME, SpecError, pod_requests
 
 #: States of a gang in a report.
@@ -63,6 +64,22 @@ class GangReport:
 
 
 @dataclass(frozen=True, slots=True)
+class ReservationReport:
+    """A domain held for a gang that waited too long (``starvation`` settings) when the run ended."""
+
+    gang: str
+    level: str | None
+    domain: str
+    nodes: tuple[str, ...]
+    #: In words: ``holds rack b0-r1 for its 32 GPUs; 20 GPUs there are still in use``.
+    holds: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gang": self.gang, "level": self.level, "domain": self.domain, "nodes": list(self.nodes),
+                "holds": self.holds}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     """What a run did: pods it bound (pod -> node), Phalanx's pods left pending (pod -> why), gangs."""
 
@@ -85,6 +102,13 @@ class Report:
     #: Pods this run preempted, and the gang each made room for; and the gang each belonged to (if any).
     preempted: dict[str, str] = field(default_factory=dict)
     victim_gangs: dict[str, str] = field(default_factory=dict, repr=False)
+    #: Domains held for gangs that waited too long, when the run ended.
+    reservations: list[ReservationReport] = field(default_factory=list)
+
+    @property
+    def reserved_nodes(self) -> dict[str, str]:
+        """Node -> the gang whose reservation holds it."""
+        return {node: held.gang for held in self.reservations for node in held.nodes}
 
     def to_json(self) -> dict[str, Any]:
         """The documented ``--output json`` shape (README, "phalanx simulate")."""
@@ -93,6 +117,7 @@ class Report:
             "pending": dict(sorted(self.pending.items())),
             "gangs": [gang.to_json() for gang in self.gangs],
             "preempted": dict(sorted(self.preempted.items())),
+            "reservations": [held.to_json() for held in self.reservations],
             "stats": {
                 "nodes": self.nodes,
                 "pods_bound": self.pods_bound,
@@ -183,8 +208,9 @@ class Simulation:
                 await self._until_quiet(app, advance_time, progress)
             timed_out = limit.cancelled_caught
             await app.reporter.flush()
+            reservations = _reservations(app)  # read while it leads: stopping forgets them
             group.cancel_scope.cancel()
-        return self._report(app, time.perf_counter() - started, timed_out)
+        return self._report(app, time.perf_counter() - started, timed_out, reservations)
 
     async def _until_quiet(self, app: Phalanx, advance_time: bool, progress: Callable[[int, int], None] | None) -> None:
         timed_out_once: set[GangKey] = set()
@@ -219,7 +245,7 @@ class Simulation:
 
     # -- the report -----------------------------------------------------------------------------
 
-    def _report(self, app: Phalanx, seconds: float, timed_out: bool) -> Report:
+    def _report(self, app: Phalanx, seconds: float, timed_out: bool, reservations: list[ReservationReport]) -> Report:
         names = set(self.settings.scheduler_names)
         nodes = list(self.store.objects(self.store.resource("v1", "Node")))
         node_labels = {node["metadata"]["name"]: dict(node["metadata"].get("labels") or {}) for node in nodes}
@@ -263,6 +289,7 @@ class Simulation:
             results={str(key): result for key, result in results.items()},
             preempted=dict(self._preempted),
             victim_gangs=dict(self._victim_gangs),
+            reservations=reservations,
         )
 
     def _gang(
@@ -285,6 +312,14 @@ class Simulation:
         reason = next((pending[pod] for pod in members if pod in pending), "") if state != BOUND else ""
         domains = _shared_domains([placement[pod] for pod in sorted(placed)], node_labels, self.settings.levels)
         return GangReport(str(key), state, len(placed), result.request.minimum_pods(), domains, reason)
+
+
+def _reservations(app: Phalanx) -> list[ReservationReport]:
+    starvation = app.scheduler.starvation
+    return [
+        ReservationReport(str(held.gang), held.level, held.domain, held.nodes, holds_words(starvation, held))
+        for held in starvation.standing()
+    ]
 
 
 def _shared_domains(

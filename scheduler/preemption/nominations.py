@@ -10,7 +10,7 @@ it).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -20,6 +20,7 @@ from scheduler.clock import Clock
 from scheduler.gangs import GangKey, GangSpec
 from scheduler.state import ClusterState
 from topology import Placement, Snapshot
+from topology.domains import IntArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,23 +177,29 @@ Requests = tuple[tuple[str, int], ...]
 
 
 @contextmanager
-def hiding(snapshot: Snapshot, room: list[tuple[str, Requests]]) -> Iterator[None]:
-    """Count the nominated room as taken on ``snapshot.free`` for the duration; restored exactly after."""
-    rows: list[int] = []
-    vectors = []
+def hiding(
+    snapshot: Snapshot, room: list[tuple[str, Requests]], held: Iterable[tuple[IntArray, IntArray]] = ()
+) -> Iterator[None]:
+    """Count the nominated room (and ``held``: node rows and amounts, what domain reservations keep) as
+    taken on ``snapshot.free`` for the duration; restored exactly after."""
+    rows: list[IntArray] = []
+    amounts: list[IntArray] = []
     for node, requests in room:
         row = snapshot.index_of(node)
         if row is not None:
-            rows.append(row)
-            vectors.append(snapshot.request_vector(requests).vector)
+            rows.append(np.array([row], dtype=np.int64))
+            amounts.append(snapshot.request_vector(requests).vector[None, :])
+    for held_rows, held_amounts in held:
+        rows.append(held_rows)
+        amounts.append(held_amounts)
     if not rows:
         yield
         return
-    at = np.array(rows, dtype=np.int64)
-    amounts = np.stack(vectors)
+    at = np.concatenate(rows)
+    taken = np.concatenate(amounts)
     free = snapshot.free
-    np.subtract.at(free, at, amounts)
+    np.subtract.at(free, at, taken)
     try:
         yield
     finally:
-        np.add.at(free, at, amounts)
+        np.add.at(free, at, taken)

@@ -57,6 +57,27 @@ def wait_by_size(figures: dict[str, dict[str, Any]], load: str, path: Path) -> N
     pyplot.close(figure)
 
 
+def starvation(philly: dict[str, dict[str, dict[str, Any]]], path: Path) -> None:
+    """p95 wait by gang size before domain reservations (greedy) and after (with and without deadlines),
+    one panel per offered load."""
+    loads = [load for load in sorted(philly, key=float) if float(load) >= 0.85]
+    rows = (("phalanx-greedy", "before: greedy"), ("phalanx", "after: reservations"),
+            ("phalanx+deadlines", "after: reservations, pods with deadlines"))  # fmt: skip
+    figure, axes_list = pyplot.subplots(1, len(loads), figsize=(5.5 * len(loads), 4), squeeze=False)
+    width = 0.8 / len(rows)
+    for axes, load in zip(axes_list[0], loads, strict=True):
+        for i, (name, label) in enumerate(rows):
+            values = [max(philly[load][name][f"p95_wait_{bucket}_s"], 0.5) for bucket in BUCKETS]
+            axes.bar(np.arange(len(BUCKETS)) + i * width, values, width, label=label)
+        axes.set_xticks(np.arange(len(BUCKETS)) + 0.4 - width / 2, [f"{bucket} GPUs" for bucket in BUCKETS])
+        axes.set_ylabel("p95 queueing delay, seconds (median over seeds)")
+        axes.set_title(f"Philly replay at {float(load):.0%} offered load")
+        axes.grid(alpha=0.3, axis="y")
+    axes_list[0][0].legend(fontsize=7)
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+    pyplot.close(figure)
+
+
 def occupancy(snapshots: dict[str, Snapshot], path: Path) -> None:
     """One panel per algorithm: a row per rack, a cell per node, coloured by the share of its GPUs used."""
     figure, axes_list = pyplot.subplots(1, len(snapshots), figsize=(5 * len(snapshots), 5), squeeze=False)

@@ -40,7 +40,7 @@ from scheduler.ports.port import NODES, PODS, Change
 from scheduler.ports.sim.builders import ClusterShape
 from scheduler.queue import GangQueue
 from scheduler.reporting import Reason, Subject, rfc3339
-from scheduler.settings import LeaderSettings, QueueSettings, Settings
+from scheduler.settings import LeaderSettings, QueueSettings, Settings, StarvationSettings
 from scheduler.state import ClusterState
 
 from .baselines import Placer
@@ -169,8 +169,8 @@ class ReplayResult:
     cycles: int = 0
 
 
-def _pod(job: Job, index: int, gpus: int, now: float) -> dict[str, Any]:
-    return {
+def _pod(job: Job, index: int, gpus: int, now: float, *, deadline: bool) -> dict[str, Any]:
+    pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -197,6 +197,10 @@ def _pod(job: Job, index: int, gpus: int, now: float) -> dict[str, Any]:
             ],
         },
     }
+    if deadline:
+        # The trace's duration as the runtime bound, rounded up: startTime is written in whole seconds.
+        pod["spec"]["activeDeadlineSeconds"] = math.ceil(job.duration) + 1
+    return pod
 
 
 def _topology(gpus: int) -> dict[str, str]:
@@ -207,23 +211,31 @@ def _topology(gpus: int) -> dict[str, str]:
     return {REQUIRED: RACK if gpus <= RACK_GPUS else BLOCK}
 
 
-def _pods(job: Job, now: float) -> list[dict[str, Any]]:
+def _pods(job: Job, now: float, *, deadline: bool) -> list[dict[str, Any]]:
     pods, left = [], job.gpus
     for index in range(math.ceil(job.gpus / GPUS_PER_NODE)):
         share = min(GPUS_PER_NODE, left)
         left -= share
-        pods.append(_pod(job, index, share, now))
+        pods.append(_pod(job, index, share, now, deadline=deadline))
     return pods
 
 
 class Replay:
-    def __init__(self, size: ClusterSize, placer: Placer, *, seed: int = 0) -> None:
+    """``starvation``: domain reservations for gangs that waited too long (Phalanx's, issue 16; the
+    baselines place without). ``deadlines``: every pod sets ``activeDeadlineSeconds`` from its job's
+    duration, so that short jobs may backfill reserved room."""
+
+    def __init__(
+        self, size: ClusterSize, placer: Placer, *, seed: int = 0, starvation: bool = False, deadlines: bool = False
+    ) -> None:
         self.size = size
+        self.deadlines = deadlines
         self.settings = Settings(
             levels=LEVELS,
             leader_election=LeaderSettings(enabled=False, identity="replay"),
             # Capacity freed anywhere wakes the gangs it could help at once; the timer is a fallback.
             queue=QueueSettings(initial_backoff_seconds=1.0, max_backoff_seconds=600.0),
+            starvation=StarvationSettings(enabled=starvation),
         )
         self.clock = ManualClock(start=0.0)
         self.state = ClusterState(self.settings, self.clock)
@@ -274,7 +286,7 @@ class Replay:
             while events and events[0][0] <= moment:
                 _, _, kind, key = heapq.heappop(events)
                 if kind == "arrive":
-                    pods_of[key] = _pods(result.jobs[key], self.clock.wall())
+                    pods_of[key] = _pods(result.jobs[key], self.clock.wall(), deadline=self.deadlines)
                     bound[key] = set()
                     for pod in pods_of[key]:
                         self.state.apply(PODS, Change("ADDED", pod))
@@ -310,6 +322,7 @@ class Replay:
                     name = pod_key.split("/", 1)[1]
                     pod = next(p for p in pods_of[job_key] if p["metadata"]["name"] == name)
                     pod["spec"] = {**pod["spec"], "nodeName": node}
+                    pod["status"] = {"phase": "Running", "startTime": rfc3339(self.clock.wall())}  # the kubelet's
                     self.state.apply(PODS, Change("MODIFIED", pod))
                     bound[job_key].add(name)
                 if len(bound[job_key]) == len(pods_of[job_key]):

@@ -31,8 +31,9 @@ MANIFESTS = ROOT / "manifests"
 SHAPE = "blocks=2,racks=4,nodes=8,gpus=8"
 LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
 PHALANX_USER = "system:serviceaccount:phalanx-system:phalanx"
-#: The scheduler names the suite's Phalanx processes own (the leader-election test runs its own pair).
-SCHEDULER_NAMES = ("phalanx", "phalanx-handover")
+#: The scheduler names the suite's Phalanx processes own (the leader-election and starvation tests run their
+#: own).
+SCHEDULER_NAMES = ("phalanx", "phalanx-handover", "phalanx-starving")
 GROUP_PATHS = (
     "/apis/scheduling.x-k8s.io/v1alpha1/podgroups",
     "/apis/scheduling.volcano.sh/v1beta1/podgroups",
@@ -294,10 +295,11 @@ def invariant_violations(plane: ControlPlane) -> list[str]:
         gang_settings=GangSettings(levels=LEVELS, scheduler_names=frozenset(SCHEDULER_NAMES)),
     )
     pod_resource = store.resource("v1", "Pod")
-    for pod in current:
+    ours = [pod for pod in current if pod["spec"].get("schedulerName") in SCHEDULER_NAMES]
+    for pod in current:  # another scheduler's pods run where they run: room taken, not binds to check
         unbound = {**pod, "spec": {key: value for key, value in pod["spec"].items() if key != "nodeName"}}
-        store.restore(pod_resource, unbound)
-    for pod in current:
+        store.restore(pod_resource, unbound if pod in ours else pod)
+    for pod in ours:
         if pod["spec"].get("nodeName"):
             store.restore(pod_resource, pod)
     monitor.check_gangs()

@@ -1,0 +1,468 @@
+"""Large gangs do not starve: the room freeing up in one domain is kept for the gang at the head of the line.
+
+On a busy cluster a 64-GPU gang can wait forever while 1-GPU jobs take each GPU that frees up: each of
+them fits at once, and it never does. So when a gang has waited ``starvation.reserveAfterSeconds`` and
+still does not fit, it may *reserve* a domain (EASY backfilling, with a gang for a job):
+
+- **Where.** At its required level (else its preferred one, else the narrowest level with a domain that
+  could ever hold it; the whole cluster last), the domain where it would fit soonest and the nodes there
+  to drain (:func:`topology.drain.choose_drain`): fewest of its main resource still in use, lowest
+  priority first.
+- **Who.** At most ``starvation.maxReservations`` per level. A gang ranked ahead of the least important
+  holder in the queue's order (priority, then age) takes its place; anyone else waits its turn.
+- **What it holds.** On each of those nodes, the free room the gang will take there (never more): gangs
+  of its priority or lower do not see it. Room it does not need stays everyone's. A gang whose every pod
+  sets ``activeDeadlineSeconds`` may still use the held room if it is sure to have finished before the
+  reserved gang could start: when every pod that must leave those nodes has ended by its own deadline
+  (the *shadow time*; unknown, so never, while one of them has no deadline). Gangs of higher priority
+  are not held back.
+- **Until.** The gang binds, is deleted or changes into something that does not wait for room, or
+  ``starvation.maxHoldSeconds`` pass without it binding: then the domain is marked tried and the next
+  one is reserved at the gang's next attempt. Nothing is written to the API to keep a reservation: a
+  new leader rebuilds it from the same state by the same rule at the gang's first attempt.
+
+Not to be confused with the permit's reservation (``permit.py``): room a placed gang holds for members
+that do not exist yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from scheduler.clock import Clock
+from scheduler.gangs import GangKey, GangSpec
+from scheduler.queue import order
+from scheduler.settings import StarvationSettings
+from scheduler.state import ClusterState
+from topology import HOSTNAME, GangRequest, Snapshot
+from topology.domains import FloatArray, IntArray
+from topology.drain import DrainPlan, Level, choose_drain, minimum_shapes
+from topology.explain import short_name
+from topology.fit import cumsum_by_group
+
+Requests = tuple[tuple[str, int], ...]
+_NEVER = np.iinfo(np.int64).max
+#: A backoff cut short to the moment a gang may reserve ends this much later, so that clock arithmetic
+#: never tries it a hair too early.
+_MARGIN = 0.001
+
+
+@dataclass(frozen=True, slots=True)
+class DomainReservation:
+    gang: GangKey
+    priority: int
+    #: The gang's place in the queue's order (smaller goes first): who may take a level's reservation.
+    rank: tuple[int, float, GangKey]
+    level: Level
+    domain: str
+    #: The nodes to drain, and what the gang's minimum takes on each.
+    nodes: tuple[str, ...]
+    demand: tuple[Requests, ...]
+    #: The gang's main resource and how much of it the gang asks for (what messages count in).
+    resource: str
+    wanted: int
+    decided: float  # monotonic
+    deadline: float  # monotonic
+
+    @property
+    def where(self) -> str:
+        """``rack r3``, or ``nodes across the cluster``."""
+        return f"{short_name(self.level)} {self.domain}" if self.level is not None else "nodes across the cluster"
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Room one reservation keeps from one placement: node rows and the amounts on each."""
+
+    reservation: DomainReservation
+    rows: IntArray
+    amounts: IntArray
+
+
+class Starvation:
+    """The standing domain reservations and the rules above; the scheduling cycle asks and applies."""
+
+    def __init__(self, settings: StarvationSettings, state: ClusterState, clock: Clock, levels: Iterable[str]) -> None:
+        self.settings = settings
+        self.state = state
+        self.clock = clock
+        #: Levels from the narrowest to the widest, then the whole cluster.
+        self.narrowest_first: tuple[Level, ...] = (*reversed(tuple(levels)), None)
+        self._by_gang: dict[GangKey, DomainReservation] = {}
+        #: Domains a gang held without binding (``maxHoldSeconds``), not chosen again until all have been.
+        self._tried: dict[GangKey, set[tuple[Level, str]]] = {}
+        #: Starving gangs refused a reservation because their level had its count: woken in order of rank
+        #: when one there ends, so that the next turn goes to the head of the line, not to whoever is next tried.
+        self._in_line: dict[Level, dict[GangKey, tuple[int, float, GangKey]]] = {}
+        #: Per snapshot generation: each reservation's rows and demand, and each gang's level.
+        self._layouts: dict[GangKey, tuple[int, IntArray, IntArray]] = {}
+        self._levels: dict[GangKey, tuple[int, Level, bool]] = {}
+        #: Shadow times, worked out once per sync of the loop (pods on the drained nodes change in between).
+        self._shadows: dict[GangKey, float] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_gang)
+
+    def __contains__(self, gang: object) -> bool:
+        return gang in self._by_gang
+
+    def get(self, gang: GangKey) -> DomainReservation | None:
+        return self._by_gang.get(gang)
+
+    def standing(self) -> list[DomainReservation]:
+        return sorted(self._by_gang.values(), key=lambda reservation: reservation.rank)
+
+    def refresh(self) -> None:
+        """The cluster changed (a sync of the loop): shadow times are worked out again when asked."""
+        self._shadows.clear()
+
+    # -- who reserves what -------------------------------------------------------------------------
+
+    def starving(self, spec: GangSpec) -> bool:
+        """Whether the gang has waited long enough to reserve (since its creation, a leader change or not)."""
+        return self.settings.enabled and self.clock.wall() - spec.created >= self.settings.reserve_after_seconds
+
+    def until_starving(self, spec: GangSpec) -> float | None:
+        """Seconds until the gang may reserve (its backoff should not outlast them); None if it may now, or
+        never."""
+        if not self.settings.enabled:
+            return None
+        left = spec.created + self.settings.reserve_after_seconds - self.clock.wall()
+        return left + _MARGIN if left > 0 else None
+
+    def next_in_line(self, level: Level) -> GangKey | None:
+        """The most important starving gang refused a reservation at ``level`` (taken out of the line)."""
+        line = self._in_line.get(level)
+        if not line:
+            return None
+        gang = min(line, key=lambda key: line[key])
+        del line[gang]
+        return gang
+
+    def claim(self, spec: GangSpec, request: GangRequest) -> tuple[DomainReservation | None, DomainReservation | None]:
+        """Reserve a domain for a starving gang that did not fit, if it may have one now: returns the new
+        reservation (or None) and the one it displaced (or None). A gang holding one keeps it."""
+        if spec.key in self._by_gang:
+            return None, None
+        snapshot = self.state.snapshot
+        shapes = minimum_shapes(request)
+        priorities, ready = self._nodes_now(snapshot)
+        level, fits = self._level(spec.key, request, priorities)
+        if not fits:
+            return None, None
+        rank = order(spec.priority, spec.created, spec.key)
+        same_level = [held for held in self._by_gang.values() if held.level == level]
+        displaced = None
+        if len(same_level) >= self.settings.max_reservations:
+            displaced = max(same_level, key=lambda held: held.rank)
+            if not rank < displaced.rank:
+                self._in_line.setdefault(level, {})[spec.key] = rank
+                return None, None
+        taken = self._taken(snapshot, exclude=displaced.gang if displaced else None)
+        tried = self._tried.setdefault(spec.key, set())
+        plan = choose_drain(
+            snapshot, shapes, (level,), node_priority=priorities, node_ready=ready, taken=taken, skip=tried
+        )
+        if plan is None and tried:  # every domain has had its turn: start the round again
+            tried.clear()
+            plan = choose_drain(snapshot, shapes, (level,), node_priority=priorities, node_ready=ready, taken=taken)
+        if plan is None:
+            return None, None
+        if displaced is not None:
+            self.release(displaced.gang)
+        self._in_line.get(level, {}).pop(spec.key, None)
+        reservation = self._reservation(spec, rank, plan, snapshot)
+        self._by_gang[spec.key] = reservation
+        self._layouts[spec.key] = (snapshot.generation, plan.rows, plan.demand)
+        return reservation, displaced
+
+    def _level(self, gang: GangKey, request: GangRequest, priorities: IntArray) -> tuple[Level, bool]:
+        """The level the gang reserves at, and whether any domain there could ever hold it (cached per node
+        generation: only the nodes decide it)."""
+        snapshot = self.state.snapshot
+        cached = self._levels.get(gang)
+        if cached is not None and cached[0] == snapshot.generation:
+            return cached[1], cached[2]
+        if request.required is not None:
+            levels: tuple[Level, ...] = (request.required,)
+        elif request.preferred is not None:
+            levels = (request.preferred, *(level for level in self.narrowest_first if level != request.preferred))
+        else:
+            levels = self.narrowest_first
+        plan = choose_drain(snapshot, minimum_shapes(request), levels, node_priority=priorities)
+        found = (plan.level, True) if plan is not None else (None, False)
+        self._levels[gang] = (snapshot.generation, *found)
+        return found
+
+    def _nodes_now(self, snapshot: Snapshot) -> tuple[IntArray, FloatArray]:
+        """Per node, the highest priority running there and when every pod there will have ended at the
+        latest (``RunningPods``), counting pods placed and not bound yet: they start about now and run for
+        their limit (or forever)."""
+        now = self.clock.wall()
+        priorities = self.state.running.cheapest(snapshot, _NEVER)[0]
+        ready = self.state.running.ready_at(snapshot, now)
+        for pod, assumption in self.state.assumed.items():
+            row = snapshot.index_of(assumption.node)
+            if row is None:
+                continue
+            record = self.state.pod(pod)
+            limit = record.runtime_limit if record is not None else None
+            ready[row] = max(ready[row], float("inf") if limit is None else now + limit)
+            priorities[row] = max(priorities[row], record.priority if record is not None else 0)
+        return priorities, ready
+
+    def _taken(self, snapshot: Snapshot, *, exclude: GangKey | None) -> IntArray | None:
+        """Room other reservations keep for their gangs, as a (n_nodes, n_resources) array."""
+        others = [gang for gang in self._by_gang if gang != exclude]
+        if not others:
+            return None
+        taken = np.zeros_like(snapshot.allocatable)
+        for gang in others:
+            rows, demand = self._layout(gang)
+            np.add.at(taken, rows, demand)
+        return taken
+
+    def _reservation(
+        self, spec: GangSpec, rank: tuple[int, float, GangKey], plan: DrainPlan, snapshot: Snapshot
+    ) -> DomainReservation:
+        now = self.clock.monotonic()
+        names = snapshot.names
+        resources = snapshot.resources
+        demand = tuple(
+            tuple((resources[column], int(amount)) for column, amount in enumerate(row.tolist()) if amount)
+            for row in plan.demand
+        )
+        return DomainReservation(
+            gang=spec.key,
+            priority=spec.priority,
+            rank=rank,
+            level=plan.level,
+            domain=plan.domain,
+            nodes=tuple(names[row] for row in plan.rows.tolist()),
+            demand=demand,
+            resource=plan.resource,
+            wanted=plan.wanted,
+            decided=now,
+            deadline=now + self.settings.max_hold_seconds,
+        )
+
+    # -- ending ------------------------------------------------------------------------------------
+
+    def release(self, gang: GangKey) -> DomainReservation | None:
+        """The gang's reservation ends (it bound, was deleted, or was displaced); the domains it tried are
+        forgotten only when the gang is (see :meth:`forget`)."""
+        self._layouts.pop(gang, None)
+        self._shadows.pop(gang, None)
+        return self._by_gang.pop(gang, None)
+
+    def forget(self, gang: GangKey) -> DomainReservation | None:
+        """The gang needs no reservation any more (bound, deleted, or waiting for members)."""
+        self._tried.pop(gang, None)
+        self._levels.pop(gang, None)
+        for line in self._in_line.values():
+            line.pop(gang, None)
+        return self.release(gang)
+
+    def expired(self) -> list[DomainReservation]:
+        """Reservations held ``maxHoldSeconds`` without their gang binding, released; their domains are
+        marked tried so that the gang's next reservation goes elsewhere."""
+        now = self.clock.monotonic()
+        late = [held for held in self._by_gang.values() if held.deadline <= now]
+        for held in late:
+            self.release(held.gang)
+            self._tried.setdefault(held.gang, set()).add((held.level, held.domain))
+        return late
+
+    def next_deadline(self) -> float | None:
+        return min((held.deadline for held in self._by_gang.values()), default=None)
+
+    def clear(self) -> None:
+        """Forget everything (leadership lost: another replica schedules now)."""
+        self._by_gang.clear()
+        self._tried.clear()
+        self._in_line.clear()
+        self._layouts.clear()
+        self._levels.clear()
+        self._shadows.clear()
+
+    # -- what others see ---------------------------------------------------------------------------
+
+    def held_from(self, gang: GangKey | None, priority: int, runtime: float | None) -> list[Held]:
+        """The room ``gang`` may not take: on each reservation's nodes, the free room its gang will take
+        there, unless ``gang`` ranks above it by priority, or ``runtime`` (the longest
+        ``activeDeadlineSeconds`` of its pods) ends before the reservation could start."""
+        if not self._by_gang:
+            return []
+        now = self.clock.wall()
+        free = self.state.snapshot.free
+        found = []
+        for held in self._by_gang.values():
+            if held.gang == gang or priority > held.priority:
+                continue
+            shadow = self.shadow(held)
+            if runtime is not None and shadow < float("inf") and now + runtime <= shadow:
+                continue  # it will have finished before the reservation could start: EASY backfilling
+            rows, demand = self._layout(held.gang)
+            amounts = np.minimum(np.maximum(free[rows], 0), demand)
+            if amounts.any():
+                found.append(Held(held, rows, amounts))
+        return found
+
+    def held_from_wakes(self) -> list[Held]:
+        """The held room that freed capacity must not be counted in when it wakes waiting gangs (it would
+        wake them to fail again): all of it, but for reservations whose shadow time is known, where a
+        short enough gang may still backfill."""
+        return [held for held in self.held_from(None, -_NEVER, None) if self.shadow(held.reservation) == float("inf")]
+
+    def touching(self, nodes: set[str]) -> list[GangKey]:
+        """Gangs with a reservation on any of ``nodes`` (room freed there may be what they wait for)."""
+        return [held.gang for held in self._by_gang.values() if not nodes.isdisjoint(held.nodes)]
+
+    def in_use(self, held: DomainReservation) -> int:
+        """How much of the gang's main resource is still taken on the nodes it needs (beyond what is free)."""
+        snapshot = self.state.snapshot
+        rows, demand = self._layout(held.gang)
+        column = snapshot.resources.index(held.resource) if held.resource in snapshot.resources else None
+        if column is None or not len(rows):
+            return 0
+        short = demand[:, column] - np.maximum(snapshot.free[rows, column], 0)
+        return int(np.clip(short, 0, None).sum())
+
+    def shadow(self, held: DomainReservation) -> float:
+        """The latest moment (wall seconds) by which the reserved gang's nodes will have room for it, from
+        the deadlines of the pods on them: a pod with none makes it unknown (infinite)."""
+        cached = self._shadows.get(held.gang)
+        if cached is None:
+            cached = self._shadows[held.gang] = self._shadow(held)
+        return cached
+
+    def _shadow(self, held: DomainReservation) -> float:
+        snapshot = self.state.snapshot
+        now = self.clock.wall()
+        rows, demand = self._layout(held.gang)
+        if not len(rows):
+            return now
+        names = snapshot.names
+        node_of, ends, vectors = [], [], []
+        for i, row in enumerate(rows.tolist()):
+            for pod in snapshot.pods_on(names[row]):
+                record = self.state.pod(pod)
+                assumed = self.state.assumed.get(pod)
+                requests = record.requests if record is not None else assumed.requests if assumed else {}
+                node_of.append(i)
+                ends.append(max(now, record.ends_by(now)) if record is not None else float("inf"))
+                vectors.append(snapshot.request_vector(tuple(sorted(requests.items()))).vector)
+        free = np.maximum(snapshot.free[rows], 0)
+        ready = np.where((free >= demand).all(axis=1), now, float("inf"))
+        if node_of:
+            nodes = np.array(node_of, dtype=np.int64)
+            order = np.lexsort((np.array(ends), nodes))
+            by_node, when = nodes[order], np.array(ends)[order]
+            starts = np.searchsorted(by_node, np.arange(len(rows)))
+            released = np.stack(
+                [cumsum_by_group(column, starts, by_node) for column in np.stack(vectors)[order].T], axis=1
+            )
+            enough = (free[by_node] + released >= demand[by_node]).all(axis=1)
+            np.minimum.at(ready, by_node[enough], when[enough])
+        return float(ready.max())
+
+    def _layout(self, gang: GangKey) -> tuple[IntArray, IntArray]:
+        """A reservation's node rows and demand on this snapshot (nodes gone since are left out)."""
+        snapshot = self.state.snapshot
+        cached = self._layouts.get(gang)
+        if cached is not None and cached[0] == snapshot.generation:
+            return cached[1], cached[2]
+        held = self._by_gang[gang]
+        rows, demand = [], []
+        for node, requests in zip(held.nodes, held.demand, strict=True):
+            row = snapshot.index_of(node)
+            if row is not None:
+                rows.append(row)
+                demand.append(snapshot.request_vector(requests).vector)
+        width = len(snapshot.resources)
+        layout = (
+            np.array(rows, dtype=np.int64),
+            np.stack(demand) if demand else np.zeros((0, width), dtype=np.int64),
+        )
+        self._layouts[gang] = (snapshot.generation, *layout)
+        return layout
+
+
+def runtime_bound(spec: GangSpec, state: ClusterState) -> float | None:
+    """The longest ``activeDeadlineSeconds`` among the gang's pods: how long it can run once started;
+    None when one of them has none (it may run forever)."""
+    longest = 0.0
+    for member in spec.request.members():
+        record = state.pod(member.key)
+        if record is None or record.runtime_limit is None:
+            return None
+        longest = max(longest, record.runtime_limit)
+    return longest
+
+
+def amount_words(resource: str, amount: int) -> str:
+    """``64 GPUs``, ``12 CPUs``, ``256Gi of memory``: an amount of a resource for a sentence."""
+    if resource.endswith("/gpu"):
+        return f"{amount} GPU" if amount == 1 else f"{amount} GPUs"
+    if resource == "cpu":
+        cores = amount / 1000
+        return f"{cores:g} CPU" if cores == 1 else f"{cores:g} CPUs"
+    if resource in ("memory", "ephemeral-storage"):
+        return f"{amount / 2**30:g}Gi of {resource}"
+    return f"{amount} {resource}"
+
+
+def _still_in_use(starvation: Starvation, held: DomainReservation) -> str:
+    """``24 GPUs there are still in use`` (what has to finish before the gang fits there)."""
+    in_use = starvation.in_use(held)
+    if not in_use:
+        return "the room it needs there is free"
+    verb = "is" if in_use == 1 and held.resource.endswith("/gpu") else "are"
+    return f"{amount_words(held.resource, in_use)} there {verb} still in use"
+
+
+def holds_words(starvation: Starvation, held: DomainReservation) -> str:
+    """``holds rack r3 for its 64 GPUs; 24 GPUs there are still in use``."""
+    return f"holds {held.where} for its {amount_words(held.resource, held.wanted)}; {_still_in_use(starvation, held)}"
+
+
+def holding_note(starvation: Starvation, held: DomainReservation) -> str:
+    """``It ... holds rack r3 for its 64 GPUs; 24 GPUs there are still in use`` and until when."""
+    left = max(0.0, held.deadline - starvation.clock.monotonic())
+    return (
+        f"It has waited longer than starvation.reserveAfterSeconds and {holds_words(starvation, held)} (held for "
+        f"another {left:.0f}s at most)."
+    )
+
+
+def _room_on(item: Held) -> str:
+    """``room on 3 nodes of rack r3``, ``room on node n7``."""
+    reservation = item.reservation
+    if reservation.level == HOSTNAME:
+        return f"room on {reservation.where}"
+    nodes = int(item.amounts.any(axis=1).sum())
+    return f"room on {nodes} node{'s' if nodes != 1 else ''} of {reservation.where}"
+
+
+def reserving_note(starvation: Starvation, held: DomainReservation) -> str:
+    """The Reserving Event: ``Gang x holds block b3 for its 64 GPUs; 24 GPUs there are still in use. ...``"""
+    nodes = "it" if held.level == HOSTNAME else f"{len(held.nodes)} node{'s' if len(held.nodes) != 1 else ''} there"
+    return (
+        f"Gang {held.gang} {holds_words(starvation, held)}. It has waited longer than "
+        "starvation.reserveAfterSeconds: the room "
+        f"freeing up on {nodes} is kept for it for up to {starvation.settings.max_hold_seconds:.0f}s, and other "
+        "gangs use it only if they are sure to end first (activeDeadlineSeconds)."
+    )
+
+
+def held_back_note(held: list[Held]) -> str:
+    """Why room the gang could otherwise use is not its: the reservations that keep it, in words."""
+    parts = [f"{_room_on(item)} is held for gang {item.reservation.gang}, which has waited too long" for item in held]
+    joined = "; ".join(parts)
+    return (
+        f" {joined[0].upper()}{joined[1:]} (a gang whose pods all set activeDeadlineSeconds may use it if it is "
+        "sure to end before that gang could start)."
+    )

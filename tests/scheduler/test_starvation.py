@@ -1,0 +1,222 @@
+"""Large gangs do not starve: the scheduling loop's domain reservations and backfill, on a simulated clock."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from scheduler.settings import SettingsError, parse_settings
+from tests.scheduler.loop import Loop, settings
+
+START = 0.0
+
+
+def busy_rack(loop: Loop, rack: str, gpus: list[int], *, deadline: float | None = None) -> list[str]:
+    """Pods of another scheduler running on the rack's nodes, ``gpus[i]`` GPUs on node i; with a
+    ``deadline``, the kubelet stops them then."""
+    return [
+        loop.submit(f"{rack}-busy-{i}", used, node=f"b0-{rack}-n{i}", deadline=deadline, runs=deadline)
+        for i, used in enumerate(gpus)
+        if used
+    ]
+
+
+def big_gang(
+    loop: Loop, name: str = "big", pods: int = 4, *, priority: int = 0, runs: float | None = None
+) -> list[str]:
+    return [
+        loop.submit(f"{name}-{i}", 8, gang=(name, pods), rack=True, priority=priority, runs=runs) for i in range(pods)
+    ]
+
+
+def test_a_64_gpu_gang_behind_a_stream_of_small_jobs_binds_within_bounded_time() -> None:
+    """Two racks of eight 8-GPU nodes, and a stream of 1- and 2-GPU jobs (5 to 20 minutes each) that keeps
+    them nearly full. A 64-GPU gang that needs a whole rack arrives ten minutes in. Without a reservation it
+    is still waiting two hours later: whenever a GPU frees up, a small job that fits takes it. With one, it
+    reserves a rack once it has waited five minutes and binds when the jobs running there then have
+    finished: within 5 + 20 minutes (and a minute of slack)."""
+
+    def big_gang_waits(*, starvation: bool) -> float | None:
+        loop = Loop(racks=2, nodes=8, config=settings(enabled=starvation))
+        rng = random.Random(7)
+        big: list[str] = []
+        for second in range(0, 2 * 3600, 9):
+            loop.run_until(second)
+            loop.submit(f"small-{second}", rng.choice([1, 1, 2]), runs=rng.uniform(300, 1200))
+            if second == 603:
+                big = big_gang(loop, pods=8, runs=1800)
+        bound = [loop.bound_at[pod] for pod in big if pod in loop.bound_at]
+        return max(bound) - 603 if len(bound) == len(big) else None
+
+    assert big_gang_waits(starvation=False) is None
+    waited = big_gang_waits(starvation=True)
+    assert waited is not None and waited <= 300 + 1200 + 60
+
+
+def reservation(loop: Loop, gang: str = "pfn:ml/big") -> str | None:
+    held = loop.loop.starvation.get(gang)  # type: ignore[arg-type]
+    return held.where if held is not None else None
+
+
+def released(loop: Loop, reason: str) -> float:
+    return loop.loop.metrics.starvation_released.labels(reason)._value.get()  # type: ignore[no-any-return]
+
+
+def test_a_gang_that_waited_too_long_holds_the_rack_with_least_in_use_and_says_so() -> None:
+    loop = Loop()
+    busy = busy_rack(loop, "r0", [8, 8, 8, 4]) + busy_rack(loop, "r1", [4, 4, 6, 6])
+    big = big_gang(loop)
+    loop.settle()
+    assert reservation(loop) is None  # it has not waited five minutes yet
+    assert not [note for reason, note in loop.told.events if reason == "Reserving"]
+
+    loop.run_until(301)  # its backoff ends when it may reserve, not later
+
+    assert reservation(loop) == "rack b0-r1"
+    assert "holds rack b0-r1 for its 32 GPUs; 20 GPUs there are still in use" in loop.told.pending[big[0]]
+    (note,) = [note for reason, note in loop.told.events if reason == "Reserving"]
+    assert note.startswith("Gang pfn:ml/big holds rack b0-r1 for its 32 GPUs; 20 GPUs there are still in use.")
+    # A 4-GPU job still finds the room the big gang does not need (rack r0); the next one finds none.
+    first, second = loop.submit("four-a", 4), loop.submit("four-b", 4)
+    loop.settle()
+    assert loop.bound().get(first) == "b0-r0-n3"
+    assert second not in loop.bound()
+    assert "room on 4 nodes of rack b0-r1 is held for gang pfn:ml/big" in loop.told.pending[second].lower()
+
+    loop.finish(*busy[4:])  # what ran on rack r1 ends
+    loop.settle()
+
+    assert {loop.bound()[pod] for pod in big} == {f"b0-r1-n{i}" for i in range(4)}
+    assert reservation(loop) is None and released(loop, "bound") == 1
+
+
+@pytest.mark.parametrize("all_bounded", [True, False], ids=["every-pod-has-a-deadline", "one-pod-may-run-forever"])
+def test_a_job_sure_to_end_before_the_reservation_could_start_backfills_its_room(all_bounded: bool) -> None:
+    # Rack r0 is full; on rack r1 the reserved gang waits for pods that end by t=1000 (their deadlines).
+    loop = Loop()
+    busy_rack(loop, "r0", [8, 8, 8, 8])
+    busy_rack(loop, "r1", [4, 4, 6, 6], deadline=1000)
+    if not all_bounded:
+        loop.submit("forever", 1, node="b0-r1-n3")
+    big = big_gang(loop)
+    loop.run_until(301)
+    assert reservation(loop) == "rack b0-r1"
+
+    short = loop.submit("short", 4, deadline=600, runs=600)  # ends by t=900
+    long = loop.submit("long", 4, deadline=900)  # could run until t=1200
+    unbounded = loop.submit("unbounded", 4)
+    loop.settle()
+
+    assert (short in loop.bound()) is all_bounded
+    assert long not in loop.bound() and unbounded not in loop.bound()
+    loop.run_until(1000)
+    if all_bounded:
+        assert [loop.bound_at.get(pod) for pod in big] == [1000] * 4  # the backfilled job did not delay it
+
+
+def test_gangs_of_higher_priority_are_not_held_back() -> None:
+    loop = Loop()
+    busy_rack(loop, "r0", [8, 8, 8, 8])
+    busy_rack(loop, "r1", [4, 4, 6, 6])
+    big_gang(loop)
+    loop.run_until(301)
+    assert reservation(loop) == "rack b0-r1"
+
+    urgent, equal = loop.submit("urgent", 4, priority=100), loop.submit("equal", 4)
+    loop.settle()
+
+    assert urgent in loop.bound() and equal not in loop.bound()
+
+
+def test_a_reservation_that_did_not_help_in_time_moves_to_the_next_rack() -> None:
+    loop = Loop(config=settings(max_hold_seconds=600))
+    busy_rack(loop, "r0", [8, 8, 8, 8])
+    busy_rack(loop, "r1", [4, 4, 6, 6])
+    big_gang(loop)
+    loop.run_until(301)
+    assert reservation(loop) == "rack b0-r1"
+
+    loop.run_until(902)  # 600 s after it reserved
+
+    assert reservation(loop) == "rack b0-r0"
+    assert released(loop, "expired") == 1
+    where = [note.split(" for its")[0] for reason, note in loop.told.events if reason == "Reserving"]
+    assert where == ["Gang pfn:ml/big holds rack b0-r1", "Gang pfn:ml/big holds rack b0-r0"]
+    loop.run_until(1503)
+    assert reservation(loop) == "rack b0-r1"  # every rack has had its turn: the round starts again
+
+
+def test_one_reservation_per_level_goes_to_the_head_of_the_line() -> None:
+    loop = Loop()
+    busy_rack(loop, "r0", [8, 8, 8, 8])
+    r1 = busy_rack(loop, "r1", [4, 4, 6, 6])
+    first = big_gang(loop, "first")
+    loop.clock.advance(10)
+    big_gang(loop, "second")
+    loop.run_until(321)
+    assert reservation(loop, "pfn:ml/first") == "rack b0-r1"
+    assert reservation(loop, "pfn:ml/second") is None  # the rack level has its one reservation
+
+    loop.finish(*r1)
+    loop.settle()
+
+    assert all(pod in loop.bound() for pod in first)
+    assert reservation(loop, "pfn:ml/second") == "rack b0-r0"  # its turn, at once
+
+
+def test_a_more_important_gang_takes_the_level_s_reservation() -> None:
+    loop = Loop()
+    busy_rack(loop, "r0", [8, 8, 8, 8])
+    busy_rack(loop, "r1", [4, 4, 6, 6])
+    big_gang(loop, "batch")
+    loop.clock.advance(10)
+    big_gang(loop, "urgent", priority=100)
+    loop.run_until(321)
+
+    assert reservation(loop, "pfn:ml/urgent") == "rack b0-r1"
+    assert reservation(loop, "pfn:ml/batch") is None
+    assert released(loop, "displaced") == 1
+
+
+def test_a_new_leader_rebuilds_the_reservation_from_the_same_state() -> None:
+    loop = Loop()
+    busy_rack(loop, "r0", [8, 8, 8, 4])
+    busy_rack(loop, "r1", [4, 4, 6, 6])
+    big_gang(loop)
+    loop.run_until(301)
+    before = loop.loop.starvation.get("pfn:ml/big")  # type: ignore[arg-type]
+
+    loop.loop.starvation.clear()  # leadership lost: nothing of it survives in memory
+    loop.loop.requeue_all()  # the next leader's first pass
+    loop.settle()
+
+    after = loop.loop.starvation.get("pfn:ml/big")  # type: ignore[arg-type]
+    assert before is not None and after is not None
+    assert (after.where, after.nodes, after.demand) == (before.where, before.nodes, before.demand)
+
+
+def test_a_deleted_gang_releases_its_reservation_and_a_gang_that_can_never_fit_makes_none() -> None:
+    loop = Loop()
+    busy_rack(loop, "r0", [8, 8, 8, 8])
+    busy_rack(loop, "r1", [4, 4, 6, 6])
+    big = big_gang(loop)
+    too_big = big_gang(loop, "huge", pods=5)  # five whole nodes in one rack of four
+    loop.run_until(301)
+    assert reservation(loop) == "rack b0-r1"
+    assert reservation(loop, "pfn:ml/huge") is None
+    assert too_big[0] not in loop.bound()
+
+    loop.finish(*big)
+    loop.settle()
+
+    assert len(loop.loop.starvation) == 0 and released(loop, "deleted") == 1
+
+
+def test_starvation_settings_are_checked() -> None:
+    configured = parse_settings({"starvation": {"reserveAfterSeconds": 60, "maxReservations": 2}}).starvation
+    assert (configured.reserve_after_seconds, configured.max_reservations, configured.max_hold_seconds) == (60, 2, 1800)
+    with pytest.raises(SettingsError, match="maxReservations and maxHoldSeconds must be positive"):
+        parse_settings({"starvation": {"maxReservations": 0}})
+    with pytest.raises(SettingsError, match="did you mean 'reserveAfterSeconds'"):
+        parse_settings({"starvation": {"reserveAfterSecond": 60}})
