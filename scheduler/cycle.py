@@ -69,6 +69,7 @@ from topology import (
     Snapshot,
     place,
 )
+from topology.domains import IntArray
 from topology.fit import pods_per_node, shape_fit
 from topology.preemption import NoVictims, Victims
 
@@ -339,20 +340,13 @@ class SchedulingLoop:
                 )
             if held:
                 message += held_back_note(held)
-            if missing:
-                return Outcome(
-                    code=Code.UNSCHEDULABLE,
-                    message=message,
-                    pods=pods,
-                    each_pod=True,
-                    wake=wake,
-                    placement_ms=placement_ms,
-                )
-            if self.evictor is not None:
-                return self._starving(spec, request, self._preempt(spec, request, message, pods, wake))
             outcome = Outcome(
                 code=Code.UNSCHEDULABLE, message=message, pods=pods, each_pod=True, wake=wake, placement_ms=placement_ms
             )
+            if missing:
+                return outcome
+            if self.evictor is not None:
+                outcome = self._preempt(spec, request, message, pods, wake, held=[(h.rows, h.amounts) for h in held])
             return self._starving(spec, request, outcome)
         return self._assume(spec, placed, pods, wake, placement_ms)
 
@@ -372,7 +366,14 @@ class SchedulingLoop:
         return replace(outcome, message=f"{outcome.message} {holding_note(self.starvation, held)}", reserved=made)
 
     def _preempt(
-        self, spec: GangSpec, request: GangRequest, message: str, pods: tuple[str, ...], wake: Wake
+        self,
+        spec: GangSpec,
+        request: GangRequest,
+        message: str,
+        pods: tuple[str, ...],
+        wake: Wake,
+        *,
+        held: list[tuple[IntArray, IntArray]],
     ) -> Outcome:
         """The gang does not fit: wait for victims already going, or choose new ones, or say why not."""
         nomination = self.nominations.get(spec.key)
@@ -393,7 +394,7 @@ class SchedulingLoop:
                 return Outcome(code=Code.UNSCHEDULABLE, message=message, pods=pods, wake=wake, attempt=False)
             log.info("nomination dropped: the room its victims freed is not enough any more", gang=spec.key)
             self._drop_nomination(spec)
-        found = self.preemption.plan(spec, request)
+        found = self.preemption.plan(spec, request, held)
         if isinstance(found, NoVictims):
             if found.considered:
                 result = "not_allowed" if found.reason.startswith("it may not") else "no_victims"

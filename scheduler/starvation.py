@@ -75,7 +75,7 @@ class DomainReservation:
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """Room one reservation keeps from one placement: node rows and the amounts on each."""
+    """Room one reservation keeps from one placement: node rows and what its gang will take on each."""
 
     reservation: DomainReservation
     rows: IntArray
@@ -149,8 +149,7 @@ class Starvation:
             return None, None
         snapshot = self.state.snapshot
         shapes = minimum_shapes(request)
-        priorities, ready = self._nodes_now(snapshot)
-        level, fits = self._level(spec.key, request, priorities)
+        level, fits = self._level(spec.key, request)
         if not fits:
             return None, None
         rank = order(spec.priority, spec.created, spec.key)
@@ -162,6 +161,7 @@ class Starvation:
                 self._in_line.setdefault(level, {})[spec.key] = rank
                 return None, None
         taken = self._taken(snapshot, exclude=displaced.gang if displaced else None)
+        priorities, ready = self._nodes_now(snapshot)
         tried = self._tried.setdefault(spec.key, set())
         plan = choose_drain(
             snapshot, shapes, (level,), node_priority=priorities, node_ready=ready, taken=taken, skip=tried
@@ -179,7 +179,7 @@ class Starvation:
         self._layouts[spec.key] = (snapshot.generation, plan.rows, plan.demand)
         return reservation, displaced
 
-    def _level(self, gang: GangKey, request: GangRequest, priorities: IntArray) -> tuple[Level, bool]:
+    def _level(self, gang: GangKey, request: GangRequest) -> tuple[Level, bool]:
         """The level the gang reserves at, and whether any domain there could ever hold it (cached per node
         generation: only the nodes decide it)."""
         snapshot = self.state.snapshot
@@ -192,7 +192,8 @@ class Starvation:
             levels = (request.preferred, *(level for level in self.narrowest_first if level != request.preferred))
         else:
             levels = self.narrowest_first
-        plan = choose_drain(snapshot, minimum_shapes(request), levels, node_priority=priorities)
+        anything = np.zeros(snapshot.n_nodes, dtype=np.int64)  # what runs where does not decide the level
+        plan = choose_drain(snapshot, minimum_shapes(request), levels, node_priority=anything)
         found = (plan.level, True) if plan is not None else (None, False)
         self._levels[gang] = (snapshot.generation, *found)
         return found
@@ -291,13 +292,13 @@ class Starvation:
     # -- what others see ---------------------------------------------------------------------------
 
     def held_from(self, gang: GangKey | None, priority: int, runtime: float | None) -> list[Held]:
-        """The room ``gang`` may not take: on each reservation's nodes, the free room its gang will take
-        there, unless ``gang`` ranks above it by priority, or ``runtime`` (the longest
+        """The room ``gang`` may not take: on each reservation's nodes, what its gang will take there (as
+        nominated room is hidden: free room below it reads as none, and room that frees up later is the
+        reservation's too), unless ``gang`` ranks above it by priority, or ``runtime`` (the longest
         ``activeDeadlineSeconds`` of its pods) ends before the reservation could start."""
         if not self._by_gang:
             return []
         now = self.clock.wall()
-        free = self.state.snapshot.free
         found = []
         for held in self._by_gang.values():
             if held.gang == gang or priority > held.priority:
@@ -306,9 +307,8 @@ class Starvation:
             if runtime is not None and shadow < float("inf") and now + runtime <= shadow:
                 continue  # it will have finished before the reservation could start: EASY backfilling
             rows, demand = self._layout(held.gang)
-            amounts = np.minimum(np.maximum(free[rows], 0), demand)
-            if amounts.any():
-                found.append(Held(held, rows, amounts))
+            if len(rows):
+                found.append(Held(held, rows, demand))
         return found
 
     def held_from_wakes(self) -> list[Held]:
@@ -443,7 +443,7 @@ def _room_on(item: Held) -> str:
     reservation = item.reservation
     if reservation.level == HOSTNAME:
         return f"room on {reservation.where}"
-    nodes = int(item.amounts.any(axis=1).sum())
+    nodes = len(item.rows)
     return f"room on {nodes} node{'s' if nodes != 1 else ''} of {reservation.where}"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -17,7 +18,7 @@ from scheduler.frontends.render import table
 from scheduler.ports.kube import KubeCluster, connect
 from scheduler.ports.kube.readonly import ReadOnlyViolation, read_only
 from scheduler.ports.port import NODES
-from scheduler.settings import Settings
+from scheduler.settings import Settings, StarvationSettings
 from tests.scheduler.support import Cluster, cluster, free_port, gpu_pod, kubeconfig, pfn
 
 SETTINGS = Settings(levels=("example.com/block", "example.com/rack", "kubernetes.io/hostname"))
@@ -134,6 +135,26 @@ async def test_explain_gives_the_reason_and_the_room_per_rack(tmp_path: Path) ->
         "Pod team/theirs-0 names schedulerName 'default-scheduler': Phalanx does not schedule it "
         "(it schedules phalanx)."
     )
+
+
+async def test_dry_run_and_explain_show_the_domain_a_gang_that_waited_too_long_holds(tmp_path: Path) -> None:
+    settings = replace(SETTINGS, starvation=StarvationSettings(reserve_after_seconds=0))  # waited long enough
+    async with cluster(RACKS) as where:
+        for rack, gpus in (("b0-r0", 4), ("b0-r1", 2)):
+            for i in range(4):
+                where.create(gpu_pod(f"theirs-{rack}-{i}", gpus=gpus, scheduler="default-scheduler",
+                                     nodeName=f"{rack}-n{i}"))  # fmt: skip
+        rack = {"scheduling.phalanx.dev/topology-required": "example.com/rack"}
+        for i in range(2):
+            where.create(gpu_pod(f"big-{i}", annotations={**pfn("big", 2), **rack}))
+        copy = await read_real_cluster(str(kubeconfig(tmp_path / "kubeconfig", where.url)), None)
+        report = await dry_run(copy, settings)
+        text = await explain(copy, settings, "team/big-0")
+    holds = "holds rack b0-r1 for its 16 GPUs; 4 GPUs there are still in use"
+    assert f"Reserved: it {holds}. The room freeing up on b0-r1-n0, b0-r1-n1 is kept for it." in text
+    rendered = table(report, title="t", levels=SETTINGS.levels, would=True)
+    assert f"  pfn:team/big {holds}: b0-r1-n0 b0-r1-n1" in rendered
+    assert "  b0-r1  [##______] [##______] ##...... ##......" in rendered
 
 
 async def phalanx_command(*argv: str) -> tuple[int, str, str]:

@@ -47,24 +47,11 @@ def table(report: Report, *, title: str, levels: Iterable[str], would: bool = Fa
     if waiting:
         lines += ["", "Why:"]
         for gang in waiting:
-            lines += textwrap.wrap(
-                f"{gang.key}: {gang.reason}",
-                width=_WRAP,
-                initial_indent="  ",
-                subsequent_indent="      ",
-                break_on_hyphens=False,
-                break_long_words=False,
-            )
+            lines += _item(f"{gang.key}: {gang.reason}")
     if report.reservations:
         lines += ["", "Reserved (gangs that waited too long, and the nodes whose freeing room each holds):"]
         for held in report.reservations:
-            lines += textwrap.wrap(
-                f"{held.gang} {held.holds}: {' '.join(held.nodes)}",
-                width=_WRAP,
-                initial_indent="  ",
-                subsequent_indent="      ",
-                break_on_hyphens=False,
-            )
+            lines += _item(f"{held.gang} {held.holds}: {' '.join(held.nodes)}")
     if report.preempted:
         heading = "Would preempt" if would else "Preempted"
         lines += ["", f"{heading} (pod, and the gang it makes room for):"]
@@ -79,6 +66,18 @@ def table(report: Report, *, title: str, levels: Iterable[str], would: bool = Fa
     if report.timed_out:
         lines.append("The run stopped at --timeout while the scheduler was still busy; the figures are partial.")
     return "\n".join(lines)
+
+
+def _item(text: str) -> list[str]:
+    """One entry of a list, wrapped to the terminal and indented under its first line."""
+    return textwrap.wrap(
+        text,
+        width=_WRAP,
+        initial_indent="  ",
+        subsequent_indent="      ",
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
 
 
 def gpu_map(report: Report, letters: Mapping[str, str], levels: list[str]) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from scheduler.gangs import GangSpec
 from scheduler.preemption.nominations import Nominations, hiding
@@ -10,6 +10,7 @@ from scheduler.preemption.units import UnitSource, never_preempts
 from scheduler.settings import Settings
 from scheduler.state import ClusterState
 from topology import GangRequest
+from topology.domains import IntArray
 from topology.preemption import NoVictims, Victims, choose_victims
 
 
@@ -19,11 +20,14 @@ class PreemptionPlanner:
         self.settings = settings
         self.nominations = nominations
 
-    def plan(self, spec: GangSpec, request: GangRequest) -> Victims | NoVictims:
+    def plan(
+        self, spec: GangSpec, request: GangRequest, held: Iterable[tuple[IntArray, IntArray]] = ()
+    ) -> Victims | NoVictims:
         """Victims whose eviction lets the gang's whole minimum fit, or why there are none.
 
         ``request`` is what placement was asked (members running pinned); the nominated room of other
-        gangs of equal or higher priority stays taken, exactly as in the placement that failed."""
+        gangs of equal or higher priority, and ``held`` (room domain reservations keep from it), stay
+        taken, exactly as in the placement that failed: evicting pods there would free room it may not use."""
         if not self.settings.preemption.enabled:
             return NoVictims("preemption is disabled (preemption.enabled: false)", considered=False)
         never = never_preempts(spec, self.state)
@@ -34,7 +38,7 @@ class PreemptionPlanner:
         if not evictable.any():
             return NoVictims(f"no running pod has a priority below its {spec.priority}", considered=False)
         units = UnitSource(self.state, spec.key, spec.priority, self.nominations.in_flight())
-        with hiding(snapshot, self.nominations.hidden_from(self.state, spec.key, spec.priority)):
+        with hiding(snapshot, self.nominations.hidden_from(self.state, spec.key, spec.priority), held):
             return choose_victims(
                 snapshot,
                 request,

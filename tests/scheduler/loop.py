@@ -19,6 +19,7 @@ from scheduler.metrics import Metrics
 from scheduler.permit import Permit
 from scheduler.ports.port import NODES, PODS, Change
 from scheduler.ports.sim.builders import ClusterShape
+from scheduler.preemption.evictor import EvictJob
 from scheduler.queue import GangQueue
 from scheduler.reporting import Reason, Subject, rfc3339
 from scheduler.settings import LeaderSettings, QueueSettings, Settings, StarvationSettings
@@ -66,6 +67,16 @@ class _Recorder:
         pass
 
 
+class _Evictor:
+    """Records preemptions (nothing is deleted: a test decides when victims are gone)."""
+
+    def __init__(self) -> None:
+        self.jobs: list[EvictJob] = []
+
+    def submit(self, job: EvictJob) -> None:
+        self.jobs.append(job)
+
+
 class _Binder:
     def __init__(self) -> None:
         self.jobs: list[BindJob] = []
@@ -86,13 +97,16 @@ def settings(**starvation: Any) -> Settings:
 class Loop:
     """A cluster of ``racks`` racks of ``nodes`` 8-GPU nodes, one block, and the loop scheduling it."""
 
-    def __init__(self, *, racks: int = 2, nodes: int = 4, config: Settings | None = None) -> None:
+    def __init__(
+        self, *, racks: int = 2, nodes: int = 4, config: Settings | None = None, preemption: bool = False
+    ) -> None:
         self.settings = config or settings()
         self.clock = ManualClock()
         self.state = ClusterState(self.settings, self.clock)
         self.queue = GangQueue(self.settings.queue, self.clock, random.Random(0))
         self.told = Told()
         self.binder = _Binder()
+        self.evictor = _Evictor()
         self.loop = SchedulingLoop(
             settings=self.settings,
             state=self.state,
@@ -102,6 +116,7 @@ class Loop:
             reporter=_Recorder(self.told),
             clock=self.clock,
             metrics=Metrics(),
+            evictor=self.evictor if preemption else None,
         )
         self.pods: dict[str, dict[str, Any]] = {}
         self.bound_at: dict[str, float] = {}  # pod -> when it was bound (monotonic)
@@ -121,6 +136,7 @@ class Loop:
         deadline: float | None = None,
         node: str | None = None,
         runs: float | None = None,
+        preempts: bool = True,
     ) -> str:
         """A pod of ``gpus`` GPUs (of a PFN gang ``(name, size)``), created now; ``node``: already running
         there (bound by someone else, started now); ``runs``: it finishes this long after it is bound."""
@@ -134,6 +150,8 @@ class Loop:
         }
         if deadline is not None:
             spec["activeDeadlineSeconds"] = math.ceil(deadline)
+        if not preempts:
+            spec["preemptionPolicy"] = "Never"
         pod: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",

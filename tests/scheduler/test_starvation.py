@@ -23,10 +23,11 @@ def busy_rack(loop: Loop, rack: str, gpus: list[int], *, deadline: float | None 
 
 
 def big_gang(
-    loop: Loop, name: str = "big", pods: int = 4, *, priority: int = 0, runs: float | None = None
+    loop: Loop, name: str = "big", pods: int = 4, *, priority: int = 0, runs: float | None = None, preempts: bool = True
 ) -> list[str]:
     return [
-        loop.submit(f"{name}-{i}", 8, gang=(name, pods), rack=True, priority=priority, runs=runs) for i in range(pods)
+        loop.submit(f"{name}-{i}", 8, gang=(name, pods), rack=True, priority=priority, runs=runs, preempts=preempts)
+        for i in range(pods)
     ]
 
 
@@ -127,6 +128,27 @@ def test_gangs_of_higher_priority_are_not_held_back() -> None:
     loop.settle()
 
     assert urgent in loop.bound() and equal not in loop.bound()
+
+
+def test_a_preemptor_below_the_reserved_gang_does_not_evict_pods_on_the_room_it_holds() -> None:
+    # Rack r1 would cost two evictions (two 4-GPU pods free two nodes), rack r0 four; but r1's room is held
+    # for a gang of higher priority that may not preempt, so evicting there would free room for it, not for
+    # the preemptor.
+    loop = Loop(preemption=True)
+    for i in range(4):
+        for half in range(2):
+            loop.submit(f"r0-{i}-{half}", 4, node=f"b0-r0-n{i}")
+    busy_rack(loop, "r1", [4, 4, 6, 6])
+    big_gang(loop, priority=5, preempts=False)
+    loop.run_until(301)
+    assert reservation(loop) == "rack b0-r1"
+
+    big_gang(loop, "mid", pods=2, priority=3)
+    loop.settle()
+
+    (job,) = loop.evictor.jobs
+    assert job.preemptor == "pfn:ml/mid" and job.domain == "rack b0-r0"
+    assert len(job.victims) == 4
 
 
 def test_a_reservation_that_did_not_help_in_time_moves_to_the_next_rack() -> None:
