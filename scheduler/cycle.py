@@ -201,9 +201,12 @@ class SchedulingLoop:
         if freed:
             for gang in self.starvation.touching(freed):
                 queue.wake(gang)
-            kept = [(item.rows, item.amounts) for item in self.starvation.held_from_wakes()]
-            with hiding(state.snapshot, [], kept):
+            held = self.starvation.held_from_wakes()
+            with hiding(state.snapshot, [], [(item.rows, item.amounts) for item in held]):
                 queue.wake_capacity(lambda shape: self._room(shape, freed))
+            if held:  # gangs of higher priority than a reservation are not held back by it
+                above = min(item.reservation.priority for item in held)
+                queue.wake_capacity(lambda shape: self._room(shape, freed), above=above)
         self._gauges()
 
     def requeue_all(self) -> None:
@@ -228,6 +231,7 @@ class SchedulingLoop:
             self.queue.add(key, result.priority, result.created)
         else:
             self.nominations.bound(key)
+            self._unreserve(key, "bound")
             self.queue.done(key)
 
     def _room(self, shape: PodShape, nodes: Iterable[str]) -> int:
@@ -317,11 +321,11 @@ class SchedulingLoop:
             return Outcome(code=Code.UNSCHEDULABLE, message=problem, pods=pods, each_pod=True, wake=wake)
         started = time.perf_counter()
         nominated = self.nominations.hidden_from(self.state, spec.key, spec.priority)
-        held = (
-            self.starvation.held_from(spec.key, spec.priority, runtime_bound(spec, self.state))
-            if len(self.starvation)
-            else []
-        )
+        held = []
+        if len(self.starvation):
+            # A gang that waits for members cannot promise when it ends: it starts when the last one arrives.
+            runtime = None if missing else runtime_bound(spec, self.state)
+            held = self.starvation.held_from(spec.key, spec.priority, runtime)
         with hiding(self.state.snapshot, nominated, [(item.rows, item.amounts) for item in held]):
             placed = self.placer(self.state.snapshot, request, max_tries=self.settings.placement.max_domain_tries)
         placement_ms = round((time.perf_counter() - started) * 1000, 3)
@@ -355,6 +359,10 @@ class SchedulingLoop:
         holds a reservation says so (see ``starvation.py``)."""
         if outcome.code is not Code.UNSCHEDULABLE or not outcome.attempt or not self.starvation.starving(spec):
             return outcome
+        gone = self.starvation.lost_nodes(spec.key)
+        if gone is not None:
+            log.info("domain reservation released: some of its nodes are gone", gang=spec.key, domain=gone.where)
+            self.metrics.starvation_released.labels("nodes_gone").inc()
         made, displaced = self.starvation.claim(spec, request)
         if displaced is not None:
             log.info("domain reservation displaced by a more important gang", gang=displaced.gang, by=spec.key)
@@ -588,6 +596,8 @@ class SchedulingLoop:
             self._unreserve(key, "bound")
             self.queue.done(key)
             return
+        if code in (Code.PREEMPTING, Code.UNRESOLVABLE):
+            self._unreserve(key, code.value)  # it makes room by preempting, or no room could ever come
         if code is Code.PREEMPTING:
             assert isinstance(gang, GangSpec) and outcome.victims is not None
             self._preempting(gang, outcome.victims, outcome)

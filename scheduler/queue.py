@@ -169,17 +169,22 @@ class GangQueue:
             self._activate(entry)
         return len(woken)
 
-    def wake_capacity(self, room: Callable[[PodShape], int]) -> int:
+    def wake_capacity(self, room: Callable[[PodShape], int], *, above: int | None = None) -> int:
         """Capacity was freed: ``room(shape)`` says how many pods of a shape the freed nodes now hold
         (asked once per distinct shape, not once per gang). Wakes, in queue order, the gangs waiting
-        for that shape that the room holds, and the first one it does not. Returns how many woke."""
+        for that shape that the room holds, and the first one it does not; only those of priority
+        ``above`` or higher when given. Returns how many woke."""
         woken = 0
         for shape, keys in list(self._by_shape.items()):
             budget = room(shape) if keys else 0
             if budget <= 0:
                 continue
             waiting = sorted(
-                (entry for entry in map(self._entries.get, keys) if entry is not None and entry.state is State.BACKOFF),
+                (
+                    entry
+                    for entry in map(self._entries.get, keys)
+                    if entry is not None and entry.state is State.BACKOFF and (above is None or entry.priority > above)
+                ),
                 key=lambda entry: order(entry.priority, entry.created, entry.key),
             )
             beyond = False

@@ -27,8 +27,9 @@ that do not exist yet.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -37,7 +38,7 @@ from scheduler.gangs import GangKey, GangSpec
 from scheduler.queue import order
 from scheduler.settings import StarvationSettings
 from scheduler.state import ClusterState
-from topology import HOSTNAME, GangRequest, Snapshot
+from topology import HOSTNAME, GangRequest, PodShape, Snapshot
 from topology.domains import FloatArray, IntArray
 from topology.drain import DrainPlan, Level, choose_drain, minimum_shapes
 from topology.explain import short_name
@@ -99,7 +100,7 @@ class Starvation:
         self._in_line: dict[Level, dict[GangKey, tuple[int, float, GangKey]]] = {}
         #: Per snapshot generation: each reservation's rows and demand, and each gang's level.
         self._layouts: dict[GangKey, tuple[int, IntArray, IntArray]] = {}
-        self._levels: dict[GangKey, tuple[int, Level, bool]] = {}
+        self._levels: dict[GangKey, tuple[object, Level, bool]] = {}
         #: Shadow times, worked out once per sync of the loop (pods on the drained nodes change in between).
         self._shadows: dict[GangKey, float] = {}
 
@@ -146,12 +147,15 @@ class Starvation:
         """Reserve a domain for a starving gang that did not fit, if it may have one now: returns the new
         reservation (or None) and the one it displaced (or None). A gang holding one keeps it."""
         if spec.key in self._by_gang:
+            return self._closer(spec, request), None
+        if _nested_constraint(request):
             return None, None
         snapshot = self.state.snapshot
         shapes = minimum_shapes(request)
-        level, fits = self._level(spec.key, request)
+        level, fits = self._level(spec.key, request, shapes)
         if not fits:
             return None, None
+        within = _pinned_domain(snapshot, request)
         rank = order(spec.priority, spec.created, spec.key)
         same_level = [held for held in self._by_gang.values() if held.level == level]
         displaced = None
@@ -164,11 +168,21 @@ class Starvation:
         priorities, ready = self._nodes_now(snapshot)
         tried = self._tried.setdefault(spec.key, set())
         plan = choose_drain(
-            snapshot, shapes, (level,), node_priority=priorities, node_ready=ready, taken=taken, skip=tried
+            snapshot,
+            shapes,
+            (level,),
+            node_priority=priorities,
+            node_ready=ready,
+            taken=taken,
+            skip=tried,
+            within=within,
         )
-        if plan is None and tried:  # every domain has had its turn: start the round again
-            tried.clear()
-            plan = choose_drain(snapshot, shapes, (level,), node_priority=priorities, node_ready=ready, taken=taken)
+        if plan is None and tried:  # every domain may have had its turn: then the round starts again
+            plan = choose_drain(
+                snapshot, shapes, (level,), node_priority=priorities, node_ready=ready, taken=taken, within=within
+            )
+            if plan is not None:
+                tried.clear()
         if plan is None:
             return None, None
         if displaced is not None:
@@ -179,12 +193,40 @@ class Starvation:
         self._layouts[spec.key] = (snapshot.generation, plan.rows, plan.demand)
         return reservation, displaced
 
-    def _level(self, gang: GangKey, request: GangRequest) -> tuple[Level, bool]:
-        """The level the gang reserves at, and whether any domain there could ever hold it (cached per node
-        generation: only the nodes decide it)."""
+    def _closer(self, spec: GangSpec, request: GangRequest) -> DomainReservation | None:
+        """The gang's reservation moved to another domain of its level where at most half as much is still
+        in use as on the nodes it holds (room elsewhere drained faster); None when it stays."""
+        held = self._by_gang[spec.key]
+        in_use = self.in_use(held)
+        if not in_use:
+            return None
         snapshot = self.state.snapshot
+        priorities, ready = self._nodes_now(snapshot)
+        plan = choose_drain(
+            snapshot,
+            minimum_shapes(request),
+            (held.level,),
+            node_priority=priorities,
+            node_ready=ready,
+            taken=self._taken(snapshot, exclude=spec.key),
+            skip=self._tried.get(spec.key, set()),
+            within=_pinned_domain(snapshot, request),
+        )
+        if plan is None or plan.domain == held.domain or 2 * plan.in_use > in_use:
+            return None
+        self.release(spec.key)
+        moved = replace(self._reservation(spec, held.rank, plan, snapshot), deadline=held.deadline)
+        self._by_gang[spec.key] = moved
+        self._layouts[spec.key] = (snapshot.generation, plan.rows, plan.demand)
+        return moved
+
+    def _level(self, gang: GangKey, request: GangRequest, shapes: Counter[PodShape]) -> tuple[Level, bool]:
+        """The level the gang reserves at, and whether any domain there could ever hold it (cached until the
+        nodes or what the gang asks change)."""
+        snapshot = self.state.snapshot
+        key = (snapshot.generation, frozenset(shapes.items()), request.required, request.preferred)
         cached = self._levels.get(gang)
-        if cached is not None and cached[0] == snapshot.generation:
+        if cached is not None and cached[0] == key:
             return cached[1], cached[2]
         if request.required is not None:
             levels: tuple[Level, ...] = (request.required,)
@@ -193,9 +235,9 @@ class Starvation:
         else:
             levels = self.narrowest_first
         anything = np.zeros(snapshot.n_nodes, dtype=np.int64)  # what runs where does not decide the level
-        plan = choose_drain(snapshot, minimum_shapes(request), levels, node_priority=anything)
+        plan = choose_drain(snapshot, shapes, levels, node_priority=anything)
         found = (plan.level, True) if plan is not None else (None, False)
-        self._levels[gang] = (snapshot.generation, *found)
+        self._levels[gang] = (key, *found)
         return found
 
     def _nodes_now(self, snapshot: Snapshot) -> tuple[IntArray, FloatArray]:
@@ -265,6 +307,14 @@ class Starvation:
         self._levels.pop(gang, None)
         for line in self._in_line.values():
             line.pop(gang, None)
+        return self.release(gang)
+
+    def lost_nodes(self, gang: GangKey) -> DomainReservation | None:
+        """The gang's reservation, released, if some of its nodes are gone (it is made afresh at once)."""
+        held = self._by_gang.get(gang)
+        snapshot = self.state.snapshot
+        if held is None or all(snapshot.index_of(node) is not None for node in held.nodes):
+            return None
         return self.release(gang)
 
     def expired(self) -> list[DomainReservation]:
@@ -389,6 +439,25 @@ class Starvation:
         )
         self._layouts[gang] = (snapshot.generation, *layout)
         return layout
+
+
+def _nested_constraint(request: GangRequest) -> bool:
+    """Whether a part below the root requires a domain of its own (each part of a service in its own rack):
+    one set of drained nodes cannot say where each part goes, so such gangs make no reservation."""
+    return any(part.required is not None for part in request.walk() if part is not request)
+
+
+def _pinned_domain(snapshot: Snapshot, request: GangRequest) -> str | None:
+    """The domain of the gang's required level where its members already run (its other members must
+    join them there), if any do."""
+    if request.required is None:
+        return None
+    column = snapshot.label(request.required)
+    for member in request.members():
+        row = snapshot.index_of(member.node) if member.node is not None else None
+        if row is not None and column.ids[row] >= 0:
+            return str(column.values[int(column.ids[row])])
+    return None
 
 
 def runtime_bound(spec: GangSpec, state: ClusterState) -> float | None:

@@ -83,6 +83,7 @@ def choose_drain(
     node_ready: FloatArray | None = None,
     taken: IntArray | None = None,
     skip: Collection[tuple[Level, str]] = (),
+    within: str | None = None,
 ) -> DrainPlan | None:
     """The drain plan at the first of ``levels`` where some domain could ever hold ``shapes``; None if
     none could.
@@ -97,6 +98,7 @@ def choose_drain(
     taken : ndarray of shape (n_nodes, n_resources), dtype=int64, optional
         Room other gangs' plans keep already: not counted as the node's to give.
     skip : (level, domain) pairs not to choose (tried already without success).
+    within : the only domain that may be chosen (where members of the gang already run), at every level.
     """
     wanted = [(shape, count) for shape, count in shapes.items() if count > 0]
     if not wanted or not snapshot.n_nodes:
@@ -105,7 +107,15 @@ def choose_drain(
     ready = np.full(snapshot.n_nodes, np.inf) if node_ready is None else node_ready
     for level in levels:
         plan = _drain_at(
-            snapshot, wanted, level, column, node_priority=node_priority, node_ready=ready, taken=taken, skip=skip
+            snapshot,
+            wanted,
+            level,
+            column,
+            node_priority=node_priority,
+            node_ready=ready,
+            taken=taken,
+            skip=skip,
+            within=within,
         )
         if plan is not None:
             return plan
@@ -136,6 +146,7 @@ def _drain_at(
     node_ready: FloatArray,
     taken: IntArray | None,
     skip: Collection[tuple[Level, str]],
+    within: str | None,
 ) -> DrainPlan | None:
     domains = snapshot.domains(() if level is None else (level,))
     if not domains.n_domains:
@@ -165,6 +176,10 @@ def _drain_at(
     for skipped_level, value in skip:
         if skipped_level == level:
             feasible[_domain_index(snapshot, level, value)] = False
+    if within is not None:
+        only = np.zeros_like(feasible)
+        only[_domain_index(snapshot, level, within)] = True
+        feasible &= only
     if not feasible.any():
         return None
     used = demand.any(axis=1) & in_domain

@@ -71,7 +71,7 @@ async def explain(copy: ClusterCopy, settings: Settings, target: str) -> str:
         return "\n".join([*lines, _where_bound(copy, settings, running)])
     lines += _verdict(gang, report)
     lines += _preemption(gang_key, report)
-    lines += _reservations(gang_key, report)
+    lines += _reservations(gang_key, gang.reason, report)
     result = report.results[gang_key]
     if isinstance(result, GangSpec) and gang.state != BOUND:
         lines += _room(copy, settings, result, report)
@@ -195,14 +195,14 @@ def _preemption(gang_key: str, report: Report) -> list[str]:
     return lines
 
 
-def _reservations(gang_key: str, report: Report) -> list[str]:
-    """The domain reservation the gang holds (it waited too long), and the ones that keep room from it."""
+def _reservations(gang_key: str, reason: str, report: Report) -> list[str]:
+    """The domain reservation the gang holds (it waited too long), and the ones that kept room from it."""
     lines = []
     for held in report.reservations:
         nodes = ", ".join(held.nodes[:8]) + (f", ... {len(held.nodes) - 8} more" if len(held.nodes) > 8 else "")
         if held.gang == gang_key:
             lines.append(f"Reserved: it {held.holds}. The room freeing up on {nodes} is kept for it.")
-        else:
+        elif f"held for gang {held.gang}," in reason:
             lines.append(f"Reserved for gang {held.gang}, which waited too long: it {held.holds} ({nodes}).")
     return lines
 

@@ -6,8 +6,13 @@ import random
 
 import pytest
 
+from scheduler.gangs import GangKey, GangSpec
+from scheduler.gangs.model import Source, Timeout
+from scheduler.ports.port import NODES, PODS, Change
 from scheduler.settings import SettingsError, parse_settings
-from tests.scheduler.loop import Loop, settings
+from tests.builders import gang
+from tests.scheduler.loop import RACK, Loop, settings
+from topology import GangRequest
 
 START = 0.0
 
@@ -242,3 +247,106 @@ def test_starvation_settings_are_checked() -> None:
         parse_settings({"starvation": {"maxReservations": 0}})
     with pytest.raises(SettingsError, match="did you mean 'reserveAfterSeconds'"):
         parse_settings({"starvation": {"reserveAfterSecond": 60}})
+
+
+def test_a_gang_still_waiting_for_members_cannot_backfill_it_could_end_too_late() -> None:
+    # The reservation could start at t=1000. A two-pod gang with 600-second deadlines whose second member
+    # comes later would start only then: it may not take the held room on the strength of its deadline.
+    loop = Loop()
+    busy_rack(loop, "r0", [8, 8, 8, 8])
+    busy_rack(loop, "r1", [4, 4, 6, 6], deadline=1000)
+    big = big_gang(loop)
+    loop.run_until(301)
+    first = loop.submit("pair-0", 4, gang=("pair", 2), deadline=600, runs=600)
+    loop.settle()
+    assert not loop.loop.permit.holds("pfn:ml/pair")  # type: ignore[arg-type]
+    loop.run_until(500)
+    loop.submit("pair-1", 4, gang=("pair", 2), deadline=600, runs=600)
+    loop.run_until(1000)
+    assert [loop.bound_at.get(pod) for pod in big] == [1000] * 4
+    assert first not in loop.bound() or loop.bound_at[first] >= 1000
+
+
+def test_a_gang_whose_members_run_in_one_rack_reserves_that_rack() -> None:
+    loop = Loop()
+    busy_rack(loop, "r1", [4, 4, 4, 4])
+    big = big_gang(loop)  # only rack r0 holds it
+    loop.settle()
+    node = loop.bound()[big[3]]
+    loop.finish(big[3])  # one member dies; another scheduler's pod takes its node
+    loop.submit("squatter", 8, node=node, deadline=600, runs=600)
+    loop.run_until(400)
+    loop.submit("big-3", 8, gang=("big", 4), rack=True)  # recreated: its gang is old enough to reserve
+
+    loop.settle()
+
+    assert reservation(loop) == "rack b0-r0"  # where its other members run: no room elsewhere helps it
+
+
+def test_a_reservation_whose_nodes_are_gone_is_made_again_elsewhere() -> None:
+    loop = Loop()
+    busy_rack(loop, "r0", [8, 8, 8, 4])
+    busy_rack(loop, "r1", [4, 4, 6, 6])
+    big_gang(loop)
+    loop.run_until(301)
+    assert reservation(loop) == "rack b0-r1"
+
+    for i in range(4):  # rack r1 is taken out of the cluster
+        loop.state.apply(NODES, Change("DELETED", {"metadata": {"name": f"b0-r1-n{i}"}}))
+    loop.advance(1)
+
+    assert reservation(loop) == "rack b0-r0"
+    assert released(loop, "nodes_gone") == 1
+
+
+def test_freed_room_wakes_a_gang_of_higher_priority_at_once() -> None:
+    loop = Loop()
+    busy_rack(loop, "r0", [8, 8, 8, 8])
+    r1 = busy_rack(loop, "r1", [8, 8, 8, 4])
+    big_gang(loop)
+    loop.run_until(301)
+    urgent = loop.submit("urgent", 8, priority=100)
+    loop.run_until(600)  # it has failed often enough to back off for a minute
+    assert urgent not in loop.bound()
+
+    loop.finish(r1[0])  # a node of the reserved rack empties
+    loop.settle()
+
+    assert loop.bound().get(urgent) == "b0-r1-n0"
+
+
+def test_a_gang_made_smaller_reserves_once_a_rack_could_hold_it() -> None:
+    loop = Loop()
+    busy_rack(loop, "r0", [8, 8, 8, 8])
+    busy_rack(loop, "r1", [4, 4, 6, 6])
+    huge = big_gang(loop, "huge", pods=5)  # five whole nodes in one rack of four
+    loop.run_until(301)
+    assert reservation(loop, "pfn:ml/huge") is None
+
+    loop.finish(huge[4])
+    for pod in huge[:4]:  # its size is lowered to four
+        loop.pods[pod]["metadata"]["annotations"]["gang-scheduling.preferred.jp/gang-size"] = "4"
+        loop.state.apply(PODS, Change("MODIFIED", loop.pods[pod]))
+    loop.advance(1)
+
+    assert reservation(loop, "pfn:ml/huge") == "rack b0-r1"
+
+
+def test_a_composite_whose_parts_need_a_rack_each_makes_no_reservation() -> None:
+    # One set of drained nodes cannot say where each part goes (README, Limitations): no reservation.
+    loop = Loop()
+    busy_rack(loop, "r0", [8, 8, 8, 8])
+    busy_rack(loop, "r1", [4, 4, 6, 6])
+    service = GangRequest.group("ml/svc", [gang("ml/a", 2, 8, required=RACK), gang("ml/b", 2, 8, required=RACK)])
+    spec = GangSpec(
+        key=GangKey("composite:ml/svc"),
+        source=Source.COMPOSITE,
+        request=service,
+        priority=0,
+        created=loop.clock.wall() - 600,
+        timeout=Timeout(seconds=30, jitter_seconds=0),
+    )
+
+    made, displaced = loop.loop.starvation.claim(spec, service)
+
+    assert made is None and displaced is None
