@@ -18,8 +18,12 @@ still does not fit, it may *reserve* a domain (EASY backfilling, with a gang for
   are not held back.
 - **Until.** The gang binds, is deleted or changes into something that does not wait for room, or
   ``starvation.maxHoldSeconds`` pass without it binding: then the domain is marked tried and the next
-  one is reserved at the gang's next attempt. Nothing is written to the API to keep a reservation: a
-  new leader rebuilds it from the same state by the same rule at the gang's first attempt.
+  one is reserved at the gang's next attempt. It moves sooner to a domain of its level with at most half
+  as much still in use, and at once when some of its nodes are gone. Nothing is written to the API to
+  keep a reservation: a new leader rebuilds it from the same state by the same rule at the gang's first
+  attempt.
+- **Not for** composites whose parts each require a domain of their own: one set of drained nodes cannot
+  say where each part goes. Members already running pin the domain (the rest must join them).
 
 Not to be confused with the permit's reservation (``permit.py``): room a placed gang holds for members
 that do not exist yet.

@@ -350,3 +350,23 @@ def test_a_composite_whose_parts_need_a_rack_each_makes_no_reservation() -> None
     made, displaced = loop.loop.starvation.claim(spec, service)
 
     assert made is None and displaced is None
+
+
+def test_a_reservation_moves_to_a_rack_that_drained_faster() -> None:
+    loop = Loop()
+    long_ones = [loop.submit(f"r0-long-{i}", 1, node=f"b0-r0-n{i}") for i in range(4)]
+    short_ones = [loop.submit(f"r0-short-{i}", 7, node=f"b0-r0-n{i}") for i in range(4)]
+    busy_rack(loop, "r1", [4, 4, 6, 6])
+    big_gang(loop)
+    loop.run_until(301)
+    assert reservation(loop) == "rack b0-r1"  # 20 GPUs in use on the nodes it needs, against 32 on r0
+
+    loop.finish(*short_ones)  # rack r0 is down to 4 GPUs in use: at most half of r1's 20
+    loop.run_until(400)
+
+    assert reservation(loop) == "rack b0-r0"
+    assert [note.split(";")[0] for reason, note in loop.told.events if reason == "Reserving"] == [
+        "Gang pfn:ml/big holds rack b0-r1 for its 32 GPUs",
+        "Gang pfn:ml/big holds rack b0-r0 for its 32 GPUs",
+    ]
+    assert long_ones[0] in loop.bound()

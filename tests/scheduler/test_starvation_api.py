@@ -5,8 +5,10 @@ and what ``phalanx explain`` and ``simulate`` show."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+from scheduler.frontends.plot import plot
 from scheduler.frontends.render import table
 from scheduler.frontends.simulation import Simulation
 from scheduler.ports.sim.builders import node_manifest
@@ -79,7 +81,7 @@ async def test_the_gang_that_waited_holds_a_rack_says_so_and_binds_there_when_it
         assert app.metrics.starvation_released.labels("bound")._value.get() == 1
 
 
-async def test_simulate_lists_the_reservation_and_marks_its_nodes_on_the_map() -> None:
+async def test_simulate_lists_the_reservation_and_marks_its_nodes_on_the_map(tmp_path: Path) -> None:
     simulation = Simulation(replace(AT_ONCE, levels=LEVELS))
     simulation.add_nodes(rack_nodes())
     placed = {"r0-n0": 8, "r0-n1": 7, "r1-n0": 4, "r1-n1": 4}
@@ -104,3 +106,5 @@ async def test_simulate_lists_the_reservation_and_marks_its_nodes_on_the_map() -
     assert "pfn:team/big holds rack r1 for its 16 GPUs; 8 GPUs there are still in use: r1-n0 r1-n1" in text
     assert "  r1  [####____] [####____]" in text
     assert "[...] a node held for a gang that waited too long" in text
+    plot(report, LEVELS, tmp_path / "racks.png")  # the held nodes outlined, and named in the legend
+    assert (tmp_path / "racks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
