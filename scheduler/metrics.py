@@ -85,7 +85,8 @@ class Metrics:
         self.starvation_released = Counter(
             "phalanx_starvation_reservations_released",
             "Domain reservations ended, by reason: bound (its gang bound), expired (starvation.maxHoldSeconds), "
-            "displaced (a more important gang took the level's turn), deleted, waiting (for members), invalid",
+            "displaced (a more important gang took the level's turn), nodes_gone, deleted, waiting (for members), "
+            "invalid, preempting (it makes room by preemption), unresolvable (no room could ever come)",
             ["reason"],
             registry=r,
         )
