@@ -29,12 +29,14 @@ def check_all_or_nothing(report: dict[str, Any], workload: list[dict[str, Any]],
     for gang in report["gangs"]:
         if gang["state"] in ("Pending", "Invalid"):
             assert gang["bound"] == 0, gang
+            assert gang["bound_at"] is None, gang
         else:
             assert gang["bound"] >= gang["min"], gang
+    # Bare pods only: the pods controllers made are checked by the invariant monitor (tests/sim/test_controllers.py).
     gpus = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": pod_requests(p).get(GPU, 0) for p in workload}
     used: dict[str, int] = {}
     for name, node in report["bound"].items():
-        used[node] = used.get(node, 0) + gpus[name]
+        used[node] = used.get(node, 0) + gpus.get(name, 0)
     assert max(used.values(), default=0) <= gpus_per_node
 
 
@@ -43,30 +45,56 @@ def test_simulate_with_no_arguments_places_every_format_and_explains_what_waits(
 ) -> None:
     assert main(["simulate"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Phalanx simulate: 64 nodes, 9 gang(s) from the embedded sample, seed 0")
-    assert "pfn:team-a/pretrain [A]             Bound       12   12  block=b0" in out
-    assert "pfn:team-f/huge                     Pending      0   40" in out
+    assert out.startswith("Phalanx simulate: 64 nodes, 12 gang(s) from the embedded sample, seed 0")
+    # Its 12 pods arrive a second apart, and the gang binds when the last one exists.
+    assert (
+        "pfn:team-a/pretrain [A]                     Bound       12   12   0:00:00  0:00:11  0:00:11        -  block=b0"
+        in out
+    )
+    assert "pfn:team-f/huge                             Pending      0   40   0:00:59        -        -        -" in out
+    # The Job's pods run half an hour and succeed; the LeaderWorkerSet's groups are gangs of their own.
+    assert "pfn:team-g/sweep                            Finished     4    4   0:00:53  0:00:53  0:00:00  0:30:53" in out
+    assert "volcano:serving/assistant-0-q2lrlqbffk [G]  Bound        4    4   0:00:54  0:00:54  0:00:00        -" in out
     words = " ".join(out.split())  # reasons are wrapped to the terminal
-    assert "Gang team-f/huge needs 40 pods in one example.com/block; the largest block fits 20." in words
+    assert "Gang team-f/huge needs 40 pods in one example.com/block; the largest block fits 18." in words
     assert "metadata.annotations[gang-scheduling.preferred.jp/gang-size] is 'two'" in out
     assert "  b1-r3  ........ ........ ........ ........ ........ ........ ........ ........" in out
-    assert "45 pod(s) bound, 42 pending · GPU allocation 59.2% · 64 nodes" in out
+    assert "57 pod(s) bound, 42 pending · GPU allocation 65.4% · peak 71.7% · 0:30:53 simulated · 64 nodes" in out
 
 
 def test_simulate_json_is_the_documented_shape_and_keeps_every_gang_whole(capsys: pytest.CaptureFixture[str]) -> None:
     report = simulate_json(capsys)
-    assert list(report) == ["bound", "pending", "gangs", "preempted", "reservations", "stats"]
-    assert list(report["stats"]) == ["nodes", "pods_bound", "gpu_allocation", "seconds"]
+    assert list(report) == [
+        "bound",
+        "pending",
+        "gangs",
+        "preempted",
+        "reservations",
+        "refused",
+        "gpu_allocation_over_time",
+        "stats",
+    ]
+    assert list(report["stats"]) == [
+        "nodes",
+        "pods_bound",
+        "gpu_allocation",
+        "peak_gpu_allocation",
+        "simulated_seconds",
+        "seconds",
+    ]
     states = {gang["key"]: gang["state"] for gang in report["gangs"]}
     assert states == {
         "pfn:team-a/pretrain": "Bound",
         "pfn:team-e/broken": "Invalid",
         "pfn:team-f/huge": "Pending",
+        "pfn:team-g/sweep": "Finished",
         "phalanx:serving/chat": "Bound",
         "pod:team-d/notebook": "Bound",
         "pod:team-d/profiler": "Bound",
         "podgroup:ml/finetune-workers-0": "Bound",
         "scheduler-plugins:team-b/etl": "Bound",
+        "volcano:serving/assistant-0-q2lrlqbffk": "Bound",
+        "volcano:serving/assistant-1-q2lrlqbffk": "Bound",
         "volcano:serving/llm": "Bound",
     }
     gang = next(gang for gang in report["gangs"] if gang["key"] == "podgroup:ml/finetune-workers-0")
@@ -77,9 +105,15 @@ def test_simulate_json_is_the_documented_shape_and_keeps_every_gang_whole(capsys
         "min": 4,
         "domains": {"example.com/block": "b0", "example.com/rack": "b0-r3"},
         "reason": "",
+        "arrived": 31.0,
+        "bound_at": 34.0,
+        "finished_at": None,
+        "wait_seconds": 3.0,
     }
     assert report["pending"]["team-e/broken-0"].startswith("Pod team-e/broken-0: metadata.annotations")
-    assert report["stats"]["pods_bound"] == len(report["bound"]) == 45
+    assert report["stats"]["pods_bound"] == len(report["bound"]) == 57
+    assert report["stats"]["simulated_seconds"] == 1853.0  # the Job's pods ended at 0:30:53
+    assert report["gpu_allocation_over_time"][-1] == [1853.0, 0.6543]
     check_all_or_nothing(report, default_workload(), 8)
 
 
@@ -164,8 +198,16 @@ def test_a_workload_file_that_is_not_kubernetes_objects_is_refused(
     unknown.write_text("apiVersion: example.com/v1\nkind: Gizmo\nmetadata: {name: x, namespace: y}\n")
     assert main(["simulate", "--workload", str(broken)]) == 2
     assert capsys.readouterr().err == f"phalanx: {broken}: object 'x' has no apiVersion or kind\n"
-    assert main(["simulate", "--workload", str(unknown)]) == 2
-    assert capsys.readouterr().err == "phalanx: Gizmo 'x': SimCluster does not serve example.com/v1 Gizmo\n"
+    # An object nothing here expands is left out, by name, in one line; the rest of the file still runs.
+    unknown.write_text(unknown.read_text() + "---\n" + yaml.safe_dump(pod("y", "solo", 1)))
+    report = simulate_json(capsys, "--workload", str(unknown))
+    assert report["bound"] == {"y/solo": "b0-r0-n0"}
+    assert report["refused"] == [
+        f"{unknown}: Gizmo 'x' (example.com/v1): not simulated (simulate takes pods, group objects and priority "
+        "classes, and expands Job, JobSet, LeaderWorkerSet, PyTorchJob, TrainJob, Deployment, StatefulSet)"
+    ]
+    assert main(["simulate", "--workload", str(unknown)]) == 0
+    assert capsys.readouterr().err == f"phalanx: skipped {report['refused'][0]}\n"
 
 
 @pytest.mark.parametrize("argv", [["--no-such-flag"], ["frobnicate"], ["simulate", "--output", "xml"]])

@@ -92,8 +92,26 @@ PREEMPTED: dict[str, dict[str, str]] = {
 }
 
 
+#: Examples of workloads arriving over time (they are run with their own command, below).
+TIMELINES = ("timeline",)
+
+
 def test_every_example_directory_is_covered() -> None:
-    assert sorted(path.name for path in EXAMPLES.iterdir() if path.is_dir()) == sorted(PLACEMENT)
+    assert sorted(path.name for path in EXAMPLES.iterdir() if path.is_dir()) == sorted([*PLACEMENT, *TIMELINES])
+
+
+def test_the_timeline_example_runs_as_the_readme_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    """A JobSet takes most of the cluster for an hour; a LeaderWorkerSet arrives 10 minutes in: one replica
+    fits at once, the other binds when the training ends."""
+    where = EXAMPLES / "timeline"
+    argv = ["simulate", "--cluster", str(where / "nodes.yaml"), "--workload", f"{where / 'training-jobset.yaml'}@0",
+            "--workload", f"{where / 'inference-lws.yaml'}@600"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "pfn:ml/pretrain                       Finished     6    6   0:00:01  0:00:01  0:00:00  1:00:01" in out
+    assert "volcano:serving/llm-0-" in out and "Bound        2    2   0:10:01  0:10:01  0:00:00" in out
+    assert "Bound        2    2   0:10:01  1:00:01  0:50:00        -  block=b0 rack=b0-r1" in out
+    assert "10 pod(s) bound, 0 pending · GPU allocation 50.0% · peak 100.0% · 1:00:01 simulated" in out
 
 
 @pytest.mark.parametrize("example", sorted(PLACEMENT))
@@ -114,7 +132,8 @@ def test_example_lands_exactly_as_documented(example: str, capsys: pytest.Captur
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*/*.yaml")), ids=lambda path: f"{path.parent.name}/{path.name}")
 def test_each_example_file_creates_its_namespace_first(path: Path) -> None:
     """`kubectl apply -f examples/<dir>/` on a fresh cluster: each file works alone, in any order."""
-    objects = [obj for obj in read_manifest_file(str(path)) if obj["kind"] != "PriorityClass"]  # cluster-wide
+    cluster_wide = ("PriorityClass", "Node")
+    objects = [obj for obj in read_manifest_file(str(path)) if obj["kind"] not in cluster_wide]
     if not objects:
         return
     assert objects[0]["kind"] == "Namespace"

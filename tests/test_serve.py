@@ -113,3 +113,50 @@ def test_serve_refuses_a_bad_address_in_one_line(tmp_path: Path) -> None:
             2,
             f"phalanx: --address {address}: give it as HOST:PORT, e.g. 127.0.0.1:8080 (a port up to 65535)\n",
         )
+
+
+async def test_serve_expands_a_job_given_with_workload_and_its_controller_replaces_a_deleted_pod(
+    tmp_path: Path,
+) -> None:
+    workload = tmp_path / "job.yaml"
+    annotations = {"gang-scheduling.preferred.jp/gang-name": "train", "gang-scheduling.preferred.jp/gang-size": "2"}
+    container = {"name": "main", "image": "trainer:1", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
+    workload.write_text(yaml.safe_dump({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"parallelism": 2, "completions": 2, "template": {"metadata": {"annotations": annotations},
+                                                                   "spec": {"restartPolicy": "Never",
+                                                                            "containers": [container]}}},
+    }))  # fmt: skip
+    address = f"127.0.0.1:{free_port()}"
+    command = [sys.executable, "-m", "scheduler.frontends.cli", "serve", "--address", address,
+               "--write-kubeconfig", str(tmp_path / "k"), "--cluster", "blocks=1,racks=1,nodes=4,gpus=8",
+               "--workload", str(workload), "--log-level", "warning"]  # fmt: skip
+    process = await anyio.open_process(command, cwd=ROOT)
+    url = f"http://{address}"
+    try:
+        assert process.stdout is not None
+        banner = b""
+        with anyio.fail_after(30):
+            while b"Ctrl-C stops it" not in banner:
+                banner += await process.stdout.receive()
+
+        async def bound() -> dict[str, str]:
+            listed = (await send(url, "GET", "/api/v1/namespaces/ml/pods")).json
+            return {pod["metadata"]["name"]: pod["spec"].get("nodeName", "") for pod in listed["items"]}
+
+        with anyio.fail_after(20):
+            while len(first := await bound()) != 2 or not all(first.values()):
+                await anyio.sleep(0.05)
+        assert all(name.startswith("train-") and len(name) == len("train-") + 5 for name in first)
+        gone = sorted(first)[0]
+        deleted = await send(url, "DELETE", f"/api/v1/namespaces/ml/pods/{gone}?gracePeriodSeconds=0")
+        assert deleted.status == 200
+        with anyio.fail_after(20):  # the Job controller makes a new pod, and Phalanx binds it
+            while len(now := await bound()) != 2 or gone in now or not all(now.values()):
+                await anyio.sleep(0.05)
+    finally:
+        process.send_signal(signal.SIGINT)
+        with anyio.fail_after(15):
+            code = await process.wait()
+        await process.aclose()
+    assert code == 0

@@ -28,6 +28,7 @@ from scheduler.frontends.render import Progress, table
 from scheduler.frontends.samples import default_cluster, default_workload
 from scheduler.frontends.sandbox import Sandbox, serve
 from scheduler.frontends.simulation import Simulation
+from scheduler.frontends.timeline import Scheduled, parse_seconds, scheduled
 from scheduler.gangs import SettingsError
 from scheduler.logs import LEVELS, configure
 from scheduler.ports.errors import PortError
@@ -127,6 +128,19 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument(
         "--timeout", type=float, default=300.0, metavar="SECONDS", help="stop after this long (default 300)"
     )
+    simulate.add_argument(
+        "--until",
+        default="30d",
+        metavar="WHEN",
+        help="how far the simulated clock may go: seconds, or a duration such as 12h (default %(default)s)",
+    )
+    simulate.add_argument(
+        "--controller-gangs",
+        choices=("on", "off"),
+        default="on",
+        help="whether LeaderWorkerSet and PyTorchJob controllers create a PodGroup per gang, as they do when "
+        "set up for gang scheduling (default %(default)s)",
+    )
     _settings_flags(simulate)
 
     serve = commands.add_parser(
@@ -186,12 +200,23 @@ def _workload_flags(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument(
         "--workload",
-        metavar="FILE",
+        metavar="FILE[@WHEN]",
         nargs="+",
         action="extend",
         default=[],
-        help="manifest files: Pods, group objects, Workloads, composites (pods without schedulerName are Phalanx's)",
+        help="manifest files: Pods, group objects, Jobs, JobSets, LeaderWorkerSets, PyTorchJobs, TrainJobs, "
+        "Deployments, StatefulSets (pods without schedulerName are Phalanx's); simulate takes FILE@WHEN, "
+        "e.g. inference.yaml@600 or @10m, for objects that arrive later",
     )
+
+
+def _read_workloads(paths: list[str]) -> list[tuple[Scheduled, list[dict[str, Any]]]]:
+    """Each ``--workload`` argument: when it arrives, and its objects."""
+    workloads = []
+    for value in paths:
+        when = scheduled(value)
+        workloads.append((when, read_manifest_file(when.path)))
+    return workloads
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -254,22 +279,24 @@ def cluster_nodes(value: str | None) -> list[dict[str, Any]]:
 def _command_simulate(args: argparse.Namespace, settings: Settings) -> int:
     if args.plot:
         _require_plotting()
+    until = parse_seconds(args.until, what="--until")
     nodes = cluster_nodes(args.cluster)
-    workload: list[dict[str, Any]] = []
-    for path in args.workload:
-        workload += read_manifest_file(path)
+    workloads = _read_workloads(args.workload)
     if not args.workload:
-        workload = default_workload()
-    nodes += [obj for obj in workload if obj.get("kind") == "Node"]
-    simulation = Simulation(settings, seed=args.seed)
+        workloads = [(Scheduled("the embedded sample"), default_workload())]
+    nodes += [obj for _, objects in workloads for obj in objects if obj.get("kind") == "Node"]
+    simulation = Simulation(settings, seed=args.seed, controller_gangs=args.controller_gangs == "on", until=until)
     simulation.add_nodes(nodes)
-    simulation.add_objects([obj for obj in workload if obj.get("kind") != "Node"])
+    for when, objects in sorted(workloads, key=lambda workload: workload[0].at):
+        simulation.add_objects([obj for obj in objects if obj.get("kind") != "Node"], at=when.at, source=when.path)
     progress = Progress() if args.output == "table" else None
     try:
         report = anyio.run(lambda: simulation.run(timeout=args.timeout, progress=progress))
     finally:
         if progress is not None:
             progress.close()
+    for line in report.refused:
+        sys.stderr.write(f"phalanx: skipped {line}\n")
     if args.plot:
         plot(report, settings.levels, args.plot)
     if args.output == "json":
@@ -307,9 +334,11 @@ def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
             "reach it can change it\n"
         )
     nodes = cluster_nodes(args.cluster)
-    workload: list[dict[str, Any]] = []
-    for path in args.workload:
-        workload += read_manifest_file(path)
+    workloads = _read_workloads(args.workload)
+    later = next((when for when, _ in workloads if when.at > 0), None)
+    if later is not None:
+        raise UserError(f"--workload {later.path}@{later.at:g}: serve has no simulated clock; give times to simulate")
+    workload = [obj for _, objects in workloads for obj in objects]
     nodes += [obj for obj in workload if obj.get("kind") == "Node"]
     objects = [obj for obj in workload if obj.get("kind") != "Node"]
     kubeconfig = Path(args.write_kubeconfig)
@@ -329,7 +358,16 @@ def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     try:
         anyio.run(
-            lambda: serve(settings, nodes, objects, host=host, port=int(port), kubeconfig=kubeconfig, started=started)
+            lambda: serve(
+                settings,
+                nodes,
+                objects,
+                host=host,
+                port=int(port),
+                kubeconfig=kubeconfig,
+                started=started,
+                warn=lambda line: sys.stderr.write(f"phalanx: skipped {line}\n"),
+            )
         )
     except OSError as error:
         raise UserError(f"--address {args.address}: {error.strerror or error}", EXIT_CLUSTER) from None

@@ -64,7 +64,7 @@ async def dry_run(
     pending_before = {
         _pod_key(obj) for obj in objects if (obj.get("apiVersion"), obj.get("kind")) == ("v1", "Pod") and _pending(obj)
     }
-    simulation = Simulation(settings)
+    simulation = Simulation(settings, kubelets=False)
     simulation.add_nodes(copy.nodes)
     simulation.add_objects(objects, default_scheduler=False)
     report = await simulation.run(advance_time=False)

@@ -50,7 +50,7 @@ async def explain(copy: ClusterCopy, settings: Settings, target: str) -> str:
     if not found:
         raise ExplainError(f"no pod or group object named {target} in the cluster at {copy.server}")
     subject = next((obj for obj in found if obj.get("kind") == "Pod"), found[0])
-    simulation = Simulation(settings)
+    simulation = Simulation(settings, kubelets=False)
     simulation.add_nodes(copy.nodes)
     simulation.add_objects(copy.objects, default_scheduler=False)
     report = await simulation.run(advance_time=False)

@@ -154,7 +154,7 @@ class InvariantMonitor:
 
     async def feasible_pending(self, settings: Settings) -> set[str]:
         """Pending pods of ours that one fresh pass of the scheduler over the same objects would bind."""
-        simulation = Simulation(settings)
+        simulation = Simulation(settings, kubelets=False)
         simulation.add_nodes(self.store.objects(self.store.resource("v1", "Node")))
         objects: list[Obj] = [
             obj

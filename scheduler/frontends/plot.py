@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from scheduler.frontends.simulation import Report
 
@@ -48,7 +49,15 @@ def plot(report: Report, levels: Sequence[str], path: str | Path) -> None:
     reserved = report.reserved_nodes
     width = max((gpus for gpus in report.node_gpus.values()), default=1) + 1
     height = max((len(nodes) for nodes in columns.values()), default=1)
-    figure, axes = pyplot.subplots(figsize=(max(6.0, 0.18 * width * len(columns) + 2), max(3.0, 0.25 * height + 2)))
+    size = (max(6.0, 0.18 * width * len(columns) + 2), max(3.0, 0.25 * height + 2))
+    over_time = report.timeline and len(report.usage) > 1 and report.total_gpus > 0
+    if over_time:
+        figure, (axes, timeline) = pyplot.subplots(
+            2, 1, figsize=(size[0], size[1] + 2.5), gridspec_kw={"height_ratios": [size[1], 2.5]}
+        )
+        _utilisation(timeline, report)
+    else:
+        figure, axes = pyplot.subplots(figsize=size)
     previous_group = None
     for x, ((group, column), nodes) in enumerate(sorted(columns.items())):
         if group != previous_group and x:
@@ -75,7 +84,7 @@ def plot(report: Report, levels: Sequence[str], path: str | Path) -> None:
     axes.set_xlim(-1, len(columns) * width)
     axes.set_ylim(-0.5, height + 2.5)
     axes.axis("off")
-    title = f"{report.nodes} nodes, GPU allocation {report.gpu_allocation:.1%}"
+    title = f"{report.nodes} nodes, GPU allocation {report.gpu_allocation:.1%}" + (" at the end" if over_time else "")
     axes.set_title(title + (f" (blocks separated by lines: {group_key})" if group_key else ""), fontsize=9)
     handles = [Patch(facecolor=colour[gang], label=gang) for gang in gangs[:20]]
     handles += [Patch(facecolor="#7f7f7f", label="other pods"), Patch(facecolor="#f2f2f2", label="free")]
@@ -90,3 +99,21 @@ def plot(report: Report, levels: Sequence[str], path: str | Path) -> None:
         raise PlotError(f"--plot {path}: {error.strerror or error}") from None
     finally:
         pyplot.close(figure)
+
+
+def _utilisation(axes: Any, report: Report) -> None:
+    """GPUs in use over the simulated time, as a step line, with each gang's arrival marked below it."""
+    hours = report.simulated_seconds >= 3 * 3600
+    scale, unit = (3600.0, "hours") if hours else (60.0, "minutes")
+    times = [at / scale for at, _ in report.usage] + [report.simulated_seconds / scale]
+    shares = [100.0 * gpus / report.total_gpus for _, gpus in report.usage]
+    axes.step(times, [*shares, shares[-1]], where="post", color="#1f77b4", linewidth=1.2)
+    axes.fill_between(times, [*shares, shares[-1]], step="post", alpha=0.2, color="#1f77b4")
+    arrivals = sorted({gang.arrived for gang in report.gangs if gang.arrived is not None})
+    axes.plot([at / scale for at in arrivals], [-4.0] * len(arrivals), "|", color="black", markersize=6)
+    axes.set_ylim(-8, 105)
+    axes.set_xlim(0, max(times[-1], 1e-9))
+    axes.set_xlabel(f"simulated time ({unit}); ticks below: gangs arriving", fontsize=8)
+    axes.set_ylabel("GPUs in use (%)", fontsize=8)
+    axes.tick_params(labelsize=7)
+    axes.grid(alpha=0.3)

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import TextIO
 
 from scheduler.frontends.simulation import BOUND, Report
+from scheduler.frontends.timeline import clock_text
 from topology.explain import short_name
 
 #: Largest cluster drawn as a text map; beyond it the map would not fit a screen.
@@ -36,10 +37,17 @@ def table(report: Report, *, title: str, levels: Iterable[str], would: bool = Fa
         gang.key: f"{gang.key} [{letters[gang.key]}]" if gang.key in letters else gang.key for gang in report.gangs
     }
     key_width = max([len("GANG"), *(len(name) for name in names.values())])
-    lines = [title, "", f"{'GANG':<{key_width}}  {'STATE':<8} {'BOUND':>5} {'MIN':>4}  WHERE"]
+    times = f"{'ARRIVED':>8} {'BOUND AT':>8} {'WAITED':>8} {'FINISHED':>8}  " if report.timeline else ""
+    lines = [title, "", f"{'GANG':<{key_width}}  {'STATE':<8} {'BOUND':>5} {'MIN':>4}  {times}WHERE"]
     for gang in report.gangs:
+        if report.timeline:
+            times = (
+                " ".join(f"{clock_text(at):>8}" for at in (gang.arrived, gang.bound_at, gang.wait, gang.finished_at))
+                + "  "
+            )
         lines.append(
-            f"{names[gang.key]:<{key_width}}  {gang.state:<8} {gang.bound:>5} {gang.min:>4}  {_where(gang.domains)}"
+            f"{names[gang.key]:<{key_width}}  {gang.state:<8} {gang.bound:>5} {gang.min:>4}  {times}"
+            f"{_where(gang.domains)}".rstrip()
         )
     if not report.gangs:
         lines.append("(no gangs: no pod has a schedulerName Phalanx owns)")
@@ -58,11 +66,20 @@ def table(report: Report, *, title: str, levels: Iterable[str], would: bool = Fa
         lines += [f"  {pod}  by {gang}" for pod, gang in sorted(report.preempted.items())]
     if report.nodes <= MAP_NODES and report.node_gpus and any(report.node_gpus.values()):
         lines += ["", *gpu_map(report, letters, list(levels))]
+    clock = (
+        f" · peak {report.peak_gpu_allocation:.1%} · {clock_text(report.simulated_seconds)} simulated"
+        if report.timeline
+        else ""
+    )
     lines += [
         "",
         f"{report.pods_bound} pod(s) bound, {len(report.pending)} pending · GPU allocation "
-        f"{report.gpu_allocation:.1%} · {report.nodes} nodes · {report.seconds:.2f} s",
+        f"{report.gpu_allocation:.1%}{clock} · {report.nodes} nodes · {report.seconds:.2f} s",
     ]
+    if report.timeline:
+        lines.append("Times are h:mm:ss after the start; ARRIVED is the gang's first pod, BOUND AT its minimum bound.")
+    if report.until_reached:
+        lines.append("The clock stopped at --until with more still to happen.")
     if report.timed_out:
         lines.append("The run stopped at --timeout while the scheduler was still busy; the figures are partial.")
     return "\n".join(lines)

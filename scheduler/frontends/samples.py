@@ -9,6 +9,10 @@ The cluster is 2 blocks x 4 racks x 8 nodes of 8 GPUs. The workload, in arrival 
 - ``ml/finetune``: a ``scheduling.k8s.io/v1beta1`` Workload and PodGroup, 4 pods in one rack;
 - ``serving/chat``: Phalanx's CompositePodGroup, one block, prefill and decode replicas of 4 pods per
   rack, at least one of each;
+- ``team-g/sweep``: a ``batch/v1`` Job, Indexed, 4 pods of 8 GPUs in one rack (PFN annotations on its
+  template), whose pods run for 30 minutes and then succeed;
+- ``serving/assistant``: a LeaderWorkerSet of 2 groups (a leader and 3 workers of 4 GPUs each); LWS's
+  gang scheduling makes a PodGroup per group;
 - ``team-d``: two plain pods (gangs of one);
 - ``team-e/broken``: a PFN gang whose size is not a number (stays pending, says what to fix);
 - ``team-f/huge``: 40 pods of 8 GPUs in one block of 32 nodes (stays pending, says why).
@@ -176,6 +180,41 @@ def composite_service(namespace: str, name: str) -> list[Manifest]:
     return objects
 
 
+def indexed_job(namespace: str, name: str, pods: int, gpus: int, run_seconds: int) -> Manifest:
+    """A Job whose pods form one PFN gang in one rack, each running ``run_seconds`` and succeeding."""
+    annotations = {
+        f"{PFN}-name": name,
+        f"{PFN}-size": str(pods),
+        REQUIRED: RACK,
+        "simulate.phalanx.dev/run-seconds": str(run_seconds),
+    }
+    template = pod(namespace, name, gpus, annotations=annotations, restartPolicy="Never")
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "completionMode": "Indexed",
+            "template": {"metadata": {"annotations": annotations}, "spec": template["spec"]},
+        },
+    }
+
+
+def leader_worker_set(namespace: str, name: str, groups: int, size: int, gpus: int) -> Manifest:
+    template = pod(namespace, name, gpus)
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": groups,
+            "leaderWorkerTemplate": {"size": size, "workerTemplate": {"spec": template["spec"]}},
+        },
+    }
+
+
 def default_workload() -> list[Manifest]:
     """Every input format, one invalid gang and one that cannot fit (see the module docstring)."""
     return [
@@ -184,6 +223,8 @@ def default_workload() -> list[Manifest]:
         *volcano_prefill_decode("serving", "llm"),
         *kubernetes_podgroup("ml", "finetune", 4, 8),
         *composite_service("serving", "chat"),
+        indexed_job("team-g", "sweep", 4, 8, 1800),
+        leader_worker_set("serving", "assistant", 2, 4, 4),
         pod("team-d", "notebook", 1),
         pod("team-d", "profiler", 2),
         *pfn_gang("team-e", "broken", 2, 1, size="two"),

@@ -5,14 +5,21 @@ kube-apiserver) holds the nodes and any manifests given, a kubeconfig for it is 
 schedules in it exactly as in a cluster: through kubernetes_asyncio, its informers, queue, placement and
 binder. ``kubectl apply``, ``get -o wide``, ``describe`` and ``get events`` work against it.
 
-What it is not: there are no kubelets, so bound pods stay ``Pending`` with their node set (nothing runs),
-and only what a scheduler needs is served (pods, nodes, namespaces, Events, Leases, priority classes and
-every gang source's group objects); Deployments, Jobs and the like are not expanded into pods.
+Workload objects given with ``--workload`` (Jobs, JobSets, LeaderWorkerSets, Kubeflow jobs, Deployments,
+StatefulSets) are expanded into the pods and group objects their controllers would create, and those
+controllers go on acting (a Job replaces a pod deleted with kubectl).
+
+What it is not: there are no kubelets, so bound pods stay ``Pending`` with their node set (nothing runs,
+so a StatefulSet's next ordinal never comes), and only what a scheduler needs is served (pods, nodes,
+namespaces, Events, Leases, priority classes and every gang source's group objects): ``kubectl apply`` of
+a Job is refused, give it with ``--workload``.
 """
 
 from __future__ import annotations
 
+import random
 import signal
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,7 +30,8 @@ import yaml
 
 from scheduler.app import Phalanx
 from scheduler.ports.kube import KubeCluster, client_for
-from scheduler.ports.sim.builders import load
+from scheduler.ports.sim.builders import ManifestError, load
+from scheduler.ports.sim.controllers import Api, Controllers, WorkloadError
 from scheduler.ports.sim.http import SimServer
 from scheduler.ports.sim.store import Store
 from scheduler.settings import LeaderSettings, Settings
@@ -71,18 +79,36 @@ async def serve(
     port: int,
     kubeconfig: Path,
     started: Callable[[Sandbox], None],
+    warn: Callable[[str], object] = lambda line: None,
 ) -> None:
-    """Run the sandbox until SIGINT or SIGTERM; ``started`` is called once kubectl can use it."""
+    """Run the sandbox until SIGINT or SIGTERM; ``started`` is called once kubectl can use it, ``warn`` with
+    each object that is not served or expanded."""
     store = Store()
     for namespace in NAMESPACES:
         store.ensure_namespace(namespace)
     listed_nodes = load(store, nodes, assume_ready=True)
-    load(store, objects, assume_ready=True)
+    controllers = Controllers(Api(store, time.time, random.Random(0), settings.scheduler_names[0]))
+    given = list(objects)
+    for obj in given:
+        if Controllers.is_runtime(obj):
+            controllers.runtimes.add(dict(obj))
+    for obj in given:
+        if controllers.expands(obj):
+            try:
+                controllers.start(controllers.parse(dict(obj)))
+            except WorkloadError as error:
+                raise ManifestError(str(error)) from None
+        elif not Controllers.is_runtime(obj):
+            try:
+                load(store, [obj], assume_ready=True)
+            except ManifestError as error:
+                warn(str(error))
     server = SimServer(store, bookmark_interval=5.0)
     url = await server.start(host, port)
     port_client = KubeCluster(client_for(url))
     try:
         async with anyio.create_task_group() as group:
+            group.start_soon(_run_controllers, controllers, warn)
             await group.start(Phalanx(sandbox_settings(settings), port_client, serve=False).run)
             started(Sandbox(url, write_kubeconfig(kubeconfig, url), len(listed_nodes)))
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -93,3 +119,13 @@ async def serve(
         with anyio.CancelScope(shield=True):
             await port_client.close()
             await server.stop()
+
+
+async def _run_controllers(controllers: Controllers, warn: Callable[[str], object]) -> None:
+    """Let the controllers act on what changed, a few times a second (the store is in this process)."""
+    while True:
+        controllers.reconcile()
+        for line in controllers.api.refused:
+            warn(line)
+        controllers.api.refused.clear()
+        await anyio.sleep(0.25)

@@ -14,11 +14,21 @@ permit and binder as in a cluster, and the run ends when the system is quiet:
   A gang holds a reservation for missing members once and times out once; when the only reservations
   left are second ones, waiting longer would only repeat what happened.
 
-The result says, per pod and per gang, what was bound where and why the rest is pending.
+What people deploy is expanded as its controllers would (:mod:`scheduler.ports.sim.controllers`): a Job,
+JobSet, LeaderWorkerSet, PyTorchJob, TrainJob, Deployment or StatefulSet becomes its pods and group
+objects, and its controller goes on acting as pods change (a Job starts its next pod when one succeeds).
+Workloads may arrive later (``add_objects(at=...)``); bound pods start at once and end when their
+``activeDeadlineSeconds`` or their ``simulate.phalanx.dev/run-seconds`` have passed
+(:mod:`scheduler.ports.sim.kubelet`). Time moves to each of these moments in turn, up to ``until``
+seconds after the start.
+
+The result says, per pod and per gang, what was bound where and when, and why the rest is pending.
 """
 
 from __future__ import annotations
 
+import asyncio
+import heapq
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -29,18 +39,24 @@ import anyio
 
 from scheduler.app import Phalanx
 from scheduler.clock import ManualClock
+from scheduler.frontends.history import History
 from scheduler.gangs import GangError, GangKey, GangSpec, Problem
 from scheduler.ports.sim.adapter import SimCluster
 from scheduler.ports.sim.builders import ManifestError, load
+from scheduler.ports.sim.controllers import EXPANDED, Api, Controller, Controllers, WorkloadError
 from scheduler.ports.sim.errors import ApiError
+from scheduler.ports.sim.kubelet import RUN_SECONDS, AnnotationError, Kubelets, run_seconds
 from scheduler.ports.sim.store import Store
 from scheduler.settings import LeaderSettings, Settings
 from scheduler.starvation import holds_words
 from topology import HOSTNAME, SpecError, pod_requests
 
 #: States of a gang in a report.
-BOUND, PARTIAL, PENDING, INVALID = "Bound", "Partial", "Pending", "Invalid"
+BOUND, PARTIAL, PENDING, INVALID, FINISHED = "Bound", "Partial", "Pending", "Invalid", "Finished"
 _FINISHED = frozenset({"Succeeded", "Failed"})
+#: How far the clock may go when nothing says stop sooner (a Deployment whose pods have deadlines would
+#: make new ones for ever).
+DEFAULT_UNTIL = 30 * 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +67,15 @@ class GangReport:
     min: int
     domains: dict[str, str]
     reason: str
+    #: Seconds after the start: its first pod created, its minimum bound, its last pod ended.
+    arrived: float | None = None
+    bound_at: float | None = None
+    finished_at: float | None = None
+
+    @property
+    def wait(self) -> float | None:
+        """Seconds from arrival until its minimum was bound."""
+        return None if self.bound_at is None or self.arrived is None else max(0.0, self.bound_at - self.arrived)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +85,10 @@ class GangReport:
             "min": self.min,
             "domains": self.domains,
             "reason": self.reason,
+            "arrived": _rounded(self.arrived),
+            "bound_at": _rounded(self.bound_at),
+            "finished_at": _rounded(self.finished_at),
+            "wait_seconds": _rounded(self.wait),
         }
 
 
@@ -104,6 +133,20 @@ class Report:
     victim_gangs: dict[str, str] = field(default_factory=dict, repr=False)
     #: Domains held for gangs that waited too long, when the run ended.
     reservations: list[ReservationReport] = field(default_factory=list)
+    #: One line per workload object that was not simulated, and why.
+    refused: list[str] = field(default_factory=list)
+    #: Seconds the simulated clock went on; whether anything arrived or ended after the start (then the
+    #: report speaks of times); whether it stopped at ``until`` with more still to happen.
+    simulated_seconds: float = 0.0
+    timeline: bool = False
+    until_reached: bool = False
+    #: (seconds, GPUs in use) at every change, and the cluster's GPUs.
+    usage: list[tuple[float, int]] = field(default_factory=list, repr=False)
+    total_gpus: int = 0
+
+    @property
+    def peak_gpu_allocation(self) -> float:
+        return max((gpus for _, gpus in self.usage), default=0) / self.total_gpus if self.total_gpus else 0.0
 
     @property
     def reserved_nodes(self) -> dict[str, str]:
@@ -118,13 +161,23 @@ class Report:
             "gangs": [gang.to_json() for gang in self.gangs],
             "preempted": dict(sorted(self.preempted.items())),
             "reservations": [held.to_json() for held in self.reservations],
+            "refused": list(self.refused),
+            "gpu_allocation_over_time": [
+                [round(at, 3), round(gpus / self.total_gpus, 4) if self.total_gpus else 0.0] for at, gpus in self.usage
+            ],
             "stats": {
                 "nodes": self.nodes,
                 "pods_bound": self.pods_bound,
                 "gpu_allocation": round(self.gpu_allocation, 4),
+                "peak_gpu_allocation": round(self.peak_gpu_allocation, 4),
+                "simulated_seconds": round(self.simulated_seconds, 3),
                 "seconds": round(self.seconds, 3),
             },
         }
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
 
 
 def simulation_settings(settings: Settings) -> Settings:
@@ -138,33 +191,133 @@ def simulation_settings(settings: Settings) -> Settings:
 
 
 class Simulation:
-    """One SimCluster and the objects in it; :meth:`run` runs Phalanx on it once."""
+    """One SimCluster and the objects in it; :meth:`run` runs Phalanx on it once.
 
-    def __init__(self, settings: Settings, *, seed: int = 0) -> None:
+    ``controller_gangs``: the controllers that can create group objects for their pods (LeaderWorkerSet
+    with its volcano provider, the training-operator with gang scheduling) are set up to, as for Phalanx.
+    ``until``: seconds after the start beyond which the clock does not go. Without ``kubelets``, pods
+    never start nor end: what ``dry-run`` and ``explain`` want, the scheduler's next moves on a snapshot,
+    not the cluster's future.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        seed: int = 0,
+        controller_gangs: bool = True,
+        until: float = DEFAULT_UNTIL,
+        kubelets: bool = True,
+    ) -> None:
         self.settings = simulation_settings(settings)
         self.seed = seed
+        self.until = until
         self.clock = ManualClock(start=float(int(time.time())))
         self.store = Store(seed=seed, clock=self.clock.wall, history=1_000_000, graceful=True)
-        self._bound_before: set[str] = set()
+        self.history = History(self.store, self.clock.monotonic)
+        self.kubelets = Kubelets(self.store, self.clock.wall) if kubelets else None
+        self.api = Api(self.store, self.clock.wall, random.Random(seed + 1), self.settings.scheduler_names[0])
+        self.controllers = Controllers(self.api, gangs=controller_gangs)
+        self._arrivals: list[tuple[float, int, list[_Arrival]]] = []
         self._preempted: dict[str, str] = {}
         self._victim_gangs: dict[str, str] = {}
+        self._gangs_seen: dict[str, GangSpec | GangError] = {}
+        self._gang_of_seen: dict[str, str] = {}
+        self._members_seen: dict[str, set[str]] = {}
+        self._bound_at_seen: dict[str, float] = {}
+        self._until_reached = False
+        self._later = False
+        self._sequence = 0
+
+    @property
+    def refused(self) -> list[str]:
+        return self.api.refused
 
     def add_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
         load(self.store, nodes, assume_ready=True)
 
-    def add_objects(self, objects: Iterable[Mapping[str, Any]], *, default_scheduler: bool = True) -> None:
-        """Pods and group objects, in arrival order (one second apart, so the queue sees that order).
+    def add_objects(
+        self,
+        objects: Iterable[Mapping[str, Any]],
+        *,
+        at: float | None = None,
+        source: str = "the workload",
+        default_scheduler: bool = True,
+    ) -> None:
+        """Pods, group objects and the workload objects controllers expand, in order, one second apart (so
+        that the queue sees that order).
 
-        With ``default_scheduler``, a pod that names no scheduler is Phalanx's, as ``--workload`` promises.
+        Without ``at`` they are all there before the run starts, as in a snapshot of a cluster. With it,
+        they arrive during the run from ``at`` seconds after the start, one by one, as ``kubectl apply``
+        creates them, and the scheduler sees each as it comes; a controller creates all of an object's
+        first pods at once.
+
+        With ``default_scheduler``, a pod (or pod template) that names no scheduler is Phalanx's, as
+        ``--workload`` promises. Objects no controller here expands are refused, one line each in
+        :attr:`refused`; one that cannot be expanded as given raises :class:`ManifestError` now, before
+        anything runs.
         """
-        for given in objects:
-            obj = given
-            if obj.get("kind") == "Pod" and default_scheduler and not (obj.get("spec") or {}).get("schedulerName"):
-                obj = {**obj, "spec": {**(obj.get("spec") or {}), "schedulerName": self.settings.scheduler_names[0]}}
-            if obj.get("kind") == "Pod" and "priority" not in (obj.get("spec") or {}):
-                obj = self._admitted(obj)
-            load(self.store, [obj])
-            self.clock.advance(1.0)
+        given = list(objects)
+        for obj in given:
+            if Controllers.is_runtime(obj):
+                self.controllers.runtimes.add(dict(obj))
+        arrivals = []
+        for obj in given:
+            arrival = self._prepare(obj, source, default_scheduler)
+            if arrival is not None:
+                arrivals.append(arrival)
+        if at is None:
+            self._arrive(arrivals)
+            return
+        self._later = True
+        start = max([at, *(when + 1.0 for when, _, _ in self._arrivals)]) if self._arrivals else at
+        for offset, arrival in enumerate(arrivals):
+            heapq.heappush(self._arrivals, (start + offset, self._sequence, [arrival]))
+            self._sequence += 1
+
+    def _prepare(self, given: Mapping[str, Any], source: str, default_scheduler: bool) -> _Arrival | None:
+        obj = dict(given)
+        kind, api_version = str(obj.get("kind")), str(obj.get("apiVersion"))
+        name = str((obj.get("metadata") or {}).get("name", "?"))
+        try:
+            _check_run_seconds(obj)
+            if Controllers.is_runtime(obj):
+                return None
+            if self.controllers.expands(obj):
+                return _Arrival(controller=self.controllers.parse(obj), source=source)
+        except (AnnotationError, WorkloadError) as error:
+            raise ManifestError(f"{source}: {error}") from None
+        if kind == "Pod" and default_scheduler and not (obj.get("spec") or {}).get("schedulerName"):
+            obj = {**obj, "spec": {**(obj.get("spec") or {}), "schedulerName": self.settings.scheduler_names[0]}}
+        try:
+            self.store.resource(api_version, kind)
+        except ApiError:
+            expanded = ", ".join(EXPANDED.values())
+            self.refused.append(
+                f"{source}: {kind} {name!r} ({api_version}): not simulated (simulate takes pods, group objects "
+                f"and priority classes, and expands {expanded})"
+            )
+            return None
+        return _Arrival(obj=obj, source=source)
+
+    def _arrive(self, arrivals: Iterable[_Arrival], *, spaced: bool = True) -> None:
+        """Create the objects (``spaced``: one second apart, before the run); during the run, an object the
+        API refuses is left out with a line in :attr:`refused`, as ``kubectl apply`` goes on past it."""
+        for arrival in arrivals:
+            if arrival.controller is not None:
+                self.controllers.start(arrival.controller)
+            elif arrival.obj is not None:
+                try:
+                    obj = arrival.obj
+                    if obj.get("kind") == "Pod" and "priority" not in (obj.get("spec") or {}):
+                        obj = self._admitted(obj)
+                    load(self.store, [obj])
+                except ManifestError as error:
+                    if spaced:
+                        raise
+                    self.refused.append(f"{arrival.source}: {error}")
+            if spaced:
+                self.clock.advance(1.0)
 
     def _admitted(self, pod: Mapping[str, Any]) -> dict[str, Any]:
         """``spec.priority`` from the pod's PriorityClass (declared earlier in the workload), as the API
@@ -186,7 +339,6 @@ class Simulation:
         progress: Callable[[int, int], None] | None = None,
     ) -> Report:
         """Run Phalanx until the cluster is quiet (see the module docstring), or ``timeout`` wall seconds."""
-        self._bound_before = {_key(pod) for pod in self._pods() if (pod.get("spec") or {}).get("nodeName")}
         app = Phalanx(
             self.settings, SimCluster(self.store), clock=self.clock, rng=random.Random(self.seed), serve=False
         )
@@ -215,23 +367,63 @@ class Simulation:
     async def _until_quiet(self, app: Phalanx, advance_time: bool, progress: Callable[[int, int], None] | None) -> None:
         timed_out_once: set[GangKey] = set()
         while True:
-            await anyio.wait_all_tasks_blocked()
+            await _all_tasks_blocked()
             if progress is not None:
                 progress(*self._progress())
+            self._remember_gangs(app)
             if not advance_time:
                 return
+            if self._react():
+                continue
             fresh = {key: r.deadline for key, r in app.permit.waiting.items() if key not in timed_out_once}
-            terminating = self.store.next_termination()
-            # The store stamps wall time; the scheduler's deadlines are monotonic: convert to one clock.
-            kubelet = None if terminating is None else terminating - self.clock.wall() + self.clock.monotonic()
-            due = [d for d in (*fresh.values(), app.state.next_expiry(), kubelet) if d is not None]
-            if not due:
+            # The store and the controllers keep wall time; the scheduler's deadlines are monotonic.
+            ending = self.kubelets.next_end() if self.kubelets is not None else None
+            walls = [self.store.next_termination(), ending, self.controllers.next_due()]
+            monotonic = [wall - self.clock.wall() + self.clock.monotonic() for wall in walls if wall is not None]
+            arrival = self._arrivals[0][0] if self._arrivals else None
+            timers = [d for d in (*fresh.values(), app.state.next_expiry()) if d is not None]
+            events = [d for d in (arrival, *monotonic) if d is not None]
+            if not timers and not events:
                 return
-            moment = min(due)
+            moment = min(timers + events)
+            if moment > self.until:
+                self._until_reached = True
+                return
             timed_out_once |= {key for key, deadline in fresh.items() if deadline <= moment}
-            self.clock.advance(max(0.0, moment - self.clock.monotonic()) + 0.001)
+            # Just past a scheduler's deadline, so that it has passed; exactly at an arrival or an ending.
+            past = 0.001 if timers and min(timers) == moment else 0.0
+            self.clock.advance(max(0.0, moment - self.clock.monotonic()) + past)
             self.store.finish_terminations()
+            while self._arrivals and self._arrivals[0][0] <= self.clock.monotonic():
+                self._arrive(heapq.heappop(self._arrivals)[2], spaced=False)
             app.scheduler.poke()
+
+    def _react(self) -> bool:
+        """What the cluster's kubelets and controllers do now; True if they changed anything."""
+        before = self.store.resource_version
+        if self.kubelets is not None:
+            self.kubelets.end_due()
+            self.kubelets.start()
+        self.controllers.reconcile()
+        return self.store.resource_version != before
+
+    def _remember_gangs(self, app: Phalanx) -> None:
+        """Keep each gang's definition and every pod it ever had: once they have all ended it leaves the
+        index (a Job's next pods make it again), and the report still tells its story from the start."""
+        index = app.state.index
+        for key in {key for pod in self.history.take_bound() if (key := index.gang_of(pod)) is not None}:
+            result = index.get(key)
+            if result is None:
+                continue
+            name = str(key)
+            self._gangs_seen[name] = result
+            self._gang_of_seen.update({str(pod): name for pod in result.pods})
+            self._members_seen.setdefault(name, set()).update(str(pod) for pod in result.pods)
+            if name not in self._bound_at_seen and isinstance(result, GangSpec):
+                members = [member.key for member in result.request.members()]
+                bound_at = self.history.bound_at(members, result.request.satisfied_by)
+                if bound_at is not None:
+                    self._bound_at_seen[name] = bound_at
 
     async def _tick(self, progress: Callable[[int, int], None]) -> None:
         while True:
@@ -256,20 +448,22 @@ class Simulation:
         pending: dict[str, str] = {}
         for pod in self._pods():
             key, spec = _key(pod), pod.get("spec") or {}
+            node = spec.get("nodeName")
+            record = self.history.pods.get(key)
+            if node and record is not None and record.bound is not None and spec.get("schedulerName") in names:
+                bound[key] = node  # by this run (ended since, or not): not one that came with its node set
             if (pod.get("status") or {}).get("phase") in _FINISHED:
                 continue
-            node = spec.get("nodeName")
             if node:
                 placement[key] = node
                 pod_gpus[key] = _pod_gpus(pod)
-                if key not in self._bound_before and spec.get("schedulerName") in names:
-                    bound[key] = node
             elif spec.get("schedulerName") in names:
                 why = app.reporter.why_pending(key)
                 pending[key] = why[1] if why else "not tried yet: the run ended first"
-        results = dict(sorted(app.state.index.results().items()))
+        results = {**self._gangs_seen, **{str(key): result for key, result in app.state.index.results().items()}}
+        results = dict(sorted(results.items()))
         gangs = [self._gang(key, result, placement, node_labels, pending) for key, result in results.items()]
-        gang_of = {str(pod): str(key) for key, result in results.items() for pod in result.pods}
+        gang_of = {**self._gang_of_seen, **{str(pod): key for key, result in results.items() for pod in result.pods}}
         total_gpus = sum(node_gpus.values())
         used_gpus = sum(pod_gpus[pod] for pod, node in placement.items() if node in node_gpus)
         return Report(
@@ -286,32 +480,100 @@ class Simulation:
             node_labels=node_labels,
             pod_gpus=pod_gpus,
             gang_of=gang_of,
-            results={str(key): result for key, result in results.items()},
+            results=results,
             preempted=dict(self._preempted),
             victim_gangs=dict(self._victim_gangs),
             reservations=reservations,
+            refused=list(self.refused),
+            simulated_seconds=self.clock.monotonic(),
+            timeline=self._later or any(record.ended is not None for record in self.history.pods.values()),
+            until_reached=self._until_reached,
+            usage=list(self.history.usage),
+            total_gpus=total_gpus,
         )
 
     def _gang(
         self,
-        key: GangKey,
+        key: str,
         result: GangSpec | GangError,
         placement: Mapping[str, str],
         node_labels: Mapping[str, Mapping[str, str]],
         pending: Mapping[str, str],
     ) -> GangReport:
+        history = self.history
         if isinstance(result, GangError):
             bound = sum(1 for pod in result.pods if pod in placement)
             state = INVALID if result.problem is Problem.INVALID else PENDING
-            return GangReport(str(key), state, bound, 0, {}, result.message)
+            return GangReport(key, state, bound, 0, {}, result.message, arrived=history.arrived(result.pods))
         members = [member.key for member in result.request.members()]
         placed = {pod for pod in members if pod in placement}
+        ever = self._members_seen.get(key, set()) | set(members)
+        finished_at = history.finished(ever) if not pending.keys() & ever else None
+        ran = {pod for pod in ever if (record := history.pods.get(pod)) is not None and record.node is not None}
         state = PENDING
-        if result.request.satisfied_by(placed):
+        if finished_at is not None:
+            state = FINISHED
+        elif result.request.satisfied_by(placed):
             state = BOUND if len(placed) == len(members) else PARTIAL
-        reason = next((pending[pod] for pod in members if pod in pending), "") if state != BOUND else ""
-        domains = _shared_domains([placement[pod] for pod in sorted(placed)], node_labels, self.settings.levels)
-        return GangReport(str(key), state, len(placed), result.request.minimum_pods(), domains, reason)
+        reason = next((pending[pod] for pod in members if pod in pending), "") if state not in (BOUND, FINISHED) else ""
+        where = [history.pods[pod].node or "" for pod in sorted(ran)]
+        return GangReport(
+            key,
+            state,
+            len(ran) if state == FINISHED else len(placed),
+            result.request.minimum_pods(),
+            _shared_domains(where, node_labels, self.settings.levels),
+            reason,
+            arrived=history.arrived(ever),
+            bound_at=self._bound_at_seen.get(key, history.bound_at(members, result.request.satisfied_by)),
+            finished_at=finished_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Arrival:
+    """One object of a workload file, ready to arrive: as it is, or the controller that expands it."""
+
+    obj: dict[str, Any] | None = None
+    controller: Controller | None = None
+    source: str = ""
+
+
+def _check_run_seconds(obj: Mapping[str, Any]) -> None:
+    """Every ``simulate.phalanx.dev/run-seconds`` in the object (a pod's, or its templates') is a number of
+    seconds: checked when the object is given, not when a pod it makes starts."""
+    owner = f"{obj.get('kind', '?')} {(obj.get('metadata') or {}).get('name', '?')}"
+    stack: list[Any] = [obj]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, Mapping):
+            metadata = value.get("metadata")
+            if isinstance(metadata, Mapping) and RUN_SECONDS in (metadata.get("annotations") or {}):
+                run_seconds({"metadata": {**metadata, "name": metadata.get("name") or f"of {owner}"}})
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+
+
+async def _all_tasks_blocked() -> None:
+    """Return once every other task waits on something (anyio's ``wait_all_tasks_blocked`` looks again only
+    every 0.1 s on asyncio, and a run with a timeline waits for this once per arrival and per ending)."""
+    try:
+        this = asyncio.current_task()
+    except RuntimeError:  # not on asyncio
+        await anyio.wait_all_tasks_blocked()
+        return
+    spins = 0
+    while True:
+        await asyncio.sleep(0 if spins < 1000 else 0.001)  # a task in a worker thread: stop spinning
+        spins += 1
+        if all(task is this or _waiting(task) for task in asyncio.all_tasks()):
+            return
+
+
+def _waiting(task: asyncio.Task[Any]) -> bool:
+    waiter = getattr(task, "_fut_waiter", None)  # what anyio's own check reads
+    return waiter is not None and not waiter.done()
 
 
 def _reservations(app: Phalanx) -> list[ReservationReport]:

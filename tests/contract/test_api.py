@@ -85,6 +85,17 @@ async def test_resource_versions_grow_and_a_stale_update_is_a_conflict(api: Api)
     assert missing.status == 404
 
 
+async def test_empty_labels_and_annotations_are_not_kept(api: Api) -> None:
+    """Go leaves empty maps out of what it stores (``omitempty``): a client reads them back as absent."""
+    body = {**pod("empty"), "metadata": {"name": "empty", "labels": {}, "annotations": {}}}
+    created = await api.ok("POST", api.path("pods"), body)
+    assert "labels" not in created["metadata"] and "annotations" not in created["metadata"]
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+             "metadata": {"name": "empty", "annotations": {}}, "spec": {"minMember": 1}}  # fmt: skip
+    created = await api.ok("POST", api.path("podgroups", **PODGROUPS), group)
+    assert "annotations" not in created["metadata"]
+
+
 async def test_status_and_spec_are_written_only_through_their_own_endpoints(api: Api) -> None:
     group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "g"},
              "spec": {"minMember": 2}, "status": {"phase": "Running"}}  # fmt: skip

@@ -132,7 +132,8 @@ def test_example_compiles_to_its_tree(example: str, key: str, tree: list[str]) -
 
 
 def test_every_example_compiles_without_error() -> None:
-    index = index_of(EXAMPLES)
+    # timeline/ holds what controllers expand (Jobs, LeaderWorkerSets): the simulate tests run it.
+    index = index_of(*(path for path in sorted(EXAMPLES.iterdir()) if path.is_dir() and path.name != "timeline"))
     problems = {key: result for key, result in index.results().items() if not isinstance(result, GangSpec)}
     assert problems == {}
     assert {result.source for result in index.results().values()} == set(Source)  # type: ignore[union-attr]

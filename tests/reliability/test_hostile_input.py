@@ -139,18 +139,29 @@ async def feed(batch: list[dict[str, Any]]) -> None:
             where.create(gpu_pod(f"good-{i}", annotations=pfn("good", 2)))
         await settle(where, app, timeout=20)
         assert {"team/good-0", "team/good-1"} <= set(where.bound()), "the well-formed gang was not bound"
-        warned = {
-            event["regarding"]["name"]: event["note"]
-            for event in where.events()
-            if event["type"] == "Warning" and event["regarding"].get("kind") == "Pod"
-        }
         app.state.index.take_changed()
-        for result in app.state.index.results().values():
-            if isinstance(result, GangError) and result.problem is not Problem.WAITING:
-                for pod in result.pods:
-                    if pod in where.pods() and pod not in where.bound():
-                        assert pod.split("/")[1] in warned, f"{pod} is invalid ({result.message}) but has no Warning"
-                        assert where.condition(pod)["message"] == result.message
+        invalid = {
+            pod: result.message
+            for result in app.state.index.results().values()
+            if isinstance(result, GangError) and result.problem is not Problem.WAITING
+            for pod in result.pods
+            if pod in where.pods() and pod not in where.bound()
+        }
+
+        def unwarned() -> set[str]:
+            warned = {
+                event["regarding"]["name"]
+                for event in where.events()
+                if event["type"] == "Warning" and event["regarding"].get("kind") == "Pod"
+            }
+            return {pod for pod in invalid if pod.split("/")[1] not in warned}
+
+        with anyio.move_on_after(10):  # Events are written off the scheduling cycle
+            while unwarned():
+                await anyio.sleep(0.05)
+        assert not unwarned(), f"invalid but without a Warning: {sorted(unwarned())} ({invalid})"
+        for pod, message in invalid.items():
+            assert where.condition(pod)["message"] == message
         check_invariants(where)
 
 

@@ -366,6 +366,9 @@ class Store:
     def create(self, resource: Resource, namespace: str | None, obj: Mapping[str, Any]) -> Obj:
         obj = self._incoming(resource, obj)
         metadata = dict(self._body_metadata(resource, obj))
+        for omitted in ("labels", "annotations"):  # Go's omitempty: an empty map is not stored
+            if metadata.get(omitted) == {}:
+                del metadata[omitted]
         if metadata.get("resourceVersion"):
             raise ApiError(500, "resourceVersion should not be set on objects to be created")
         namespace = self._namespace_for(resource, namespace, metadata)

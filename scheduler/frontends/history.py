@@ -1,0 +1,118 @@
+"""What happened to every pod of a simulation, and when: created, bound (to which node), ended.
+
+It watches the store's writes as they are made, on the simulation's clock (seconds since the run's
+start), so that a report can say when each gang arrived, was bound and finished, and draw the GPUs in use
+over time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.ports.sim.store import Obj, Store
+from topology import SpecError, pod_requests
+
+_ENDED = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(slots=True)
+class PodHistory:
+    created: float
+    gpus: int
+    node: str | None = None
+    #: When the pod was bound during the run (None: never, or it was already on its node when loaded).
+    bound: float | None = None
+    #: When it ended (Succeeded, Failed) or was deleted while on a node.
+    ended: float | None = None
+    phase: str | None = None
+
+
+class History:
+    def __init__(self, store: Store, now: Callable[[], float]) -> None:
+        self.now = now
+        self.pods: dict[str, PodHistory] = {}
+        #: (seconds, GPUs in use on nodes) at every change.
+        self.usage: list[tuple[float, int]] = [(now(), 0)]
+        self._in_use = 0
+        self._fresh: list[str] = []
+        self._storage = store.resource("v1", "Pod").storage
+        store.observe(self._observe)
+
+    def _observe(self, storage: tuple[str, str], kind: str, obj: Obj, previous: Obj | None) -> None:
+        if storage != self._storage:
+            return
+        metadata = obj.get("metadata") or {}
+        key = f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+        now = self.now()
+        record = self.pods.get(key)
+        if record is None or (kind == "ADDED" and previous is None):
+            record = self.pods[key] = PodHistory(created=now, gpus=_gpus(obj))
+            node = (obj.get("spec") or {}).get("nodeName")
+            if node and (obj.get("status") or {}).get("phase") not in _ENDED:
+                record.node = node  # already running when loaded
+                self._use(now, record.gpus)
+            return
+        running = record.node is not None and record.ended is None
+        node = (obj.get("spec") or {}).get("nodeName")
+        if kind != "DELETED" and node and record.node is None:
+            record.node, record.bound = node, now
+            self._fresh.append(key)
+            self._use(now, record.gpus)
+            running = True
+        phase = (obj.get("status") or {}).get("phase")
+        if running and (kind == "DELETED" or phase in _ENDED):
+            record.ended, record.phase = now, phase if phase in _ENDED else "Deleted"
+            self._use(now, -record.gpus)
+
+    def _use(self, now: float, gpus: int) -> None:
+        if not gpus:
+            return
+        self._in_use += gpus
+        if self.usage and self.usage[-1][0] == now:
+            self.usage[-1] = (now, self._in_use)
+        else:
+            self.usage.append((now, self._in_use))
+
+    def take_bound(self) -> list[str]:
+        """The pods bound since the last call."""
+        fresh, self._fresh = self._fresh, []
+        return fresh
+
+    def bound_at(self, pods: Iterable[str], satisfied: Callable[[set[str]], bool]) -> float | None:
+        """When the first moment came at which the pods bound so far satisfied ``satisfied`` (a gang's
+        minimum), or None. Satisfaction only grows as pods are added, so a binary search finds it."""
+        times = sorted(
+            (record.bound, pod)
+            for pod in pods
+            if (record := self.pods.get(pod)) is not None and record.bound is not None
+        )
+        if not times or not satisfied({pod for _, pod in times}):
+            return None
+        low, high = 0, len(times) - 1
+        while low < high:
+            middle = (low + high) // 2
+            if satisfied({pod for _, pod in times[: middle + 1]}):
+                high = middle
+            else:
+                low = middle + 1
+        return times[low][0]
+
+    def arrived(self, pods: Iterable[str]) -> float | None:
+        return min((self.pods[pod].created for pod in pods if pod in self.pods), default=None)
+
+    def finished(self, pods: Iterable[str]) -> float | None:
+        """When the last of ``pods`` ended, if every one of them ran and ended."""
+        records = [self.pods.get(pod) for pod in pods]
+        if not records or any(record is None or record.ended is None or record.bound is None for record in records):
+            return None
+        return max(record.ended for record in records if record is not None and record.ended is not None)
+
+
+def _gpus(pod: Mapping[str, Any]) -> int:
+    try:
+        requests = pod_requests(pod)
+    except SpecError:
+        return 0
+    return sum(amount for name, amount in requests.items() if name.endswith("/gpu"))

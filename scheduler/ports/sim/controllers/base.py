@@ -1,0 +1,229 @@
+"""What every simulated controller shares: the API it writes through, and the way pods are made.
+
+A controller here is a small in-memory object per workload object (a Job, a StatefulSet, ...): it is
+started when its object arrives, creates pods (and group objects) in the store through the same writes a
+real controller makes (so names and fields are validated as the API server validates them), and is asked
+again whenever pods changed, with the pods it owns, to do what the real one would next: replace a pod
+that failed, create the next ordinal of a StatefulSet once the previous is ready, the workers of a
+LeaderWorkerSet group once its leader exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import random
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.ports.sim.errors import ApiError
+from scheduler.ports.sim.store import Obj, Store
+from topology import SpecError, pod_requests
+
+Manifest = dict[str, Any]
+_SAFE = "bcdfghjklmnpqrstvwxz2456789"
+_ENDED = frozenset({"Succeeded", "Failed"})
+
+
+class WorkloadError(ValueError):
+    """A workload object that cannot be expanded as given; the message names it and the field to fix."""
+
+
+@dataclass
+class Api:
+    """The store as a controller sees it, with the simulation's seeded randomness and clock."""
+
+    store: Store
+    now: Callable[[], float]
+    random: random.Random
+    #: The schedulerName a pod template that names none gets (simulate's promise), or None to leave it.
+    scheduler_name: str | None = None
+    #: One line per object a controller could not create (the run goes on without it).
+    refused: list[str] = field(default_factory=list)
+
+    def uid(self) -> str:
+        return str(uuid.UUID(int=self.random.getrandbits(128), version=4))
+
+    def create(self, obj: Mapping[str, Any]) -> Obj | None:
+        """Create ``obj`` (its namespace first), as its controller would; None, and a line in ``refused``,
+        when the API server refuses it."""
+        metadata = obj.get("metadata") or {}
+        resource = self.store.resource(str(obj["apiVersion"]), str(obj["kind"]))
+        namespace = metadata.get("namespace") if resource.namespaced else None
+        if namespace:
+            self.store.ensure_namespace(namespace)
+        try:
+            return self.store.create(resource, namespace, obj)
+        except ApiError as error:
+            name = metadata.get("name") or f"{metadata.get('generateName', '')}*"
+            self.refused.append(f"{obj['kind']} {name!r}: {error.message}")
+            return None
+
+    def delete_pod(self, pod: Obj, *, grace_seconds: int | None = None) -> None:
+        metadata = pod["metadata"]
+        pods = self.store.resource("v1", "Pod")
+        with contextlib.suppress(ApiError):  # already gone
+            self.store.delete(pods, metadata.get("namespace"), metadata["name"], grace_period_seconds=grace_seconds)
+
+
+class Controller:
+    """One workload object's controller: :meth:`start` once, :meth:`reconcile` whenever pods changed."""
+
+    uid: str
+    kind: str
+    name: str
+
+    def start(self, api: Api) -> None:
+        raise NotImplementedError
+
+    def reconcile(self, api: Api, owned: Mapping[str, Sequence[Obj]]) -> None:
+        """``owned``: every pod in the store by the uid of its controlling owner."""
+        for child in self.children():
+            child.reconcile(api, owned)
+
+    def children(self) -> Iterable[Controller]:
+        return ()
+
+    def next_due(self) -> float | None:
+        """When (wall seconds) this controller must act without any pod changing (a deadline), if ever."""
+        return min((due for child in self.children() if (due := child.next_due()) is not None), default=None)
+
+
+# -- reading fields ----------------------------------------------------------------------------------
+
+
+def describe(obj: Mapping[str, Any]) -> str:
+    return f"{obj.get('kind', '?')} {str((obj.get('metadata') or {}).get('name', '?'))!r}"
+
+
+def mapping(obj: Mapping[str, Any], path: str, *, where: str, required: bool = False) -> Mapping[str, Any]:
+    """The object at dotted ``path`` (empty when absent and not ``required``)."""
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    if value is None and not required:
+        return {}
+    if not isinstance(value, Mapping):
+        raise WorkloadError(f"{where}: {path} must be an object")
+    return value
+
+
+def count(obj: Mapping[str, Any], key: str, *, where: str, default: int | None, least: int = 0) -> int | None:
+    """A whole-number field such as ``replicas``: ``default`` when absent, an error when not a number."""
+    value = obj.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise WorkloadError(f"{where}: {key} must be a whole number of at least {least}, got {value!r}")
+    return value
+
+
+def name_of(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """(namespace, name) of a workload object; its namespace defaults to ``default`` as kubectl's does."""
+    metadata = obj.get("metadata") or {}
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise WorkloadError(f"{obj.get('kind', '?')} without metadata.name: give each object a name")
+    return str(metadata.get("namespace") or "default"), name
+
+
+def template_of(obj: Mapping[str, Any], path: str, *, where: str) -> Manifest:
+    template = mapping(obj, path, where=where, required=True)
+    if not isinstance(template.get("spec"), Mapping) or not template["spec"].get("containers"):
+        raise WorkloadError(f"{where}: {path}.spec.containers is required")
+    return dict(template)
+
+
+# -- making pods -------------------------------------------------------------------------------------
+
+
+def owner(api_version: str, kind: str, name: str, uid: str) -> dict[str, Any]:
+    """The ownerReference a controller sets on what it creates."""
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def template_hash(template: Mapping[str, Any], length: int = 10) -> str:
+    """A stable hash of a pod template in the API's safe alphabet (``pod-template-hash``,
+    ``controller-revision-hash``): the same shape as the controllers', though not the same value (they
+    hash Go's rendering of the struct)."""
+    digest = hashlib.sha256(json.dumps(template, sort_keys=True, default=str).encode()).digest()
+    number = int.from_bytes(digest[:8], "big")
+    text = ""
+    while len(text) < length:
+        number, rest = divmod(number, len(_SAFE))
+        text += _SAFE[rest]
+    return text
+
+
+def pod_from(
+    api: Api,
+    template: Mapping[str, Any],
+    *,
+    namespace: str,
+    name: str | None = None,
+    generate_name: str | None = None,
+    labels: Mapping[str, str] = {},
+    annotations: Mapping[str, str] = {},
+    owned_by: Mapping[str, Any],
+    spec: Mapping[str, Any] = {},
+) -> Manifest:
+    """A pod from ``template`` as a controller builds it: the template's metadata with the controller's
+    labels and annotations over it, its owner, and ``spec`` fields set over the template's."""
+    metadata = template.get("metadata") or {}
+    pod_spec = {**(template.get("spec") or {}), **spec}
+    if api.scheduler_name and not pod_spec.get("schedulerName"):
+        pod_spec["schedulerName"] = api.scheduler_name
+    built: dict[str, Any] = {
+        "namespace": namespace,
+        "labels": {**(metadata.get("labels") or {}), **labels},
+        "annotations": {**(metadata.get("annotations") or {}), **annotations},
+        "ownerReferences": [dict(owned_by)],
+    }
+    if name is not None:
+        built["name"] = name
+    else:
+        built["generateName"] = generate_name
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": built, "spec": pod_spec}
+
+
+def ended(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in _ENDED
+
+
+def active(pod: Mapping[str, Any]) -> bool:
+    """Not ended and not being deleted: a pod its controller counts as running (or about to)."""
+    return not ended(pod) and not (pod.get("metadata") or {}).get("deletionTimestamp")
+
+
+def ready(pod: Mapping[str, Any]) -> bool:
+    """Running with its Ready condition True (a StatefulSet's OrderedReady waits for this)."""
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        condition.get("type") == "Ready" and condition.get("status") == "True"
+        for condition in status.get("conditions") or []
+    )
+
+
+def min_resources(templates: Iterable[tuple[Mapping[str, Any], int]]) -> dict[str, str]:
+    """``minResources`` of a group object: the requests of ``count`` pods of each template, summed, as
+    quantities (what the controllers that create group objects write)."""
+    total: dict[str, int] = {}
+    for template, pods in templates:
+        try:
+            requests = pod_requests(template)
+        except SpecError:
+            continue
+        for resource, amount in requests.items():
+            if resource != "pods":
+                total[resource] = total.get(resource, 0) + amount * pods
+    return {resource: f"{amount}m" if resource == "cpu" else str(amount) for resource, amount in sorted(total.items())}
