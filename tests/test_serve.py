@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -42,12 +44,10 @@ async def send(
         return Answer(answer.status, answer.headers.get("Content-Type", ""), await answer.read())
 
 
-async def test_serve_writes_a_kubeconfig_and_schedules_what_kubectl_applies(tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "sandbox.kubeconfig"
-    address = f"127.0.0.1:{free_port()}"
-    command = [sys.executable, "-m", "scheduler.frontends.cli", "serve", "--address", address,
-               "--write-kubeconfig", str(kubeconfig), "--cluster", "blocks=1,racks=2,nodes=4,gpus=8",
-               "--log-level", "warning"]  # fmt: skip
+@contextlib.asynccontextmanager
+async def sandbox(*argv: str) -> AsyncIterator[str]:
+    """``phalanx serve`` with ``argv``, once it says it is ready: its banner; SIGINT stops it, which must exit 0."""
+    command = [sys.executable, "-m", "scheduler.frontends.cli", "serve", *argv, "--log-level", "warning"]
     process = await anyio.open_process(command, cwd=ROOT)
     try:
         assert process.stdout is not None
@@ -55,7 +55,20 @@ async def test_serve_writes_a_kubeconfig_and_schedules_what_kubectl_applies(tmp_
         with anyio.fail_after(30):
             while b"Ctrl-C stops it" not in banner:
                 banner += await process.stdout.receive()
-        text = banner.decode()
+        yield banner.decode()
+    finally:
+        process.send_signal(signal.SIGINT)
+        with anyio.fail_after(15):
+            code = await process.wait()
+        await process.aclose()
+    assert code == 0
+
+
+async def test_serve_writes_a_kubeconfig_and_schedules_what_kubectl_applies(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "sandbox.kubeconfig"
+    address = f"127.0.0.1:{free_port()}"
+    shape = "blocks=1,racks=2,nodes=4,gpus=8"
+    async with sandbox("--address", address, "--write-kubeconfig", str(kubeconfig), "--cluster", shape) as text:
         assert text.startswith(f"Phalanx sandbox: an emulated Kubernetes API at http://{address} with 8 nodes")
         config = yaml.safe_load(kubeconfig.read_text())
         url = config["clusters"][0]["cluster"]["server"]
@@ -94,12 +107,6 @@ async def test_serve_writes_a_kubeconfig_and_schedules_what_kubectl_applies(tmp_
         with anyio.fail_after(20):
             while "Successfully assigned labelled/resnet-worker-0 to b0-r0-n0" not in await described():
                 await anyio.sleep(0.05)
-    finally:
-        process.send_signal(signal.SIGINT)
-        with anyio.fail_after(15):
-            code = await process.wait()
-        await process.aclose()
-    assert code == 0
 
 
 def test_serve_refuses_a_bad_address_in_one_line(tmp_path: Path) -> None:
@@ -128,17 +135,10 @@ async def test_serve_expands_a_job_given_with_workload_and_its_controller_replac
                                                                             "containers": [container]}}},
     }))  # fmt: skip
     address = f"127.0.0.1:{free_port()}"
-    command = [sys.executable, "-m", "scheduler.frontends.cli", "serve", "--address", address,
-               "--write-kubeconfig", str(tmp_path / "k"), "--cluster", "blocks=1,racks=1,nodes=4,gpus=8",
-               "--workload", str(workload), "--log-level", "warning"]  # fmt: skip
-    process = await anyio.open_process(command, cwd=ROOT)
     url = f"http://{address}"
-    try:
-        assert process.stdout is not None
-        banner = b""
-        with anyio.fail_after(30):
-            while b"Ctrl-C stops it" not in banner:
-                banner += await process.stdout.receive()
+    argv = ("--address", address, "--write-kubeconfig", str(tmp_path / "k"),
+            "--cluster", "blocks=1,racks=1,nodes=4,gpus=8", "--workload", str(workload))  # fmt: skip
+    async with sandbox(*argv):
 
         async def bound() -> dict[str, str]:
             listed = (await send(url, "GET", "/api/v1/namespaces/ml/pods")).json
@@ -154,9 +154,3 @@ async def test_serve_expands_a_job_given_with_workload_and_its_controller_replac
         with anyio.fail_after(20):  # the Job controller makes a new pod, and Phalanx binds it
             while len(now := await bound()) != 2 or gone in now or not all(now.values()):
                 await anyio.sleep(0.05)
-    finally:
-        process.send_signal(signal.SIGINT)
-        with anyio.fail_after(15):
-            code = await process.wait()
-        await process.aclose()
-    assert code == 0

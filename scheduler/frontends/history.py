@@ -48,7 +48,7 @@ class History:
         now = self.now()
         record = self.pods.get(key)
         if record is None or (kind == "ADDED" and previous is None):
-            record = self.pods[key] = PodHistory(created=now, gpus=_gpus(obj))
+            record = self.pods[key] = PodHistory(created=now, gpus=pod_gpus(obj))
             node = (obj.get("spec") or {}).get("nodeName")
             if node and (obj.get("status") or {}).get("phase") not in _ENDED:
                 record.node = node  # already running when loaded
@@ -110,7 +110,8 @@ class History:
         return max(record.ended for record in records if record is not None and record.ended is not None)
 
 
-def _gpus(pod: Mapping[str, Any]) -> int:
+def pod_gpus(pod: Mapping[str, Any]) -> int:
+    """GPUs a pod requests: every extended resource named ``<vendor>/gpu``."""
     try:
         requests = pod_requests(pod)
     except SpecError:

@@ -39,7 +39,7 @@ import anyio
 
 from scheduler.app import Phalanx
 from scheduler.clock import ManualClock
-from scheduler.frontends.history import History
+from scheduler.frontends.history import History, pod_gpus
 from scheduler.gangs import GangError, GangKey, GangSpec, Problem
 from scheduler.ports.sim.adapter import SimCluster
 from scheduler.ports.sim.builders import ManifestError, load
@@ -49,7 +49,7 @@ from scheduler.ports.sim.kubelet import RUN_SECONDS, AnnotationError, Kubelets, 
 from scheduler.ports.sim.store import Store
 from scheduler.settings import LeaderSettings, Settings
 from scheduler.starvation import holds_words
-from topology import HOSTNAME, SpecError, pod_requests
+from topology import HOSTNAME
 
 #: States of a gang in a report.
 BOUND, PARTIAL, PENDING, INVALID, FINISHED = "Bound", "Partial", "Pending", "Invalid", "Finished"
@@ -443,7 +443,7 @@ class Simulation:
         node_labels = {node["metadata"]["name"]: dict(node["metadata"].get("labels") or {}) for node in nodes}
         node_gpus = {node["metadata"]["name"]: _gpus((node.get("status") or {}).get("allocatable")) for node in nodes}
         placement: dict[str, str] = {}
-        pod_gpus: dict[str, int] = {}
+        gpus_by_pod: dict[str, int] = {}
         bound: dict[str, str] = {}
         pending: dict[str, str] = {}
         for pod in self._pods():
@@ -456,7 +456,7 @@ class Simulation:
                 continue
             if node:
                 placement[key] = node
-                pod_gpus[key] = _pod_gpus(pod)
+                gpus_by_pod[key] = pod_gpus(pod)
             elif spec.get("schedulerName") in names:
                 why = app.reporter.why_pending(key)
                 pending[key] = why[1] if why else "not tried yet: the run ended first"
@@ -465,7 +465,7 @@ class Simulation:
         gangs = [self._gang(key, result, placement, node_labels, pending) for key, result in results.items()]
         gang_of = {**self._gang_of_seen, **{str(pod): key for key, result in results.items() for pod in result.pods}}
         total_gpus = sum(node_gpus.values())
-        used_gpus = sum(pod_gpus[pod] for pod, node in placement.items() if node in node_gpus)
+        used_gpus = sum(gpus_by_pod[pod] for pod, node in placement.items() if node in node_gpus)
         return Report(
             bound=bound,
             pending=pending,
@@ -478,7 +478,7 @@ class Simulation:
             placement=placement,
             node_gpus=node_gpus,
             node_labels=node_labels,
-            pod_gpus=pod_gpus,
+            pod_gpus=gpus_by_pod,
             gang_of=gang_of,
             results=results,
             preempted=dict(self._preempted),
@@ -617,11 +617,3 @@ def _gpus(resources: object) -> int:
             except ValueError:
                 continue
     return total
-
-
-def _pod_gpus(pod: Mapping[str, Any]) -> int:
-    try:
-        requests = pod_requests(pod)
-    except SpecError:
-        return 0
-    return sum(amount for name, amount in requests.items() if name.endswith("/gpu"))

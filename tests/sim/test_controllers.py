@@ -389,6 +389,25 @@ def bare_equivalents(kind: str) -> tuple[list[Manifest], list[Manifest]]:
         return [job("train", 4, 8, namespace="ml", annotations=annotations)], [
             bare_pod("ml", f"train-{i}", 8, annotations=annotations, restartPolicy="Never") for i in range(4)
         ]
+    if kind == "JobSet":
+        annotations = gang("pretrain", 6)
+        shapes = [("driver-0", 4)] * 2 + [("workers-0", 8)] * 2 + [("workers-1", 8)] * 2
+        return [jobset()], [
+            bare_pod("ml", f"pretrain-{job}-{i}", gpus, annotations=annotations, restartPolicy="OnFailure")
+            for i, (job, gpus) in enumerate(shapes)
+        ]
+    if kind == "TrainJob":
+        coscheduling = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                        "metadata": {"name": "llama", "namespace": "ml"}, "spec": {"minMember": 3}}  # fmt: skip
+        labels = {"scheduling.x-k8s.io/pod-group": "llama"}
+        trainer = pod_spec(8, restartPolicy="OnFailure")
+        trainer["containers"][0]["resources"]["limits"]["cpu"] = "4"
+        return [training_runtime(), train_job(3)], [
+            coscheduling,
+            *({**bare_pod("ml", f"llama-{i}", 8, labels=labels), "spec": trainer} for i in range(3)),
+        ]
+    if kind == "Deployment":
+        return [apps("Deployment", 3)], [bare_pod("serving", f"web-{i}", 2) for i in range(3)]
     if kind == "LeaderWorkerSet":
         groups: list[Manifest] = []
         for group in range(2):
@@ -405,7 +424,7 @@ def bare_equivalents(kind: str) -> tuple[list[Manifest], list[Manifest]]:
     return [pytorch_job(3)], [plugins_group, *(bare_pod("ml", f"bert-{i}", 8, labels=labels) for i in range(4))]
 
 
-@pytest.mark.parametrize("kind", ["Job", "LeaderWorkerSet", "PyTorchJob"])
+@pytest.mark.parametrize("kind", ["Job", "JobSet", "LeaderWorkerSet", "PyTorchJob", "TrainJob", "Deployment"])
 def test_pods_a_controller_makes_bind_where_the_equivalent_bare_pods_bind(kind: str) -> None:
     busy = [bare_pod("other", f"busy-{i}", 8, nodeName=f"b0-r0-n{i}") for i in range(3)]  # rack b0-r0 is mostly full
     workload, equivalent = bare_equivalents(kind)
