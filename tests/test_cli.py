@@ -27,7 +27,7 @@ def simulate_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, A
 def check_all_or_nothing(report: dict[str, Any], workload: list[dict[str, Any]], gpus_per_node: int) -> None:
     """No gang below its minimum has a bound pod, and no node holds more GPUs than it has."""
     for gang in report["gangs"]:
-        if gang["state"] in ("Pending", "Invalid"):
+        if gang["state"] in ("Pending", "Invalid", "Deleted"):
             assert gang["bound"] == 0, gang
             assert gang["bound_at"] is None, gang
         else:
@@ -80,6 +80,7 @@ def test_simulate_json_is_the_documented_shape_and_keeps_every_gang_whole(capsys
         "gpu_allocation",
         "peak_gpu_allocation",
         "simulated_seconds",
+        "until_reached",
         "seconds",
     ]
     states = {gang["key"]: gang["state"] for gang in report["gangs"]}

@@ -124,7 +124,14 @@ def test_example_lands_exactly_as_documented(example: str, capsys: pytest.Captur
         placed.setdefault(node, []).append(pod)
     assert placed == PLACEMENT[example]
     assert report["preempted"] == PREEMPTED.get(example, {})
-    assert report["pending"] == {} and {gang["state"] for gang in report["gangs"]} == {"Bound"}
+    assert report["pending"] == {}
+    states = {gang["key"]: gang["state"] for gang in report["gangs"]}
+    victims = set(PREEMPTED.get(example, {}).values())
+    gone = {key for key, state in states.items() if state == "Deleted"}
+    assert {state for key, state in states.items() if key not in gone} == {"Bound"}
+    # A gang whose every pod was preempted is reported so, and why.
+    assert all(gang["reason"] == f"preempted for {', '.join(sorted(victims))}" for gang in report["gangs"]
+               if gang["key"] in gone) and (not gone or victims)  # fmt: skip
     workload = [obj for path in files for obj in read_manifest_file(path) if obj["kind"] == "Pod"]
     check_all_or_nothing(report, workload, gpus_per_node=8)
 

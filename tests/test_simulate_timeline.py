@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from scheduler.frontends.cli import main
+from scheduler.frontends.plot import plot
 from scheduler.frontends.simulation import Simulation
 from scheduler.frontends.timeline import clock_text, parse_seconds, scheduled
 from scheduler.ports.sim import ManifestError
@@ -122,12 +123,21 @@ def test_simulate_a_timeline_from_the_command_line(tmp_path: Path, capsys: pytes
     assert report["gpu_allocation_over_time"] == [[0.0, 1.0], [1800.0, 1.0]]  # one ended and one bound at 0:30
 
 
+def png_height(path: Path) -> int:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[20:24], "big")  # IHDR: width, then height
+
+
 def test_a_timeline_plot_draws_utilisation_over_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fill = write(tmp_path / "fill.yaml", filling_job(1800))
     picture = tmp_path / "timeline.png"
     assert main(["simulate", "--cluster", FULL, "--workload", f"{fill}@5m", "--plot", str(picture)]) == 0
     capsys.readouterr()
-    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    _, snapshot = simulate(([filling_job(1800)], None), shape=FULL, kubelets=False)  # nothing ends: no timeline
+    racks_only = tmp_path / "racks.png"
+    plot(snapshot, LEVELS, racks_only)
+    assert not snapshot.timeline and png_height(picture) > png_height(racks_only) + 200  # the panel below
 
 
 @pytest.mark.parametrize(
@@ -145,3 +155,44 @@ def test_bad_times_are_one_line_and_exit_2(
     assert main([part.format(fill=fill) for part in argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("phalanx: ") and message in err
+
+
+def test_a_job_that_ran_out_of_retries_is_failed() -> None:
+    retried = job("retried", 2, 8, annotations=gang("retried", 2), backoffLimit=2)
+    retried["spec"]["template"]["spec"]["activeDeadlineSeconds"] = 600
+    _, report = simulate(([retried], 0.0))
+    (failed,) = report.gangs
+    # Two pods failed at their deadline, two more tried and failed: 4 failures, more than its limit of 2.
+    assert (failed.state, failed.bound, failed.min) == ("Failed", 2, 2)
+    assert failed.finished_at == pytest.approx(1200, abs=1)
+    assert len(report.bound) == 4
+
+
+def test_a_job_deleted_before_its_gang_could_run_is_reported_deleted() -> None:
+    impatient = job("impatient", 4, 8, annotations=gang("impatient", 4), activeDeadlineSeconds=900)
+    _, report = simulate(([filling_job(3600)], 0.0), ([impatient], 60.0), shape=FULL)
+    deleted = {gang.key: gang for gang in report.gangs}["pfn:ml/impatient"]
+    # The Job's own deadline passed while its gang waited for room: the Job deleted its pods.
+    assert (deleted.state, deleted.bound, deleted.reason) == ("Deleted", 0, "its pods were deleted")
+    assert deleted.arrived == 60.0 and deleted.bound_at is None
+    assert not any("impatient" in pod for pod in report.bound)
+
+
+def test_a_later_file_arrives_at_its_time_whatever_is_still_arriving() -> None:
+    many = [bare_pod("team", f"p-{i}", 0) for i in range(20)]  # arriving 0:00:00 to 0:00:19
+    late = job("late", 1, 8, annotations=gang("late", 1))
+    _, report = simulate((many, 0.0), ([late], 10.0))
+    assert {gang.key: gang.arrived for gang in report.gangs}["pfn:ml/late"] == 10.0
+
+
+def test_the_clock_goes_to_until_when_it_stops_there() -> None:
+    _, report = simulate(([filling_job(7200)], 0.0), until=1800)
+    assert report.until_reached and report.simulated_seconds == 1800
+
+
+def test_pods_the_api_server_refuses_are_said_once_with_the_job_that_made_them() -> None:
+    bad = job("bad", 2, 8)
+    bad["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "lots"
+    other = job("other", 1, 1, annotations={RUN_SECONDS: "60"}, completions=3)
+    _, report = simulate(([bad, other], 0.0))
+    assert len(report.refused) == 1 and report.refused[0].startswith("Job 'bad' made Pod 'bad-*', which the API")

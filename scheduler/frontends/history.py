@@ -21,6 +21,7 @@ _ENDED = frozenset({"Succeeded", "Failed"})
 class PodHistory:
     created: float
     gpus: int
+    scheduler: str = ""
     node: str | None = None
     #: When the pod was bound during the run (None: never, or it was already on its node when loaded).
     bound: float | None = None
@@ -37,6 +38,7 @@ class History:
         self.usage: list[tuple[float, int]] = [(now(), 0)]
         self._in_use = 0
         self._fresh: list[str] = []
+        self._created: list[str] = []
         self._storage = store.resource("v1", "Pod").storage
         store.observe(self._observe)
 
@@ -48,7 +50,9 @@ class History:
         now = self.now()
         record = self.pods.get(key)
         if record is None or (kind == "ADDED" and previous is None):
-            record = self.pods[key] = PodHistory(created=now, gpus=pod_gpus(obj))
+            scheduler = str((obj.get("spec") or {}).get("schedulerName") or "")
+            record = self.pods[key] = PodHistory(created=now, gpus=pod_gpus(obj), scheduler=scheduler)
+            self._created.append(key)
             node = (obj.get("spec") or {}).get("nodeName")
             if node and (obj.get("status") or {}).get("phase") not in _ENDED:
                 record.node = node  # already running when loaded
@@ -75,9 +79,9 @@ class History:
         else:
             self.usage.append((now, self._in_use))
 
-    def take_bound(self) -> list[str]:
-        """The pods bound since the last call."""
-        fresh, self._fresh = self._fresh, []
+    def take_changed(self) -> list[str]:
+        """The pods created or bound since the last call."""
+        fresh, self._fresh, self._created = [*self._created, *self._fresh], [], []
         return fresh
 
     def bound_at(self, pods: Iterable[str], satisfied: Callable[[set[str]], bool]) -> float | None:

@@ -105,13 +105,17 @@ def _utilisation(axes: Any, report: Report) -> None:
     """GPUs in use over the simulated time, as a step line, with each gang's arrival marked below it."""
     hours = report.simulated_seconds >= 3 * 3600
     scale, unit = (3600.0, "hours") if hours else (60.0, "minutes")
-    times = [at / scale for at, _ in report.usage] + [report.simulated_seconds / scale]
+    end = report.simulated_seconds / scale
+    # Drawn a little past the end, so that the state the run ended in shows even when it began there.
+    times = [at / scale for at, _ in report.usage] + [end * 1.04]
     shares = [100.0 * gpus / report.total_gpus for _, gpus in report.usage]
     axes.step(times, [*shares, shares[-1]], where="post", color="#1f77b4", linewidth=1.2)
     axes.fill_between(times, [*shares, shares[-1]], step="post", alpha=0.2, color="#1f77b4")
+    axes.axvline(end, color="black", linestyle=":", linewidth=0.8)
+    axes.text(end, 102, " end", fontsize=7, va="bottom")
     arrivals = sorted({gang.arrived for gang in report.gangs if gang.arrived is not None})
     axes.plot([at / scale for at in arrivals], [-4.0] * len(arrivals), "|", color="black", markersize=6)
-    axes.set_ylim(-8, 105)
+    axes.set_ylim(-8, 110)
     axes.set_xlim(0, max(times[-1], 1e-9))
     axes.set_xlabel(f"simulated time ({unit}); ticks below: gangs arriving", fontsize=8)
     axes.set_ylabel("GPUs in use (%)", fontsize=8)

@@ -31,7 +31,7 @@ import asyncio
 import heapq
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,7 +52,9 @@ from scheduler.starvation import holds_words
 from topology import HOSTNAME
 
 #: States of a gang in a report.
-BOUND, PARTIAL, PENDING, INVALID, FINISHED = "Bound", "Partial", "Pending", "Invalid", "Finished"
+BOUND, PARTIAL, PENDING, INVALID = "Bound", "Partial", "Pending", "Invalid"
+#: ... and of a gang whose pods have ended (all succeeded, or not) or are gone.
+FINISHED, FAILED, DELETED = "Finished", "Failed", "Deleted"
 _FINISHED = frozenset({"Succeeded", "Failed"})
 #: How far the clock may go when nothing says stop sooner (a Deployment whose pods have deadlines would
 #: make new ones for ever).
@@ -171,6 +173,7 @@ class Report:
                 "gpu_allocation": round(self.gpu_allocation, 4),
                 "peak_gpu_allocation": round(self.peak_gpu_allocation, 4),
                 "simulated_seconds": round(self.simulated_seconds, 3),
+                "until_reached": self.until_reached,
                 "seconds": round(self.seconds, 3),
             },
         }
@@ -228,6 +231,7 @@ class Simulation:
         self._until_reached = False
         self._later = False
         self._sequence = 0
+        self._next_second: dict[float, float] = {}
 
     @property
     def refused(self) -> list[str]:
@@ -270,7 +274,10 @@ class Simulation:
             self._arrive(arrivals)
             return
         self._later = True
-        start = max([at, *(when + 1.0 for when, _, _ in self._arrivals)]) if self._arrivals else at
+        # Files given for the same moment follow each other, in the order given; a file given for a later
+        # moment arrives then, whatever is still arriving.
+        start = self._next_second.get(at, at)
+        self._next_second[at] = start + len(arrivals)
         for offset, arrival in enumerate(arrivals):
             heapq.heappush(self._arrivals, (start + offset, self._sequence, [arrival]))
             self._sequence += 1
@@ -287,13 +294,17 @@ class Simulation:
                 return _Arrival(controller=self.controllers.parse(obj), source=source)
         except (AnnotationError, WorkloadError) as error:
             raise ManifestError(f"{source}: {error}") from None
+        except (TypeError, ValueError, AttributeError, KeyError) as error:  # a shape the checks did not foresee
+            raise ManifestError(
+                f"{source}: {kind} {name!r}: cannot be expanded: {type(error).__name__}: {error}"
+            ) from None
         if kind == "Pod" and default_scheduler and not (obj.get("spec") or {}).get("schedulerName"):
             obj = {**obj, "spec": {**(obj.get("spec") or {}), "schedulerName": self.settings.scheduler_names[0]}}
         try:
             self.store.resource(api_version, kind)
         except ApiError:
             expanded = ", ".join(EXPANDED.values())
-            self.refused.append(
+            self.api.refuse(
                 f"{source}: {kind} {name!r} ({api_version}): not simulated (simulate takes pods, group objects "
                 f"and priority classes, and expands {expanded})"
             )
@@ -315,7 +326,7 @@ class Simulation:
                 except ManifestError as error:
                     if spaced:
                         raise
-                    self.refused.append(f"{arrival.source}: {error}")
+                    self.api.refuse(f"{arrival.source}: {error}")
             if spaced:
                 self.clock.advance(1.0)
 
@@ -388,6 +399,7 @@ class Simulation:
             moment = min(timers + events)
             if moment > self.until:
                 self._until_reached = True
+                self.clock.advance(max(0.0, self.until - self.clock.monotonic()))
                 return
             timed_out_once |= {key for key, deadline in fresh.items() if deadline <= moment}
             # Just past a scheduler's deadline, so that it has passed; exactly at an arrival or an ending.
@@ -408,10 +420,11 @@ class Simulation:
         return self.store.resource_version != before
 
     def _remember_gangs(self, app: Phalanx) -> None:
-        """Keep each gang's definition and every pod it ever had: once they have all ended it leaves the
-        index (a Job's next pods make it again), and the report still tells its story from the start."""
+        """Keep each gang's definition and every pod it ever had, from when its pods are created or bound:
+        once they have all ended or gone it leaves the index (a Job's next pods make it again), and the
+        report still tells its story from the start."""
         index = app.state.index
-        for key in {key for pod in self.history.take_bound() if (key := index.gang_of(pod)) is not None}:
+        for key in {key for pod in self.history.take_changed() if (key := index.gang_of(pod)) is not None}:
             result = index.get(key)
             if result is None:
                 continue
@@ -449,9 +462,6 @@ class Simulation:
         for pod in self._pods():
             key, spec = _key(pod), pod.get("spec") or {}
             node = spec.get("nodeName")
-            record = self.history.pods.get(key)
-            if node and record is not None and record.bound is not None and spec.get("schedulerName") in names:
-                bound[key] = node  # by this run (ended since, or not): not one that came with its node set
             if (pod.get("status") or {}).get("phase") in _FINISHED:
                 continue
             if node:
@@ -460,9 +470,19 @@ class Simulation:
             elif spec.get("schedulerName") in names:
                 why = app.reporter.why_pending(key)
                 pending[key] = why[1] if why else "not tried yet: the run ended first"
+        # Bound by this run, whether it has ended or gone since; not a pod that came with its node set.
+        bound.update(
+            (key, record.node)
+            for key, record in sorted(self.history.pods.items())
+            if record.bound is not None and record.node is not None and record.scheduler in names
+        )
         results = {**self._gangs_seen, **{str(key): result for key, result in app.state.index.results().items()}}
         results = dict(sorted(results.items()))
-        gangs = [self._gang(key, result, placement, node_labels, pending) for key, result in results.items()]
+        existing = {_key(pod) for pod in self._pods()}
+        gangs = [
+            self._gang(key, result, placement=placement, node_labels=node_labels, pending=pending, existing=existing)
+            for key, result in results.items()
+        ]
         gang_of = {**self._gang_of_seen, **{str(pod): key for key, result in results.items() for pod in result.pods}}
         total_gpus = sum(node_gpus.values())
         used_gpus = sum(gpus_by_pod[pod] for pod, node in placement.items() if node in node_gpus)
@@ -496,31 +516,47 @@ class Simulation:
         self,
         key: str,
         result: GangSpec | GangError,
+        *,
         placement: Mapping[str, str],
         node_labels: Mapping[str, Mapping[str, str]],
         pending: Mapping[str, str],
+        existing: Container[str],
     ) -> GangReport:
         history = self.history
+        ever = self._members_seen.get(key, set()) | set(result.pods)
+        gone = not any(pod in existing for pod in ever)
         if isinstance(result, GangError):
             bound = sum(1 for pod in result.pods if pod in placement)
-            state = INVALID if result.problem is Problem.INVALID else PENDING
-            return GangReport(key, state, bound, 0, {}, result.message, arrived=history.arrived(result.pods))
+            state = DELETED if gone else INVALID if result.problem is Problem.INVALID else PENDING
+            return GangReport(key, state, bound, 0, {}, result.message, arrived=history.arrived(ever))
         members = [member.key for member in result.request.members()]
         placed = {pod for pod in members if pod in placement}
-        ever = self._members_seen.get(key, set()) | set(members)
         finished_at = history.finished(ever) if not pending.keys() & ever else None
-        ran = {pod for pod in ever if (record := history.pods.get(pod)) is not None and record.node is not None}
+        ran = {pod for pod in members if (record := history.pods.get(pod)) is not None and record.node is not None}
         state = PENDING
-        if finished_at is not None:
-            state = FINISHED
+        if gone and finished_at is None:
+            # Deleted, by a person, their controller, or this run's preemption, before they all ended.
+            state = DELETED
+        elif finished_at is not None:
+            # Its last pods (a Job's retries replace those before them) all succeeded, or not.
+            succeeded = all(history.pods[pod].phase == "Succeeded" for pod in ran)
+            state = FINISHED if succeeded else FAILED
         elif result.request.satisfied_by(placed):
             state = BOUND if len(placed) == len(members) else PARTIAL
-        reason = next((pending[pod] for pod in members if pod in pending), "") if state not in (BOUND, FINISHED) else ""
-        where = [history.pods[pod].node or "" for pod in sorted(ran)]
+        reason = next((pending[pod] for pod in members if pod in pending), "") if state in (PENDING, PARTIAL) else ""
+        victims = {self._preempted[pod] for pod in ever if pod in self._preempted}
+        if state == DELETED:
+            reason = f"preempted for {', '.join(sorted(victims))}" if victims else "its pods were deleted"
+        ended = state in (FINISHED, FAILED)
+        where = (
+            [history.pods[pod].node or "" for pod in sorted(ran)]
+            if ended
+            else [placement[pod] for pod in sorted(placed)]
+        )
         return GangReport(
             key,
             state,
-            len(ran) if state == FINISHED else len(placed),
+            len(ran) if ended else len(placed),
             result.request.minimum_pods(),
             _shared_domains(where, node_labels, self.settings.levels),
             reason,
@@ -548,7 +584,8 @@ def _check_run_seconds(obj: Mapping[str, Any]) -> None:
         value = stack.pop()
         if isinstance(value, Mapping):
             metadata = value.get("metadata")
-            if isinstance(metadata, Mapping) and RUN_SECONDS in (metadata.get("annotations") or {}):
+            annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+            if isinstance(metadata, Mapping) and isinstance(annotations, Mapping) and RUN_SECONDS in annotations:
                 run_seconds({"metadata": {**metadata, "name": metadata.get("name") or f"of {owner}"}})
             stack.extend(value.values())
         elif isinstance(value, list):

@@ -434,3 +434,57 @@ def test_pods_a_controller_makes_bind_where_the_equivalent_bare_pods_bind(kind: 
     assert [(gang.state, gang.bound, gang.min) for gang in expanded.gangs] == [
         (gang.state, gang.bound, gang.min) for gang in by_hand.gangs
     ]
+
+
+def test_a_leaderworkerset_of_single_pod_groups_gets_its_podgroups_and_binds() -> None:
+    simulation, report = simulate(([lws("llm", 2, 1, 8)], None))
+    groups = list(simulation.store.objects(simulation.store.resource("scheduling.volcano.sh/v1beta1", "PodGroup")))
+    assert len(groups) == 2 and {group["spec"]["minMember"] for group in groups} == {1}
+    assert sorted(report.bound) == ["serving/llm-0", "serving/llm-1"]
+
+
+def test_leaderworkerset_subgroups_follow_lws_numbering() -> None:
+    grouped = lws("llm", 1, 3, 8)
+    grouped["spec"]["leaderWorkerTemplate"]["subGroupPolicy"] = {"subGroupSize": 1}
+    simulation, _ = simulate(([grouped], None))
+    index = {key: pod["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/subgroup-index"]
+             for key, pod in pods(simulation.store).items()}  # fmt: skip
+    assert index == {"serving/llm-0": "0", "serving/llm-0-1": "1", "serving/llm-0-2": "2"}
+
+
+def test_a_parallel_statefulset_binds_where_its_bare_pods_bind() -> None:
+    parallel = apps("StatefulSet", 3, podManagementPolicy="Parallel")
+    _, expanded = simulate(([parallel], 0.0))
+    _, by_hand = simulate(([bare_pod("serving", f"web-{i}", 2) for i in range(3)], 0.0))
+    assert nodes_of(expanded.bound) == nodes_of(by_hand.bound) and len(expanded.bound) == 3
+
+
+def broken(path: str, value: object) -> Manifest:
+    """A well-formed workload with one field of the wrong shape."""
+    objects: dict[str, Manifest] = {"job": job("train", 2, 8), "jobset": jobset(), "lws": lws("llm", 1, 2, 8)}
+    kind, *fields = path.split(".")
+    obj = copy.deepcopy(objects[kind])
+    target: Any = obj
+    for field in fields[:-1]:
+        target = target[int(field)] if field.isdigit() else target[field]
+    target[fields[-1]] = value
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("jobset.spec.replicatedJobs.0.template.spec", "x",
+         "replicated job 'driver': template.spec.template is required"),
+        ("job.spec.template.metadata", "oops", "Job 'train': spec.template.metadata must be an object"),
+        ("job.spec.template.metadata.labels", ["a"], "spec.template.metadata.labels must map names to strings"),
+        ("lws.spec.leaderWorkerTemplate.workerTemplate.metadata", {"annotations": 5},
+         "spec.leaderWorkerTemplate.workerTemplate.metadata.annotations must map names to strings"),
+        ("job.spec.template.spec.containers", "main", "spec.template.spec.containers is required (a list"),
+        ("lws.spec.replicas", "two", "LeaderWorkerSet 'llm': replicas must be a whole number of at least 0, got 'two'"),
+    ],
+)  # fmt: skip
+def test_a_field_of_the_wrong_shape_is_one_line_naming_it(path: str, value: object, message: str) -> None:
+    with pytest.raises(ManifestError) as refused:
+        Simulation(Settings(levels=LEVELS)).add_objects([broken(path, value)], at=60, source="w.yaml")
+    assert str(refused.value).startswith("w.yaml: ") and message in str(refused.value)

@@ -66,10 +66,11 @@ def simulate(
     shape: str = "blocks=1,racks=2,nodes=4,gpus=8",
     controller_gangs: bool = True,
     until: float = 30 * 86400.0,
+    kubelets: bool = True,
 ) -> tuple[Simulation, Report]:
     """Run the objects (each list arriving at its time, or before the run with None) on a cluster of
     ``shape``; every invariant is checked at every change, and the run must leave none broken."""
-    simulation = Simulation(Settings(levels=LEVELS), controller_gangs=controller_gangs, until=until)
+    simulation = Simulation(Settings(levels=LEVELS), controller_gangs=controller_gangs, until=until, kubelets=kubelets)
     simulation.add_nodes(ClusterShape.parse(shape).node_manifests())
     monitor = InvariantMonitor(simulation.store, gang_settings=GangSettings(levels=LEVELS))
     for objects, at in workloads:

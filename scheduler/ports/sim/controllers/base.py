@@ -41,8 +41,15 @@ class Api:
     random: random.Random
     #: The schedulerName a pod template that names none gets (simulate's promise), or None to leave it.
     scheduler_name: str | None = None
-    #: One line per object a controller could not create (the run goes on without it).
+    #: One line per object a controller could not create (the run goes on without it), each said once:
+    #: a controller tries again as its real one does, and the reason does not change.
     refused: list[str] = field(default_factory=list)
+    _said: set[str] = field(default_factory=set, repr=False)
+
+    def refuse(self, line: str) -> None:
+        if line not in self._said:
+            self._said.add(line)
+            self.refused.append(line)
 
     def uid(self) -> str:
         return str(uuid.UUID(int=self.random.getrandbits(128), version=4))
@@ -59,7 +66,9 @@ class Api:
             return self.store.create(resource, namespace, obj)
         except ApiError as error:
             name = metadata.get("name") or f"{metadata.get('generateName', '')}*"
-            self.refused.append(f"{obj['kind']} {name!r}: {error.message}")
+            owners = metadata.get("ownerReferences") or [{}]
+            made_by = f"{owners[0]['kind']} {owners[0]['name']!r} made " if owners[0] else ""
+            self.refuse(f"{made_by}{obj['kind']} {name!r}, which the API server refuses: {error.message}")
             return None
 
     def delete_pod(self, pod: Obj, *, grace_seconds: int | None = None) -> None:
@@ -130,10 +139,23 @@ def name_of(obj: Mapping[str, Any]) -> tuple[str, str]:
     return str(metadata.get("namespace") or "default"), name
 
 
-def template_of(obj: Mapping[str, Any], path: str, *, where: str) -> Manifest:
+def template_of(obj: Mapping[str, Any], path: str, *, where: str, field: str | None = None) -> Manifest:
+    """A pod template at ``path`` of ``obj``, checked for the shape a pod needs; ``field`` is its full name
+    in the object the user wrote (for messages), ``spec.<path>`` unless given."""
+    field = field or f"spec.{path}"
     template = mapping(obj, path, where=where, required=True)
-    if not isinstance(template.get("spec"), Mapping) or not template["spec"].get("containers"):
-        raise WorkloadError(f"{where}: {path}.spec.containers is required")
+    metadata = template.get("metadata")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise WorkloadError(f"{where}: {field}.metadata must be an object")
+    for part in ("labels", "annotations"):
+        values = (metadata or {}).get(part)
+        if values is not None and (
+            not isinstance(values, Mapping) or not all(isinstance(value, str) for value in values.values())
+        ):
+            raise WorkloadError(f"{where}: {field}.metadata.{part} must map names to strings")
+    spec = template.get("spec")
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("containers"), list) or not spec["containers"]:
+        raise WorkloadError(f"{where}: {field}.spec.containers is required (a list of containers)")
     return dict(template)
 
 

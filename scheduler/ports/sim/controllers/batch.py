@@ -43,7 +43,7 @@ _PREFIX_LIMIT = 58
 class JobController(Controller):
     kind = "Job"
 
-    def __init__(self, job: Manifest, *, uid: str, where: str | None = None) -> None:
+    def __init__(self, job: Manifest, *, uid: str, where: str | None = None, field: str = "spec.template") -> None:
         self.where = where or describe(job)
         self.namespace, self.name = name_of(job)
         self.uid = uid
@@ -63,7 +63,7 @@ class JobController(Controller):
         self.backoff_limit = count(spec, "backoffLimit", where=self.where, default=6) or 0
         self.deadline = count(spec, "activeDeadlineSeconds", where=self.where, default=None, least=1)
         self.suspended = bool(spec.get("suspend"))
-        self.template = template_of(spec, "template", where=self.where)
+        self.template = template_of(spec, "template", where=self.where, field=field)
         if self.template["spec"].get("restartPolicy") not in ("Never", "OnFailure"):
             raise WorkloadError(
                 f"{self.where}: spec.template.spec.restartPolicy must be Never or OnFailure, as the API server requires"

@@ -92,7 +92,8 @@ class JobSetController(Controller):
                     suspended=suspended,
                     exclusive=exclusive,
                 )
-                step.append(JobController(job, uid=api.uid(), where=f"{where} replicated job {name!r}"))
+                inside = f"{where} replicated job {name!r}"
+                step.append(JobController(job, uid=api.uid(), where=inside, field="template.spec.template"))
             self.steps.append(step)
         self._started = 0
 
@@ -103,6 +104,10 @@ class JobSetController(Controller):
         inside = f"{where} replicated job {entry['name']!r}"
         replicas = count(entry, "replicas", where=inside, default=1) or 0
         template = mapping(entry, "template", where=inside, required=True)
+        if not isinstance(template.get("spec"), Mapping) or not isinstance(template["spec"].get("template"), Mapping):
+            raise WorkloadError(f"{inside}: template.spec.template is required (the pod template of its Jobs)")
+        if template.get("metadata") is not None and not isinstance(template["metadata"], Mapping):
+            raise WorkloadError(f"{inside}: template.metadata must be an object")
         return entry["name"], replicas, template, str(entry.get("groupName") or "default")
 
     def jobs(self) -> list[JobController]:

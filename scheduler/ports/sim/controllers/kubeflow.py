@@ -66,7 +66,9 @@ class PyTorchJobController(Controller):
                     f"{self.where}: spec.pytorchReplicaSpecs has {key!r}; a PyTorchJob has Master and Worker"
                 )
             inside = f"{self.where} {kind}"
-            template = template_of(replica, "template", where=inside)
+            template = template_of(
+                replica, "template", where=self.where, field=f"spec.pytorchReplicaSpecs.{key}.template"
+            )
             policy = str(replica.get("restartPolicy", "OnFailure"))
             template["spec"] = {**template["spec"], "restartPolicy": "Never" if policy == "ExitCode" else policy}
             self.replicas[kind] = (count(replica, "replicas", where=inside, default=1) or 0, template)
@@ -89,7 +91,7 @@ class PyTorchJobController(Controller):
                     f"{OPERATOR}replica-type": kind.lower(),
                     f"{OPERATOR}replica-index": str(index),
                 }
-                if kind == "Master" or ("Master" not in self.replicas and index == 0):
+                if kind == "Master":
                     labels[f"{OPERATOR}job-role"] = "master"
                 if self.gangs:
                     labels[PLUGINS_GROUP] = self.name

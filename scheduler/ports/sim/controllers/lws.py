@@ -66,9 +66,12 @@ class LeaderWorkerSetController(Controller):
         self.replicas = count(spec, "replicas", where=where, default=1) or 0
         template = mapping(spec, "leaderWorkerTemplate", where=where, required=True)
         self.size = count(template, "size", where=where, default=1, least=1) or 1
-        self.worker_template = template_of(template, "workerTemplate", where=where)
+        field = "spec.leaderWorkerTemplate."
+        self.worker_template = template_of(template, "workerTemplate", where=where, field=field + "workerTemplate")
         self.leader_template = (
-            template_of(template, "leaderTemplate", where=where) if template.get("leaderTemplate") else None
+            template_of(template, "leaderTemplate", where=where, field=field + "leaderTemplate")
+            if template.get("leaderTemplate")
+            else None
         )
         self.startup = spec.get("startupPolicy", "LeaderCreated")
         if self.startup not in ("LeaderCreated", "LeaderReady"):
@@ -101,17 +104,15 @@ class LeaderWorkerSetController(Controller):
 
     def reconcile(self, api: Api, owned: Mapping[str, Sequence[Obj]]) -> None:
         super().reconcile(api, owned)
-        if self.size == 1:
-            return
         for leader in owned.get(self.leaders.uid, ()):
             group = int(leader["metadata"]["labels"][GROUP_INDEX])
             if group in self.workers or leader["metadata"].get("deletionTimestamp"):
                 continue
             if self.gangs and group not in self.groups:
-                # Before waiting for the leader to be ready: its scheduler waits for this object to place it.
+                # Before anything else, as LWS does: the leader's scheduler waits for this object to place it.
                 self.groups.add(group)
                 self._pod_group(api, leader)
-            if self.startup == "LeaderReady" and not ready(leader):
+            if self.size == 1 or (self.startup == "LeaderReady" and not ready(leader)):
                 continue
             workers = self.workers[group] = StatefulSetController(
                 namespace=self.namespace,
@@ -171,7 +172,10 @@ class LeaderWorkerSetController(Controller):
         leader = pod["metadata"]["annotations"][LEADER_NAME]
         if self.subgroup_size is not None:
             size = self.subgroup_size
-            index = (worker - 1) // size if (self.size - 1) % size == 0 else worker // size
+            # LWS's getSubGroupIndex: the leader takes a place in the first subgroup unless the workers
+            # alone fill whole subgroups.
+            leader_apart = (self.size - 1) % size == 0 and self.size % size != 0
+            index = (worker - 1) // size if leader_apart else worker // size
             labels.update({SUBGROUP_INDEX: str(index), SUBGROUP_KEY: _sha1(f"{leader}/{index}")})
         return self._with_variables(_decorated(pod, labels, {}, {}), leader, worker=worker)
 
