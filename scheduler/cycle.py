@@ -316,16 +316,23 @@ class SchedulingLoop:
                 reason=Reason.GANG_WAITING,
                 condition=GANG_WAITING,
             )
-        problem = min_resources_problem(spec.key, spec.min_resources, self.state.snapshot)
-        if problem is not None:
-            return Outcome(code=Code.UNSCHEDULABLE, message=problem, pods=pods, each_pod=True, wake=wake)
-        started = time.perf_counter()
-        nominated = self.nominations.hidden_from(self.state, spec.key, spec.priority)
         held = []
         if len(self.starvation):
             # A gang that waits for members cannot promise when it ends: it starts when the last one arrives.
             runtime = None if missing else runtime_bound(spec, self.state)
             held = self.starvation.held_from(spec.key, spec.priority, runtime)
+        problem = min_resources_problem(spec.key, spec.min_resources, self.state.snapshot)
+        if problem is not None:
+            # No search can succeed, but room can still be made: by preemption, or by a reservation for a
+            # gang that has waited too long (the training-operator's and LWS's groups all declare minResources).
+            outcome = Outcome(code=Code.UNSCHEDULABLE, message=problem, pods=pods, each_pod=True, wake=wake)
+            if missing:
+                return outcome
+            if self.evictor is not None:
+                outcome = self._preempt(spec, request, problem, pods, wake, held=[(h.rows, h.amounts) for h in held])
+            return self._starving(spec, request, outcome)
+        started = time.perf_counter()
+        nominated = self.nominations.hidden_from(self.state, spec.key, spec.priority)
         with hiding(self.state.snapshot, nominated, [(item.rows, item.amounts) for item in held]):
             placed = self.placer(self.state.snapshot, request, max_tries=self.settings.placement.max_domain_tries)
         placement_ms = round((time.perf_counter() - started) * 1000, 3)

@@ -488,3 +488,31 @@ def test_a_field_of_the_wrong_shape_is_one_line_naming_it(path: str, value: obje
     with pytest.raises(ManifestError) as refused:
         Simulation(Settings(levels=LEVELS)).add_objects([broken(path, value)], at=60, source="w.yaml")
     assert str(refused.value).startswith("w.yaml: ") and message in str(refused.value)
+
+
+# -- the group objects controllers make count as any other ------------------------------------------
+
+
+def test_a_pytorchjob_that_waited_too_long_reserves_its_room_despite_its_min_resources() -> None:
+    """The operator's PodGroup declares minResources; more than is free must not stop the reservation
+    of a gang that has waited too long (it used to fail fast, for ever, and small jobs went ahead)."""
+    running = job("small", 1, 2, annotations={RUN_SECONDS: "3600"})
+    later = [bare_pod("team", "notebook", 2)]
+    _, report = simulate(([running], None), ([pytorch_job(1)], 60.0), (later, 900.0),
+                         shape="blocks=1,racks=1,nodes=2,gpus=8")  # fmt: skip
+    gangs = {gang.key: gang for gang in report.gangs}
+    assert gangs["scheduler-plugins:ml/bert"].bound_at == pytest.approx(3601, abs=2)  # when the small Job ended
+    # Held back from the reserved nodes when it came, and no room left once the gang bound.
+    assert (gangs["pod:team/notebook"].state, gangs["pod:team/notebook"].bound_at) == ("Pending", None)
+
+
+def test_a_pytorchjob_of_higher_priority_preempts_despite_its_min_resources() -> None:
+    classes = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                "value": value} for name, value in (("low", 1), ("high", 1000))]  # fmt: skip
+    squatters = [bare_pod("team", f"squat-{i}", 8, priorityClassName="low") for i in range(2)]
+    urgent = pytorch_job(1)
+    for replica in urgent["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["priorityClassName"] = "high"
+    _, report = simulate((classes + squatters, None), ([urgent], 60.0), shape="blocks=1,racks=1,nodes=2,gpus=8")
+    assert sorted(report.preempted) == ["team/squat-0", "team/squat-1"]
+    assert {gang.key: gang.state for gang in report.gangs}["scheduler-plugins:ml/bert"] == "Bound"
