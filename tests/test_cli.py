@@ -81,6 +81,7 @@ def test_simulate_json_is_the_documented_shape_and_keeps_every_gang_whole(capsys
         "peak_gpu_allocation",
         "simulated_seconds",
         "until_reached",
+        "not_arrived",
         "seconds",
     ]
     states = {gang["key"]: gang["state"] for gang in report["gangs"]}
@@ -203,12 +204,13 @@ def test_a_workload_file_that_is_not_kubernetes_objects_is_refused(
     unknown.write_text(unknown.read_text() + "---\n" + yaml.safe_dump(pod("y", "solo", 1)))
     report = simulate_json(capsys, "--workload", str(unknown))
     assert report["bound"] == {"y/solo": "b0-r0-n0"}
-    assert report["refused"] == [
-        f"{unknown}: Gizmo 'x' (example.com/v1): not simulated (simulate takes pods, group objects and priority "
-        "classes, and expands Job, JobSet, LeaderWorkerSet, PyTorchJob, TrainJob, Deployment, StatefulSet)"
-    ]
+    assert report["refused"] == [f"{unknown}: Gizmo 'x' (example.com/v1): not simulated"]
     assert main(["simulate", "--workload", str(unknown)]) == 0
-    assert capsys.readouterr().err == f"phalanx: skipped {report['refused'][0]}\n"
+    assert capsys.readouterr().err == (
+        f"phalanx: skipped {report['refused'][0]}\n"
+        "phalanx: simulate takes pods, nodes, priority classes and group objects, and expands Job, JobSet, "
+        "LeaderWorkerSet, PyTorchJob, TrainJob, Deployment, StatefulSet; it skips other kinds\n"
+    )
 
 
 @pytest.mark.parametrize("argv", [["--no-such-flag"], ["frobnicate"], ["simulate", "--output", "xml"]])

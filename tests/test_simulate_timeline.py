@@ -4,6 +4,7 @@ that arrives on a full cluster and binds when room frees up."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,22 @@ def test_pods_the_api_server_refuses_are_said_once_with_the_job_that_made_them()
     other = job("other", 1, 1, annotations={RUN_SECONDS: "60"}, completions=3)
     _, report = simulate(([bad, other], 0.0))
     assert len(report.refused) == 1 and report.refused[0].startswith("Job 'bad' made Pod 'bad-*', which the API")
+
+
+def test_objects_due_after_until_are_counted_and_a_run_with_no_pods_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fill = write(tmp_path / "fill.yaml", filling_job(60))
+    assert main(["simulate", "--cluster", FULL, "--workload", f"{fill}@2d", "--until", "1d"]) == 0
+    out = capsys.readouterr().out
+    assert "(no gangs: no pod with a schedulerName Phalanx owns was created)" in out
+    assert "1 object(s) due after --until never arrived." in out
+
+
+def test_a_workload_object_named_by_generate_name_gets_a_name_as_the_api_server_gives_one() -> None:
+    unnamed = job("x", 1, 8)
+    unnamed["metadata"] = {"generateName": "sweep-", "namespace": "ml"}
+    simulation, report = simulate(([unnamed], None))
+    (pod,) = pods(simulation.store).values()
+    assert re.fullmatch("sweep-[bcdfghjklmnpqrstvwxz2456789]{5}", pod["metadata"]["labels"]["job-name"])
+    assert len(report.bound) == 1

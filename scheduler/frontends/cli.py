@@ -34,6 +34,7 @@ from scheduler.logs import LEVELS, configure
 from scheduler.ports.errors import PortError
 from scheduler.ports.kube import KubeCluster, KubeConfigError, connect
 from scheduler.ports.sim.builders import ClusterShape, ManifestError, read_manifest_file
+from scheduler.ports.sim.controllers import EXPANDED
 from scheduler.settings import Settings, load_settings
 
 EXIT_USAGE, EXIT_CLUSTER = 2, 1
@@ -297,6 +298,11 @@ def _command_simulate(args: argparse.Namespace, settings: Settings) -> int:
             progress.close()
     for line in report.refused:
         sys.stderr.write(f"phalanx: skipped {line}\n")
+    if any(line.endswith(": not simulated") for line in report.refused):
+        sys.stderr.write(
+            "phalanx: simulate takes pods, nodes, priority classes and group objects, and expands "
+            f"{', '.join(EXPANDED.values())}; it skips other kinds\n"
+        )
     if args.plot:
         plot(report, settings.levels, args.plot)
     if args.output == "json":

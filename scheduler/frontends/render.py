@@ -50,7 +50,7 @@ def table(report: Report, *, title: str, levels: Iterable[str], would: bool = Fa
             f"{_where(gang.domains)}".rstrip()
         )
     if not report.gangs:
-        lines.append("(no gangs: no pod has a schedulerName Phalanx owns)")
+        lines.append("(no gangs: no pod with a schedulerName Phalanx owns was created)")
     waiting = [gang for gang in report.gangs if gang.state != BOUND and gang.reason]
     if waiting:
         lines += ["", "Why:"]
@@ -80,6 +80,8 @@ def table(report: Report, *, title: str, levels: Iterable[str], would: bool = Fa
         lines.append("Times are h:mm:ss after the start; ARRIVED is the gang's first pod, BOUND AT its minimum bound.")
     if report.until_reached:
         lines.append("The clock stopped at --until with more still to happen.")
+    if report.not_arrived:
+        lines.append(f"{report.not_arrived} object(s) due after --until never arrived.")
     if report.timed_out:
         lines.append("The run stopped at --timeout while the scheduler was still busy; the figures are partial.")
     return "\n".join(lines)

@@ -43,7 +43,7 @@ from scheduler.frontends.history import History, pod_gpus
 from scheduler.gangs import GangError, GangKey, GangSpec, Problem
 from scheduler.ports.sim.adapter import SimCluster
 from scheduler.ports.sim.builders import ManifestError, load
-from scheduler.ports.sim.controllers import EXPANDED, Api, Controller, Controllers, WorkloadError
+from scheduler.ports.sim.controllers import Api, Controller, Controllers, WorkloadError
 from scheduler.ports.sim.errors import ApiError
 from scheduler.ports.sim.kubelet import RUN_SECONDS, AnnotationError, Kubelets, run_seconds
 from scheduler.ports.sim.store import Store
@@ -142,6 +142,8 @@ class Report:
     simulated_seconds: float = 0.0
     timeline: bool = False
     until_reached: bool = False
+    #: Objects still due to arrive when the run ended (after ``until``).
+    not_arrived: int = 0
     #: (seconds, GPUs in use) at every change, and the cluster's GPUs.
     usage: list[tuple[float, int]] = field(default_factory=list, repr=False)
     total_gpus: int = 0
@@ -174,6 +176,7 @@ class Report:
                 "peak_gpu_allocation": round(self.peak_gpu_allocation, 4),
                 "simulated_seconds": round(self.simulated_seconds, 3),
                 "until_reached": self.until_reached,
+                "not_arrived": self.not_arrived,
                 "seconds": round(self.seconds, 3),
             },
         }
@@ -285,7 +288,13 @@ class Simulation:
     def _prepare(self, given: Mapping[str, Any], source: str, default_scheduler: bool) -> _Arrival | None:
         obj = dict(given)
         kind, api_version = str(obj.get("kind")), str(obj.get("apiVersion"))
-        name = str((obj.get("metadata") or {}).get("name", "?"))
+        given_metadata = obj.get("metadata")
+        metadata: Mapping[str, Any] = given_metadata if isinstance(given_metadata, Mapping) else {}
+        if not metadata.get("name") and isinstance(metadata.get("generateName"), str):
+            # As the API server names it when it is created (kubectl create -f with generateName).
+            suffix = "".join(self.api.random.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+            obj["metadata"] = metadata = {**metadata, "name": metadata["generateName"] + suffix}
+        name = str(metadata.get("name", "?"))
         try:
             _check_run_seconds(obj)
             if Controllers.is_runtime(obj):
@@ -303,11 +312,7 @@ class Simulation:
         try:
             self.store.resource(api_version, kind)
         except ApiError:
-            expanded = ", ".join(EXPANDED.values())
-            self.api.refuse(
-                f"{source}: {kind} {name!r} ({api_version}): not simulated (simulate takes pods, group objects "
-                f"and priority classes, and expands {expanded})"
-            )
+            self.api.refuse(f"{source}: {kind} {name!r} ({api_version}): not simulated")
             return None
         return _Arrival(obj=obj, source=source)
 
@@ -508,6 +513,7 @@ class Simulation:
             simulated_seconds=self.clock.monotonic(),
             timeline=self._later or any(record.ended is not None for record in self.history.pods.values()),
             until_reached=self._until_reached,
+            not_arrived=len(self._arrivals),
             usage=list(self.history.usage),
             total_gpus=total_gpus,
         )

@@ -75,7 +75,7 @@ def test_loading_restores_objects_and_creates_namespaces() -> None:
 
 
 def test_a_compact_shape_builds_labelled_ready_gpu_nodes() -> None:
-    shape = ClusterShape.parse("blocks=2,racks=3,nodes=4,gpus=8,memory=256")
+    shape = ClusterShape.parse("blocks=2,racks=3,nodes=4,gpus=8,memory=256,storage=2Ti")
     nodes = shape.node_manifests()
     assert len(nodes) == 24
     record = node_record(nodes[-1])
@@ -85,7 +85,13 @@ def test_a_compact_shape_builds_labelled_ready_gpu_nodes() -> None:
         "example.com/block": "b1",
         "example.com/rack": "b1-r2",
     }
-    assert record.allocatable == {"cpu": 64000, "memory": 256 << 30, "pods": 110, "nvidia.com/gpu": 8}
+    assert record.allocatable == {
+        "cpu": 64000,
+        "memory": 256 << 30,
+        "ephemeral-storage": 2 << 40,
+        "pods": 110,
+        "nvidia.com/gpu": 8,
+    }
     assert record.ready
 
 
@@ -96,7 +102,8 @@ def test_a_compact_shape_builds_labelled_ready_gpu_nodes() -> None:
         ("racks=0", "cluster shape 'racks=0': racks must be at least 1"),
         (
             "floors=3",
-            "cluster shape 'floors=3': 'floors=3' is not one of blocks, racks, nodes, gpus, cpu, memory, pods=<value>",
+            "cluster shape 'floors=3': 'floors=3' is not one of blocks, racks, nodes, gpus, cpu, memory, pods, "
+            "storage=<value>",
         ),
         (
             "memory=lots",

@@ -516,3 +516,19 @@ def test_a_pytorchjob_of_higher_priority_preempts_despite_its_min_resources() ->
     _, report = simulate((classes + squatters, None), ([urgent], 60.0), shape="blocks=1,racks=1,nodes=2,gpus=8")
     assert sorted(report.preempted) == ["team/squat-0", "team/squat-1"]
     assert {gang.key: gang.state for gang in report.gangs}["scheduler-plugins:ml/bert"] == "Bound"
+
+
+def test_a_replicated_job_that_depends_on_another_starts_once_that_one_is_complete() -> None:
+    staged = jobset()
+    driver, workers = staged["spec"]["replicatedJobs"]
+    driver["template"]["spec"]["template"]["metadata"]["annotations"] = {RUN_SECONDS: "600"}  # no gang
+    driver["template"]["spec"]["template"]["spec"]["restartPolicy"] = "Never"
+    workers["template"]["spec"]["template"]["metadata"]["annotations"] = {}
+    workers["dependsOn"] = [{"name": "driver", "status": "Complete"}]
+    simulation, _ = simulate(([staged], None))
+    created = {key: record.created for key, record in simulation.history.pods.items()}
+    assert max(at for key, at in created.items() if "-driver-" in key) < 10
+    assert min(at for key, at in created.items() if "-workers-" in key) == pytest.approx(601, abs=1)
+    with pytest.raises(ManifestError, match="dependsOn entries need the name of an earlier replicated job"):
+        workers["dependsOn"] = [{"name": "nobody", "status": "Complete"}]
+        Simulation(Settings(levels=LEVELS)).add_objects([staged])

@@ -80,6 +80,8 @@ class ClusterShape:
     cpu: str = "64"
     memory: str = "512Gi"
     pods: int = 110
+    #: ``ephemeral-storage``: inference images (vLLM's LeaderWorkerSet examples) request it.
+    storage: str = "1Ti"
     block_label: str = BLOCK
     rack_label: str = RACK
 
@@ -99,7 +101,7 @@ class ClusterShape:
                 )
             if name.endswith("label"):
                 values[name] = value
-            elif name in ("cpu", "memory"):
+            elif name in ("cpu", "memory", "storage"):
                 try:
                     amount = parse_quantity(value, field=name)
                 except QuantityError:
@@ -133,7 +135,12 @@ class ClusterShape:
             for rack in range(self.racks):
                 for index in range(self.nodes):
                     name = f"b{block}-r{rack}-n{index}"
-                    capacity = {"cpu": self.cpu, "memory": self.memory, "pods": str(self.pods)}
+                    capacity = {
+                        "cpu": self.cpu,
+                        "memory": self.memory,
+                        "ephemeral-storage": self.storage,
+                        "pods": str(self.pods),
+                    }
                     if self.gpus:
                         capacity["nvidia.com/gpu"] = str(self.gpus)
                     nodes.append(

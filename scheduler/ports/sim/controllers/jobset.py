@@ -9,10 +9,11 @@
   of ``<namespace>/<job>``), ``job-global-index``, ``restart-attempt``, ``jobset-uid``, ``group-name``,
   ``group-replicas``, ``job-group-index``.
 - ``startupPolicy: InOrder`` creates a replicated job's Jobs once every Job of the one before has its
-  pods ready (or done); ``suspend`` suspends every Job.
+  pods ready (or done); ``dependsOn`` once every Job of each replicated job it names is Ready (its pods
+  ready or done) or Complete; ``suspend`` suspends every Job.
 
-Not modelled: failure and success policies (restarting the whole JobSet), ``dependsOn``, the exclusive
-placement's affinity terms (its annotation is copied), the headless Service.
+Not modelled: failure and success policies (restarting the whole JobSet), the exclusive placement's
+affinity terms (its annotation is copied), the headless Service.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class JobSetController(Controller):
         suspended = bool(spec.get("suspend"))
         exclusive = ((jobset.get("metadata") or {}).get("annotations") or {}).get(EXCLUSIVE)
         parsed = [self._replicated(entry, where) for entry in replicated]
+        names = [name for name, _, _, _ in parsed]
+        self.depends = [self._depends_on(entry, names[:index], where) for index, entry in enumerate(replicated)]
         total = sum(replicas for _, replicas, _, _ in parsed)
         groups: dict[str, int] = {}
         for _, replicas, _, group in parsed:
@@ -95,7 +98,7 @@ class JobSetController(Controller):
                 inside = f"{where} replicated job {name!r}"
                 step.append(JobController(job, uid=api.uid(), where=inside, field="template.spec.template"))
             self.steps.append(step)
-        self._started = 0
+        self._started: set[int] = set()
 
     @staticmethod
     def _replicated(entry: object, where: str) -> tuple[str, int, Mapping[str, Any], str]:
@@ -110,11 +113,30 @@ class JobSetController(Controller):
             raise WorkloadError(f"{inside}: template.metadata must be an object")
         return entry["name"], replicas, template, str(entry.get("groupName") or "default")
 
+    @staticmethod
+    def _depends_on(entry: Mapping[str, Any], earlier: list[str], where: str) -> list[tuple[int, str]]:
+        """``dependsOn``: (index of an earlier replicated job, Ready or Complete) pairs."""
+        given = entry.get("dependsOn") or []
+        inside = f"{where} replicated job {entry['name']!r}"
+        if not isinstance(given, list):
+            raise WorkloadError(f"{inside}: dependsOn must be a list")
+        depends = []
+        for item in given:
+            name = item.get("name") if isinstance(item, Mapping) else None
+            status = item.get("status") if isinstance(item, Mapping) else None
+            if name not in earlier or status not in ("Ready", "Complete"):
+                raise WorkloadError(
+                    f"{inside}: dependsOn entries need the name of an earlier replicated job and a status of "
+                    f"Ready or Complete, got {item!r}"
+                )
+            depends.append((earlier.index(str(name)), str(status)))
+        return depends
+
     def jobs(self) -> list[JobController]:
         return [job for step in self.steps for job in step]
 
     def children(self) -> Iterable[Controller]:
-        return [job for step in self.steps[: self._started] for job in step]
+        return [job for index, step in enumerate(self.steps) if index in self._started for job in step]
 
     def start(self, api: Api) -> None:
         self._start_next(api, {})
@@ -124,12 +146,30 @@ class JobSetController(Controller):
         self._start_next(api, owned)
 
     def _start_next(self, api: Api, owned: Mapping[str, Sequence[Obj]]) -> None:
-        while self._started < len(self.steps):
-            if self.in_order and self._started and not all(_ready(job, owned) for job in self.steps[self._started - 1]):
+        """Create the Jobs of every replicated job whose turn has come: with ``InOrder``, once the one before
+        is ready; with ``dependsOn``, once each job it names is Ready (or Complete)."""
+        for index, step in enumerate(self.steps):
+            if index in self._started:
+                continue
+            if (
+                self.in_order
+                and index
+                and not (index - 1 in self._started and all(_ready(job, owned) for job in self.steps[index - 1]))
+            ):
                 return
-            for job in self.steps[self._started]:
+            if not all(self._met(earlier, status, owned) for earlier, status in self.depends[index]):
+                continue
+            for job in step:
                 job.start(api)
-            self._started += 1
+            self._started.add(index)
+
+    def _met(self, earlier: int, status: str, owned: Mapping[str, Sequence[Obj]]) -> bool:
+        if earlier not in self._started:
+            return False
+        jobs = self.steps[earlier]
+        if status == "Complete":
+            return all(job.condition == "Complete" for job in jobs)
+        return all(_ready(job, owned) for job in jobs)
 
 
 def _job(
