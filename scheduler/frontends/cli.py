@@ -124,10 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _workload_flags(simulate)
     simulate.add_argument("--output", choices=("table", "json"), default="table")
-    simulate.add_argument("--plot", metavar="FILE.png", help="draw the racks with each GPU coloured by gang")
+    simulate.add_argument(
+        "--plot", metavar="FILE.png", help="draw the racks with each GPU coloured by gang, and GPUs in use over time"
+    )
     simulate.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
     simulate.add_argument(
-        "--timeout", type=float, default=300.0, metavar="SECONDS", help="stop after this long (default 300)"
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="stop after this long, in wall seconds (default 300)",
     )
     simulate.add_argument(
         "--until",
