@@ -321,6 +321,9 @@ class SchedulingLoop:
             # A gang that waits for members cannot promise when it ends: it starts when the last one arrives.
             runtime = None if missing else runtime_bound(spec, self.state)
             held = self.starvation.held_from(spec.key, spec.priority, runtime)
+        never = min_resources_problem(spec.key, spec.min_resources, self.state.snapshot, at_all=True)
+        if never is not None:  # only more nodes help: evicting or holding room would be for nothing
+            return Outcome(code=Code.UNRESOLVABLE, message=never, pods=pods, each_pod=True)
         problem = min_resources_problem(spec.key, spec.min_resources, self.state.snapshot)
         if problem is not None:
             # No search can succeed, but room can still be made: by preemption, or by a reservation for a

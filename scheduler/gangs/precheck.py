@@ -1,6 +1,8 @@
 """Pre-checks that fail a gang fast, as pure functions, before any placement search.
 
-- ``minResources`` of scheduler-plugins and Volcano groups beyond what the whole cluster has free;
+- ``minResources`` of scheduler-plugins and Volcano groups beyond what the whole cluster has free (a
+  search cannot succeed, though preemption or a reservation may make room), or beyond what its nodes
+  have at all (only more nodes help);
 - a minimum beyond what the whole cluster could hold even when empty (``gang-size: "1000000000"``):
   decided per leaf and per shape, never per pod, so a size costs nothing however large it is.
 """
@@ -14,20 +16,30 @@ from topology.explain import node_limit, node_reasons
 from topology.fit import shape_fit
 
 
-def min_resources_problem(gang: str, min_resources: Mapping[str, int], snapshot: Snapshot) -> str | None:
-    """Why the cluster's total free capacity cannot cover ``min_resources``, or None when it can."""
+def min_resources_problem(
+    gang: str, min_resources: Mapping[str, int], snapshot: Snapshot, *, at_all: bool = False
+) -> str | None:
+    """Why the cluster's total free capacity cannot cover ``min_resources``, or None when it can. With
+    ``at_all``, against what the nodes have allocatable: a group beyond that waits for more nodes, and no
+    preemption or reservation can help it."""
     if not min_resources:
         return None
-    free = snapshot.free
+    capacity = snapshot.allocatable if at_all else snapshot.free
     columns = {name: i for i, name in enumerate(snapshot.resources)}
     short = []
     for name, wanted in sorted(min_resources.items()):
         column = columns.get(name)
-        available = int(free[:, column].clip(min=0).sum()) if column is not None else 0
+        available = int(capacity[:, column].clip(min=0).sum()) if column is not None else 0
         if wanted > available:
-            short.append(f"{name} {_amount(name, wanted)} (free: {_amount(name, available)})")
+            word = "allocatable" if at_all else "free"
+            short.append(f"{name} {_amount(name, wanted)} ({word}: {_amount(name, available)})")
     if not short:
         return None
+    if at_all:
+        needs = ", ".join(short)
+        return (
+            f"Gang {gang} declares minResources more than the cluster's nodes have: {needs}; it waits for more nodes."
+        )
     return f"Gang {gang} declares minResources the cluster does not have free in total: {', '.join(short)}."
 
 

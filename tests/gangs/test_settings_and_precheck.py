@@ -80,6 +80,12 @@ def test_min_resources_beyond_the_clusters_free_capacity_fail_fast() -> None:
         "memory 2Ti (free: 1Ti), nvidia.com/gpu 9 (free: 8)."
     )
     assert "example.com/fpga 1 (free: 0)" in (min_resources_problem("x", {"example.com/fpga": 1}, snapshot) or "")
+    # Beyond what is free, but not beyond what the nodes have: preemption or a reservation may still help.
+    assert min_resources_problem("team/etl", {"nvidia.com/gpu": 9}, snapshot, at_all=True) is None
+    assert min_resources_problem("team/etl", {"nvidia.com/gpu": 17}, snapshot, at_all=True) == (
+        "Gang team/etl declares minResources more than the cluster's nodes have: nvidia.com/gpu 17 "
+        "(allocatable: 16); it waits for more nodes."
+    )
 
 
 def test_members_already_placed_count_against_the_empty_cluster_check() -> None:

@@ -532,3 +532,22 @@ def test_a_replicated_job_that_depends_on_another_starts_once_that_one_is_comple
     with pytest.raises(ManifestError, match="dependsOn entries need the name of an earlier replicated job"):
         workers["dependsOn"] = [{"name": "nobody", "status": "Complete"}]
         Simulation(Settings(levels=LEVELS)).add_objects([staged])
+
+
+def test_a_group_declaring_more_than_the_cluster_has_preempts_nothing_and_waits_for_nodes() -> None:
+    classes = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                "value": value} for name, value in (("low", 1), ("high", 1000))]  # fmt: skip
+    squatters = [bare_pod("team", f"squat-{i}", 8, priorityClassName="low") for i in range(2)]
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+             "metadata": {"name": "greedy", "namespace": "ml"},
+             "spec": {"minMember": 2, "minResources": {"nvidia.com/gpu": "64"}}}  # fmt: skip
+    members = [bare_pod("ml", f"greedy-{i}", 8, labels={"scheduling.x-k8s.io/pod-group": "greedy"},
+                        priorityClassName="high") for i in range(2)]  # fmt: skip
+    _, report = simulate(
+        (classes + squatters, None), ([group, *members], 60.0), shape="blocks=1,racks=1,nodes=2,gpus=8"
+    )
+    assert report.preempted == {}
+    assert report.pending["ml/greedy-0"].endswith(
+        "declares minResources more than the cluster's nodes have: nvidia.com/gpu 64 (allocatable: 16); "
+        "it waits for more nodes."
+    )
