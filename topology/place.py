@@ -328,7 +328,8 @@ class _Search:
         if need > waiting:
             exist = len(part.pinned) + waiting
             return _Failure(
-                f"{part.label} needs {part.request.min_pods} pods but only {exist} exist.", self._first_shape(part)
+                f"{part.label} needs {plural(part.request.min_pods, 'pod')} but only {exist} exist.",
+                self._first_shape(part),
             )
         if need == 0:
             return None
@@ -391,7 +392,8 @@ class _Search:
             missing = self._top_up(part, request.min_pods - part.pod_count(), scope, path, where)
             if missing > 0:
                 return _Failure(
-                    f"{part.label} needs {request.min_pods} pods across its parts; {request.min_pods - missing} fit.",
+                    f"{part.label} needs {plural(request.min_pods, 'pod')} across its parts; "
+                    f"{request.min_pods - missing} fit.",
                     self._first_shape(part),
                     summary=f"only {request.min_pods - missing} of its {request.min_pods} pods fit",
                 )

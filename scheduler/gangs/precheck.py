@@ -102,8 +102,8 @@ def beyond_cluster(request: GangRequest, snapshot: Snapshot) -> Infeasible | Non
         return Infeasible(
             gang=request.key,
             reason=(
-                f"{part} needs {need}{more} pods; the cluster could hold at most {room} {what} even if it "
-                f"were empty{': ' + limit if limit else ''}."
+                f"{part} needs {need}{more} pod{'' if need == 1 else 's'}; the cluster could hold at most {room} "
+                f"{what} even if it were empty{': ' + limit if limit else ''}."
             ),
             node_reasons=reasons,
             available=available,
