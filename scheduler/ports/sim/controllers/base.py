@@ -10,6 +10,7 @@ LeaderWorkerSet group once its leader exists.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import hashlib
 import json
@@ -78,15 +79,16 @@ class Api:
             self.store.delete(pods, metadata.get("namespace"), metadata["name"], grace_period_seconds=grace_seconds)
 
 
-class Controller:
+class Controller(abc.ABC):
     """One workload object's controller: :meth:`start` once, :meth:`reconcile` whenever pods changed."""
 
     uid: str
     kind: str
     name: str
 
+    @abc.abstractmethod
     def start(self, api: Api) -> None:
-        raise NotImplementedError
+        """Create what the controller creates as soon as its object exists."""
 
     def reconcile(self, api: Api, owned: Mapping[str, Sequence[Obj]]) -> None:
         """``owned``: every pod in the store by the uid of its controlling owner."""

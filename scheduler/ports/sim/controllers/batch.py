@@ -50,14 +50,13 @@ class JobController(Controller):
         self.job = job
         spec = mapping(job, "spec", where=self.where, required=True)
         self.completions = count(spec, "completions", where=self.where, default=None)
-        # The API server's defaults: both unset is one pod that must succeed once.
-        default_parallelism = 1
-        self.parallelism = count(spec, "parallelism", where=self.where, default=default_parallelism) or 0
+        self.parallelism = count(spec, "parallelism", where=self.where, default=1) or 0
         if spec.get("completions") is None and spec.get("parallelism") is None:
-            self.completions = 1
-        self.indexed = spec.get("completionMode", "NonIndexed") == "Indexed"
-        if spec.get("completionMode", "NonIndexed") not in ("NonIndexed", "Indexed"):
+            self.completions = 1  # the API server's default: one pod that must succeed once
+        mode = spec.get("completionMode", "NonIndexed")
+        if mode not in ("NonIndexed", "Indexed"):
             raise WorkloadError(f"{self.where}: spec.completionMode must be NonIndexed or Indexed")
+        self.indexed = mode == "Indexed"
         if self.indexed and self.completions is None:
             raise WorkloadError(f"{self.where}: an Indexed Job needs spec.completions")
         self.backoff_limit = count(spec, "backoffLimit", where=self.where, default=6) or 0

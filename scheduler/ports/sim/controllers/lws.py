@@ -48,7 +48,7 @@ SIZE, LEADER_NAME = f"{PREFIX}size", f"{PREFIX}leader-name"
 SUBGROUP_INDEX, SUBGROUP_KEY = f"{PREFIX}subgroup-index", f"{PREFIX}subgroup-key"
 SUBGROUP_SIZE, SUBGROUP_TYPE = f"{PREFIX}subgroup-size", f"{PREFIX}subgroup-policy-type"
 #: LeaderWorkerSet annotations its pods inherit.
-INHERITED = (f"{PREFIX}exclusive-topology", f"{PREFIX}subgroup-exclusive-topology")
+EXCLUSIVE, SUBGROUP_EXCLUSIVE = f"{PREFIX}exclusive-topology", f"{PREFIX}subgroup-exclusive-topology"
 VOLCANO_GROUP = "scheduling.k8s.io/group-name"
 VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
 
@@ -129,16 +129,20 @@ class LeaderWorkerSetController(Controller):
 
     # -- templates, and what the webhook adds per pod ---------------------------------------------------
 
+    def _inherited(self, *keys: str) -> dict[str, str]:
+        """The LeaderWorkerSet's own annotations of ``keys`` that its pods carry too."""
+        return {key: self.annotations[key] for key in keys if key in self.annotations}
+
     def _leader_template(self) -> Manifest:
         base = self.leader_template or self.worker_template
         annotations = {
             SIZE: str(self.size),
-            **{key: self.annotations[key] for key in INHERITED[:1] if key in self.annotations},
+            **self._inherited(EXCLUSIVE),
         }
         if self.subgroup_size is not None:
             annotations[SUBGROUP_SIZE] = str(self.subgroup_size)
             annotations[SUBGROUP_TYPE] = self.subgroup_type
-            annotations.update({key: self.annotations[key] for key in INHERITED[1:] if key in self.annotations})
+            annotations.update(self._inherited(SUBGROUP_EXCLUSIVE))
         labels = {WORKER_INDEX: "0", NAME: self.name, REVISION: self.revision}
         return _with_metadata(base, labels, annotations)
 
@@ -150,7 +154,7 @@ class LeaderWorkerSetController(Controller):
             REVISION: self.revision,
         }
         annotations = {SIZE: str(self.size), LEADER_NAME: leader["metadata"]["name"]}
-        annotations.update({key: self.annotations[key] for key in INHERITED if key in self.annotations})
+        annotations.update(self._inherited(EXCLUSIVE, SUBGROUP_EXCLUSIVE))
         if self.subgroup_size is not None:
             annotations[SUBGROUP_SIZE] = str(self.subgroup_size)
         gang = (leader["metadata"].get("annotations") or {}).get(VOLCANO_GROUP)
