@@ -120,6 +120,7 @@ class Phalanx:
             reporter=self.reporter,
             metrics=self.metrics,
             scheduler_name=settings.scheduler_names[0],
+            refused_retry_seconds=settings.preemption.refused_retry_seconds,
         )
         self.scheduler = SchedulingLoop(
             settings=settings,
@@ -204,6 +205,7 @@ class Phalanx:
         finally:
             # A new leader evaluates every gang afresh; victims already terminating are not chosen again.
             self.scheduler.nominations.clear()
+            self.scheduler.evictions.clear()  # the evictor's writes stop with the lead; the marks tell what was begun
             self.scheduler.starvation.clear()  # a new leader rebuilds reservations from the same state
             self.permit.release_all()
             self.state.forget_assumptions()

@@ -36,7 +36,8 @@ from scheduler.gangs import GangError, GangKey, GangSpec, ObjectRef, Problem, be
 from scheduler.metrics import Metrics
 from scheduler.outcome import Code, Outcome
 from scheduler.permit import Permit, Reservation, placeholder_requests, with_placeholders
-from scheduler.preemption.evictor import EvictJob, Victim
+from scheduler.preemption.evictions import Evictions
+from scheduler.preemption.evictor import EvictJob
 from scheduler.preemption.nominations import Nominations, hiding
 from scheduler.preemption.planner import (
     PreemptionPlanner,
@@ -146,7 +147,8 @@ class SchedulingLoop:
         self.evictor = evictor
         self.nominations = Nominations(clock, settings.preemption.nomination_timeout_seconds)
         self._clearing: set[str] = set()  # pods whose nominatedNodeName is being cleared
-        self.preemption = PreemptionPlanner(state, settings, self.nominations)
+        self.evictions = Evictions(state)
+        self.preemption = PreemptionPlanner(state, settings, self.nominations, self.evictions)
         self.starvation = Starvation(settings.starvation, state, clock, settings.levels)
         self._poke = anyio.Event()
         self._reserved_labels: set[str] = set()
@@ -190,6 +192,8 @@ class SchedulingLoop:
             if isinstance(spec, GangSpec):
                 self._clear_stale(spec.key, spec.pods)
                 queue.add(spec.key, spec.priority, spec.created)
+        if state.marked_victims:
+            self._finish_evictions()
         for late in self.starvation.expired():
             log.info("domain reservation released: its gang did not bind in time", gang=late.gang, domain=late.where)
             self.metrics.starvation_released.labels("expired").inc()
@@ -717,6 +721,18 @@ class SchedulingLoop:
             self._clearing.update(stale)
             self.evictor.submit(EvictJob(gang, (), tuple((pod, "") for pod in stale), ""))
 
+    def _finish_evictions(self) -> None:
+        """Finish the evictions the API shows begun (victims marked) that nobody here carries out: an earlier
+        leader's, cut off with its lease. Their units go whole (``preemption/evictions.py``)."""
+        if self.evictor is None:
+            return
+        for preemptor, domain, victims in self.evictions.unfinished():
+            log.info("finishing an eviction begun earlier", preemptor=preemptor, pods=[v.pod for v in victims])
+            self.metrics.preemption_resumed.inc(len(victims))
+            spec = self.state.index.get(preemptor)
+            subject = self.reporter.gang(spec.objects, spec.pods) if isinstance(spec, GangSpec) else None
+            self.evictor.submit(EvictJob(preemptor, victims, (), domain, subject))
+
     def _preempting(self, spec: GangSpec, victims: Victims, outcome: Outcome) -> None:
         assert self.evictor is not None
         pods = victims.pods
@@ -729,14 +745,11 @@ class SchedulingLoop:
             victims.domain,
             grace_seconds=longest_grace(self.state, going),
         )
-        evict = []
-        for pod in pods:
-            victim_gang = self.state.index.get(self.state.index.gang_of(pod.key) or GangKey(""))
-            group = victim_gang.objects[0] if isinstance(victim_gang, GangSpec) and victim_gang.objects else None
-            evict.append(Victim(pod.key, self.state.uid(pod.key) or "", group))
+        evict = tuple(self.evictions.victim(pod.key) for pod in pods)
+        self.evictions.begin(evict)
         subject = self.reporter.gang(spec.objects, spec.pods)
         nominated = tuple(victims.placement.nodes().items())
-        self.evictor.submit(EvictJob(spec.key, tuple(evict), nominated, victims.domain, subject))
+        self.evictor.submit(EvictJob(spec.key, evict, nominated, victims.domain, subject))
         self.metrics.preemption_attempts.labels("preempted").inc()
         for reason, count in victims_by_reason(victims).items():
             if count:

@@ -21,12 +21,19 @@ class Jobs(Generic[Job]):
         self.owner = owner
         self.handle = handle
         self._send: MemoryObjectSendStream[Job] | None = None
+        self._open = 0  # jobs submitted and not yet handled to the end
+
+    @property
+    def idle(self) -> bool:
+        """No job is queued or under way."""
+        return self._open == 0
 
     def submit(self, job: Job) -> None:
         """Queue a job (only while :meth:`run` runs)."""
         if self._send is None:
             raise RuntimeError(f"the {self.owner} is not running")
         self._send.send_nowait(job)
+        self._open += 1
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Handle every job submitted until cancelled (jobs in flight are cancelled with it)."""
@@ -37,6 +44,13 @@ class Jobs(Generic[Job]):
                 async with anyio.create_task_group() as group:
                     task_status.started()
                     async for job in receive:
-                        group.start_soon(self.handle, job)
+                        group.start_soon(self._handle, job)
             finally:
                 self._send = None
+                self._open = 0  # what was queued is dropped with the owner's lead
+
+    async def _handle(self, job: Job) -> None:
+        try:
+            await self.handle(job)
+        finally:
+            self._open -= 1

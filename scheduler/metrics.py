@@ -46,7 +46,7 @@ class Metrics:
         self.api_writes = Counter("phalanx_api_writes", "Writes to the API by kind", ["kind"], registry=r)
         self.api_write_errors = Counter(
             "phalanx_api_write_errors",
-            "Writes the API server refused for good (not retried), by kind and HTTP code",
+            "Writes the API server refused for good (403, 400, 422: not retried at once), by kind and HTTP code",
             ["kind", "code"],
             registry=r,
         )
@@ -62,6 +62,18 @@ class Metrics:
             "phalanx_preemption_victims",
             "Pods evicted to make room, by unit: gang (a whole gang), surplus (beyond a gang's minimum), pod",
             ["reason"],
+            registry=r,
+        )
+        self.preemption_refused = Counter(
+            "phalanx_preemption_victims_refused",
+            "Victims whose DELETE the API server refused for good (403, an admission policy): their unit runs "
+            "partly until it is accepted, tried again every preemption.refusedRetrySeconds",
+            registry=r,
+        )
+        self.preemption_resumed = Counter(
+            "phalanx_preemption_victims_resumed",
+            "Victims whose eviction an earlier leader began (their DisruptionTarget condition) and this one "
+            "finished, with the rest of their unit",
             registry=r,
         )
         self.preemption_to_bind = Histogram(

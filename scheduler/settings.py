@@ -54,6 +54,9 @@ class PreemptionSettings:
     """How long a preemptor's room is held while its victims terminate (at least twice their longest
     grace period); then the plan is dropped and the gang evaluated again (victims still terminating are
     not chosen again)."""
+    refused_retry_seconds: float = 60.0
+    """How often a victim whose DELETE the API server refused for good (RBAC, an admission policy) is tried
+    again: the rest of its unit is gone, so it is never given up."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -266,8 +269,11 @@ def _check(settings: Settings) -> None:
     if not 0 < settings.permit.max_reserved_share <= 1:
         share = settings.permit.max_reserved_share
         raise SettingsError(f"permit.maxReservedShare: must be above 0 and at most 1, got {share}")
-    if settings.preemption.max_domains_tried < 1 or settings.preemption.nomination_timeout_seconds <= 0:
-        raise SettingsError("preemption: maxDomainsTried and nominationTimeoutSeconds must be positive")
+    preemption = settings.preemption
+    if min(preemption.max_domains_tried, preemption.nomination_timeout_seconds, preemption.refused_retry_seconds) <= 0:
+        raise SettingsError(
+            "preemption: maxDomainsTried, nominationTimeoutSeconds and refusedRetrySeconds must be positive"
+        )
     if settings.starvation.max_reservations < 1 or settings.starvation.max_hold_seconds <= 0:
         raise SettingsError(
             "starvation: maxReservations and maxHoldSeconds must be positive (to reserve nothing, set enabled: false)"

@@ -49,6 +49,9 @@ from topology.running import RunningPods
 log = structlog.get_logger("phalanx.state")
 
 FINISHED = frozenset({"Succeeded", "Failed"})
+#: The condition a preemption puts on each victim before deleting it, and its reason (kube-scheduler's words).
+DISRUPTION_TARGET = "DisruptionTarget"
+PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
 
 
 @dataclass(slots=True)
@@ -118,12 +121,17 @@ class ClusterState:
         #: room is theirs against lower priorities until the API shows the nomination gone, whichever
         #: process (or an earlier leader) wrote it.
         self.nominated: dict[str, tuple[str, dict[str, int], int]] = {}
+        #: Running pods that a preemption of ours marked as victims (their ``DisruptionTarget`` condition) and
+        #: that the API does not show going yet: pod -> the condition's message (who preempted it, where).
+        #: Kept from the watch, so that an eviction an earlier leader began is finished by the next one.
+        self.marked_victims: dict[str, str] = {}
         self.budgets = Budgets()
         self._interned: dict[tuple[tuple[str, int], ...], dict[str, int]] = {}
         self._groups: dict[ApiResource, set[tuple[str, str]]] = {}
         self.unreadable_nodes: dict[str, str] = {}
         self._freed: set[str] = set()
         self._nodes_changed = False
+        self._victim_prefixes = tuple(f"{name}: " for name in settings.scheduler_names)
 
     # -- informer side ----------------------------------------------------------------------------
 
@@ -206,6 +214,11 @@ class ClusterState:
             self.nominated[key] = (nominated, requests, priority)
         else:
             self.nominated.pop(key, None)
+        marked = self._preempted_by_us(status) if node is not None and not finished and not deleting else None
+        if marked is not None:
+            self.marked_victims[key] = marked
+        else:
+            self.marked_victims.pop(key, None)
         labels = metadata.get("labels")
         self._pods[key] = RunningPod(
             uid=str(metadata.get("uid") or ""),
@@ -222,6 +235,24 @@ class ClusterState:
         )
         self.index.upsert_pod(obj)
 
+    def _preempted_by_us(self, status: Mapping[str, Any]) -> str | None:
+        """The message of the victim condition one of our scheduler names wrote (kube-scheduler's convention:
+        the message starts with the scheduler's name), or None."""
+        conditions = status.get("conditions")
+        if not isinstance(conditions, list):
+            return None
+        for condition in conditions:
+            if (
+                isinstance(condition, Mapping)
+                and condition.get("type") == DISRUPTION_TARGET
+                and condition.get("status") == "True"
+                and condition.get("reason") == PREEMPTION_BY_SCHEDULER
+            ):
+                message = condition.get("message")
+                if isinstance(message, str) and message.startswith(self._victim_prefixes):
+                    return message
+        return None
+
     def _requests(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """The pod's effective request, one shared dict per distinct request (most pods repeat a few)."""
         try:
@@ -234,6 +265,7 @@ class ClusterState:
     def _drop_pod(self, key: str) -> None:
         self.running.remove(key)
         self.nominated.pop(key, None)
+        self.marked_victims.pop(key, None)
         previous = self._pods.pop(key, None)
         assumption = self.assumed.pop(key, None)
         if previous is not None and previous.node is not None and not previous.finished:

@@ -41,6 +41,7 @@ from quality import victims as exact
 from scheduler.clock import ManualClock
 from scheduler.gangs import GangSpec
 from scheduler.ports.port import NODES, PODS, Change
+from scheduler.preemption.evictions import Evictions
 from scheduler.preemption.nominations import Nominations
 from scheduler.preemption.planner import PreemptionPlanner
 from scheduler.settings import Settings
@@ -227,7 +228,7 @@ def decision(repeat: int, n_nodes: int = 5120, n_gangs: int = 4000) -> dict[str,
     state.index.take_changed()
     spec = state.index.get(next(key for key in state.index.results() if str(key).endswith("prod/prod")))
     assert isinstance(spec, GangSpec)
-    planner = PreemptionPlanner(state, settings, Nominations(state.clock, 300))
+    planner = PreemptionPlanner(state, settings, Nominations(state.clock, 300), Evictions(state))
     times, found = [], None
     for _ in range(repeat):
         gc.collect()  # a collection of what building the cluster allocated is not the decision's cost

@@ -189,7 +189,6 @@ async def test_rbac_allows_exactly_the_calls_the_scheduler_makes() -> None:
             expected = granted()
             await eventually(
                 lambda: set(where.server.audit) >= expected,
-                timeout=15,
                 what=lambda: f"every granted call made; missing {sorted(expected - set(where.server.audit))}",
             )
             assert app.leading

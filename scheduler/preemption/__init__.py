@@ -7,7 +7,9 @@ decision:
 - ``units``: running pods grouped into units of eviction (a whole gang, a gang's surplus pod, a plain
   pod), with the rules on who may be a victim of whom;
 - ``nominations``: the room a preemptor waits for while its victims terminate, hidden from gangs of
-  lower priority, and the victims whose deletion is in flight;
+  lower priority;
+- ``evictions``: the victims whose eviction has begun (never chosen again until the API shows them
+  going), and the evictions an earlier leader began that this one must finish;
 - ``evictor``: the API writes (``DisruptionTarget`` condition, DELETE with the pod's grace period,
-  ``status.nominatedNodeName``) and the Events, off the scheduling cycle.
+  ``status.nominatedNodeName``) and the Events, off the scheduling cycle, retried until they pass.
 """

@@ -1,13 +1,18 @@
 """The API writes of a preemption, off the scheduling cycle (as the binder is for binds).
 
-For each victim, as kube-scheduler does: first the ``DisruptionTarget`` condition (reason
+For each victim, as kube-scheduler does: the ``DisruptionTarget`` condition (reason
 ``PreemptionByScheduler``, so that the pod's controller and its users learn why it goes), then a DELETE
 with the pod's own grace period and its uid as precondition (a pod recreated under the same name is not
 touched), then a Normal ``Preempted`` Event on the pod and, once per gang, on its group object. Each
 preemptor pod gets ``status.nominatedNodeName``, which ``kubectl get pods -o wide`` shows.
 
-A victim that is already gone needs nothing more; a write the server refuses is logged and counted, and
-the nomination's timeout lets the preemptor be evaluated again.
+Once begun, an eviction is finished: every victim of a job is marked before any is deleted, so that if
+this process stops half way (its lease lost), the marks tell the next leader which units were going
+(``evictions.py`` hands them back here). A write that may still pass (5xx, 429, timeouts, a 409 race) is
+retried with backoff for as long as it takes; a DELETE the server refuses for good (403 from RBAC or an
+admission policy) is told as a Warning on the preemptor and on the victim's gang, counted, and tried
+again every ``preemption.refusedRetrySeconds``, since an operator may lift the refusal. A victim that is
+gone, or replaced by another pod under its name, needs nothing more.
 """
 
 from __future__ import annotations
@@ -24,18 +29,17 @@ from scheduler.clock import Clock
 from scheduler.gangs import GangKey, ObjectRef
 from scheduler.jobs import Jobs
 from scheduler.metrics import Metrics
-from scheduler.ports.errors import Conflict, NotFound, PortError
+from scheduler.ports.errors import Conflict, Invalid, NotFound, PortError, Throttled
 from scheduler.ports.port import PODS, ClusterPort
 from scheduler.ratelimit import TokenBucket
 from scheduler.reporting import Reason, Reporter, Subject, rfc3339
+from scheduler.state import DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER
 
 log = structlog.get_logger("phalanx.preemption")
 
-DISRUPTION_TARGET = "DisruptionTarget"
-#: How long a write that may pass is retried; a victim left running would leave its unit half evicted.
-RETRY_SECONDS = 120.0
 _FIRST_RETRY, _LAST_RETRY = 0.2, 10.0
-PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
+#: What kube-apiserver's validation says when ``nominatedNodeName`` is written on a bound pod.
+_ALREADY_BOUND = "already bound to a node"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,18 @@ class EvictJob:
     subject: Subject | None = None
 
 
+def victim_message(scheduler_name: str, preemptor: GangKey | str, domain: str) -> str:
+    """The victim condition's message; it starts with the scheduler's name, as kube-scheduler's does."""
+    return f"{scheduler_name}: preempted by gang {preemptor} to make room in {domain}"
+
+
+def read_victim_message(message: str) -> tuple[str, str]:
+    """The preemptor and the domain a :func:`victim_message` names ("?" for what it does not say)."""
+    _, _, said = message.partition(": preempted by gang ")
+    preemptor, _, domain = said.partition(" to make room in ")
+    return preemptor or "?", domain or "?"
+
+
 class Evictor:
     def __init__(
         self,
@@ -69,6 +85,7 @@ class Evictor:
         reporter: Reporter,
         metrics: Metrics,
         scheduler_name: str,
+        refused_retry_seconds: float = 60.0,
     ) -> None:
         self.port = port
         self.clock = clock
@@ -76,6 +93,7 @@ class Evictor:
         self.reporter = reporter
         self.metrics = metrics
         self.scheduler_name = scheduler_name
+        self.refused_retry_seconds = refused_retry_seconds
         self._jobs = Jobs("evictor", self._evict)
         #: Told of each victim the API accepted to delete, and its preemptor (``simulate`` reports them).
         self.on_evicted: Callable[[str, GangKey], None] | None = None
@@ -84,20 +102,32 @@ class Evictor:
         """Queue a preemption's writes (only while :meth:`run` runs, i.e. while leading)."""
         self._jobs.submit(job)
 
+    @property
+    def idle(self) -> bool:
+        """No preemption's writes are queued or under way."""
+        return self._jobs.idle
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         await self._jobs.run(task_status=task_status)
 
     async def _evict(self, job: EvictJob) -> None:
+        there: list[Victim] = []
         evicted: list[Victim] = []
 
-        async def evict(victim: Victim) -> None:
-            if await self._evict_one(job, victim):
+        async def mark(victim: Victim) -> None:
+            if await self._mark(job, victim):
+                there.append(victim)
+
+        async def delete(victim: Victim) -> None:
+            if await self._delete(job, victim):
                 evicted.append(victim)
 
-        async with anyio.create_task_group() as group:  # the victims are marked going first, then the room named
+        async with anyio.create_task_group() as group:  # every victim marked going before any is deleted
             for victim in job.victims:
-                group.start_soon(evict, victim)
-        async with anyio.create_task_group() as group:
+                group.start_soon(mark, victim)
+        async with anyio.create_task_group() as group:  # the victims are going: the room is named meanwhile
+            for victim in there:
+                group.start_soon(delete, victim)
             for pod, node in job.nominated:
                 group.start_soon(self._nominate, pod, node)
         told: set[ObjectRef] = set()
@@ -117,43 +147,68 @@ class Evictor:
         """Set the pod's ``status.nominatedNodeName`` (clear it when ``node`` is empty)."""
         namespace, name = pod.split("/", 1)
         patch = {"status": {"nominatedNodeName": node or None}}
-        await self._write("nominate", pod, lambda: self.port.patch_status(PODS, namespace, name, patch))
 
-    async def _evict_one(self, job: EvictJob, victim: Victim) -> bool:
-        """Mark and delete one victim; True once the API has accepted the DELETE."""
+        async def nominate() -> None:
+            try:
+                await self.port.patch_status(PODS, namespace, name, patch)
+            except Invalid as error:
+                # The preemptor was bound first (some victims went quickly): there is nothing to name any more.
+                if _ALREADY_BOUND not in str(error):
+                    raise
+                log.info("nominatedNodeName not written: the pod is bound already", pod=pod)
+
+        await self._write("nominate", pod, nominate)
+
+    async def _mark(self, job: EvictJob, victim: Victim) -> bool:
+        """Write the victim's ``DisruptionTarget`` condition; False when the pod is gone (nothing to delete).
+        A condition the server refuses for good does not stop the DELETE: the rest of the unit is going."""
         namespace, name = victim.pod.split("/", 1)
-        message = f"{self.scheduler_name}: preempted by gang {job.preemptor} to make room in {job.domain}"
         condition = {
             "type": DISRUPTION_TARGET,
             "status": "True",
             "reason": PREEMPTION_BY_SCHEDULER,
-            "message": message,
+            "message": victim_message(self.scheduler_name, job.preemptor, job.domain),
             "lastTransitionTime": rfc3339(self.clock.wall()),
         }
         patch = {"status": {"conditions": [condition]}}
         marked = await self._write(
             "disruption-target", victim.pod, lambda: self.port.patch_status(PODS, namespace, name, patch)
         )
-        if marked is None:
-            return False  # gone or replaced: nothing to delete
-        # Deleted even when the condition could not be written: the rest of its unit is going, and a unit
-        # left half running would be a gang below its minimum.
+        return marked is not None
+
+    async def _delete(self, job: EvictJob, victim: Victim) -> bool:
+        """Delete one victim, for as long as the API may still accept it; True once it has."""
+        namespace, name = victim.pod.split("/", 1)
+
+        def refused(said: str) -> None:
+            # The unit is now partly running and the preemptor waits for a pod that does not go: say so where
+            # the operator looks, on both gangs, not only in the log.
+            self.metrics.preemption_refused.inc()
+            retry = f"tried again every {self.refused_retry_seconds:g} s (preemption.refusedRetrySeconds)"
+            self.reporter.event(
+                job.subject,
+                Reason.FAILED_PREEMPTION,
+                f"Could not delete {victim.pod} to make room in {job.domain} ({said}); {retry}. The gang is "
+                "evaluated again after preemption.nominationTimeoutSeconds.",
+                action="Preempting",
+            )
+            self.reporter.event(
+                self.reporter.group_subject(victim.group)
+                if victim.group is not None
+                else self.reporter.pod_subject(victim.pod),
+                Reason.FAILED_PREEMPTION,
+                f"Preempted by gang {job.preemptor}, but the API server refused to delete {victim.pod} ({said}): "
+                f"the rest of its unit is going, so it runs below its minimum until this pod goes too; {retry}.",
+                action="Preempting",
+            )
+
         deleted = await self._write(
             "delete",
             victim.pod,
             lambda: self.port.delete(PODS, namespace, name, uid=victim.uid),
             replaced=lambda: self._replaced(namespace, name, victim.uid),
+            refused=refused,
         )
-        if isinstance(deleted, str):
-            # The unit may now be half evicted, and the preemptor waits for a pod that does not go: say so
-            # where the operator looks (the pending gang), not only in the log.
-            self.reporter.event(
-                job.subject,
-                Reason.FAILED_PREEMPTION,
-                f"Could not delete {victim.pod} to make room in {job.domain} ({deleted}); the gang is "
-                "evaluated again after preemption.nominationTimeoutSeconds.",
-                action="Preempting",
-            )
         if deleted is not True:
             return False
         if self.on_evicted is not None:
@@ -184,12 +239,16 @@ class Evictor:
         write: Callable[[], Coroutine[Any, Any, Any]],
         *,
         replaced: Callable[[], Coroutine[Any, Any, bool]] | None = None,
+        refused: Callable[[str], None] | None = None,
     ) -> Literal[True] | str | None:
-        """Run one write under the rate limit, retrying what may pass (5xx, 429, timeouts, a 409 that was a
-        race on the server) with backoff for up to ``RETRY_SECONDS``. A 409 of a write with a precondition
-        asks ``replaced`` whether the pod is another one now. True when applied; None when the pod is gone
-        or was replaced; what the server said when it refused for good or kept failing (logged, counted)."""
-        delay, waited = _FIRST_RETRY, 0.0
+        """Run one write under the rate limit until it is applied, retrying what may pass (5xx, 429 after its
+        Retry-After, timeouts, a 409 that was a race on the server) with backoff. A 409 of a write with a
+        precondition asks ``replaced`` whether the pod is another one now. True when applied; None when the
+        pod is gone or was replaced. A refusal for good (403, 400, 422) is returned as what the server said,
+        unless the write must go through (``refused`` given): then ``refused`` is told once and the write
+        tried again every ``refused_retry_seconds``."""
+        delay = _FIRST_RETRY
+        told = False
         while True:
             await self.limiter.take()
             try:
@@ -201,14 +260,30 @@ class Evictor:
                 if isinstance(error, Conflict) and replaced is not None and await replaced():
                     log.info("preemption write skipped: the pod was replaced", kind=kind, pod=pod)
                     return None
+                if error.transient or isinstance(error, Conflict):
+                    wait = max(delay, error.retry_after) if isinstance(error, Throttled) else delay
+                    log.info("preemption write failed; retrying", kind=kind, pod=pod, code=error.code, retry_in_s=wait)
+                    await anyio.sleep(wait)
+                    delay = min(delay * 2, _LAST_RETRY)
+                    continue
+                said = f"{error.code}: {str(error)[:300]}"
                 self.metrics.api_write_errors.labels(kind, str(error.code)).inc()
-                retryable = error.transient or isinstance(error, Conflict)
-                if not retryable or waited >= RETRY_SECONDS:
-                    log.warning("preemption write failed", kind=kind, pod=pod, code=error.code, error=str(error)[:300])
-                    return f"{error.code}: {str(error)[:300]}"
-                await anyio.sleep(delay)
-                waited += delay
-                delay = min(delay * 2, _LAST_RETRY)
+                if refused is None:
+                    log.warning("preemption write refused", kind=kind, pod=pod, code=error.code, error=str(error)[:300])
+                    return said
+                if not told:
+                    told = True
+                    log.warning(
+                        "preemption write refused; retrying it slowly",
+                        kind=kind,
+                        pod=pod,
+                        code=error.code,
+                        error=str(error)[:300],
+                        retry_in_s=self.refused_retry_seconds,
+                    )
+                    refused(said)
+                await anyio.sleep(self.refused_retry_seconds)
+                delay = _FIRST_RETRY
                 continue
             self.metrics.api_writes.labels(kind).inc()
             return True

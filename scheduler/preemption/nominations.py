@@ -3,9 +3,8 @@
 A nomination says: gang G (priority p) evicted these pods and will go to these nodes once they are gone.
 Until then, and until its deadline, placements of gangs with priority ``<= p`` other than G see that room
 as taken (:func:`hiding`), as kube-scheduler adds nominated pods of equal or higher priority when it
-filters a node; gangs of higher priority see it free and may take it. The victims of a standing
-nomination are never chosen again by anyone (their deletion is in flight, even before the watch shows
-it).
+filters a node; gangs of higher priority see it free and may take it. Its victims are never chosen again
+by anyone, even after the nomination ends (``evictions.py``).
 """
 
 from __future__ import annotations
@@ -136,10 +135,6 @@ class Nominations:
         self._by_gang.clear()
         self._binding.clear()
         self.given_up.clear()
-
-    def in_flight(self) -> set[str]:
-        """Victims of standing nominations: never chosen again while their deletion is under way."""
-        return {pod for nomination in self._by_gang.values() for pod in nomination.victims}
 
     def expired(self) -> list[Nomination]:
         """Nominations past their deadline, removed."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from scheduler.gangs import GangSpec
+from scheduler.preemption.evictions import Evictions
 from scheduler.preemption.nominations import Nominations, hiding
 from scheduler.preemption.units import UnitSource, never_preempts
 from scheduler.settings import Settings
@@ -15,10 +17,11 @@ from topology.preemption import NoVictims, Victims, choose_victims
 
 
 class PreemptionPlanner:
-    def __init__(self, state: ClusterState, settings: Settings, nominations: Nominations) -> None:
+    def __init__(self, state: ClusterState, settings: Settings, nominations: Nominations, evictions: Evictions) -> None:
         self.state = state
         self.settings = settings
         self.nominations = nominations
+        self.evictions = evictions
 
     def plan(
         self, spec: GangSpec, request: GangRequest, held: Iterable[tuple[IntArray, IntArray]] = ()
@@ -37,9 +40,10 @@ class PreemptionPlanner:
         evictable = self.state.running.below(snapshot, spec.priority)
         if not evictable.any():
             return NoVictims(f"no running pod has a priority below its {spec.priority}", considered=False)
-        units = UnitSource(self.state, spec.key, spec.priority, self.nominations.in_flight())
+        in_flight = self.evictions.in_flight()
+        units = UnitSource(self.state, spec.key, spec.priority, in_flight)
         with hiding(snapshot, self.nominations.hidden_from(self.state, spec.key, spec.priority), held):
-            return choose_victims(
+            found = choose_victims(
                 snapshot,
                 request,
                 evictable=evictable,
@@ -49,6 +53,15 @@ class PreemptionPlanner:
                 max_domains=self.settings.preemption.max_domains_tried,
                 max_tries=self.settings.placement.max_domain_tries,
             )
+        if isinstance(found, NoVictims) and in_flight:
+            going = len(in_flight)
+            found = replace(
+                found,
+                reason=f"{found.reason}; {going} pod{'s' if going != 1 else ''} of lower priority "
+                f"{'are' if going != 1 else 'is'} being evicted for other gangs already, and the room freed is "
+                "offered again once gone",
+            )
+        return found
 
 
 Room = tuple[tuple[str, tuple[tuple[str, int], ...]], ...]

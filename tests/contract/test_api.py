@@ -279,7 +279,7 @@ async def test_a_watch_replays_from_its_version_and_sees_objects_leave_its_selec
     await api.ok("POST", api.path("pods", "a/binding"), binding)  # a leaves the selection: DELETED
     await api.ok("POST", api.path("pods"), pod("b"))
     await api.ok("DELETE", api.path("pods", "b"), {"gracePeriodSeconds": 0})
-    with anyio.fail_after(20):
+    with anyio.fail_after(60):
         await watch()
     assert [(kind, name) for kind, name, _ in seen] == [
         ("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a"),  # bound: it left the selection
@@ -510,10 +510,32 @@ async def test_a_watch_asked_for_tables_sends_rows_as_kubectl_get_w_prints_them(
 
     await api.ok("POST", api.path("pods"), pod("a"))
     await api.ok("POST", api.path("pods"), pod("b"))
-    with anyio.fail_after(20):
+    with anyio.fail_after(60):
         await watch()
     first, second = (event["object"] for event in seen)
     assert (first["kind"], second["kind"]) == ("Table", "Table")
     assert [c["name"] for c in first["columnDefinitions"]][:3] == ["Name", "Ready", "Status"]
     assert second["columnDefinitions"] is None  # the columns come once, with the first row
     assert [first["rows"][0]["cells"][0], second["rows"][0]["cells"][0]] == ["a", "b"]
+
+
+async def test_nominated_node_name_is_cleared_by_binding_and_refused_on_a_bound_pod(api: Api) -> None:
+    await api.ok("POST", api.path("pods"), pod("p"))
+    merge = "application/merge-patch+json"
+    named = await api.ok("PATCH", api.path("pods", "p/status"), {"status": {"nominatedNodeName": "b0-r0-n1"}},
+                         content_type=merge)  # fmt: skip
+    assert named["status"]["nominatedNodeName"] == "b0-r0-n1"
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": "b0-r0-n0"}}  # fmt: skip
+    await api.ok("POST", api.path("pods", "p/binding"), binding)
+    bound = await api.ok("GET", api.path("pods", "p"))
+    assert "nominatedNodeName" not in bound["status"]  # ClearingNominatedNodeNameAfterBinding, on by default
+    late = await api.request("PATCH", api.path("pods", "p/status"), {"status": {"nominatedNodeName": "b0-r0-n1"}},
+                             content_type=merge)  # fmt: skip
+    assert (late.status, late.json["message"]) == (
+        422, 'Pod "p" is invalid: status.nominatedNodeName: Forbidden: may not be set on pods that are already bound '
+        "to a node",
+    )  # fmt: skip
+    cleared = await api.ok("PATCH", api.path("pods", "p/status"), {"status": {"nominatedNodeName": None}},
+                           content_type=merge)  # fmt: skip
+    assert "nominatedNodeName" not in cleared["status"]

@@ -33,7 +33,7 @@ LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
 PHALANX_USER = "system:serviceaccount:phalanx-system:phalanx"
 #: The scheduler names the suite's Phalanx processes own (the leader-election and starvation tests run their
 #: own).
-SCHEDULER_NAMES = ("phalanx", "phalanx-handover", "phalanx-starving")
+SCHEDULER_NAMES = ("phalanx", "phalanx-handover", "phalanx-starving", "phalanx-evicting")
 GROUP_PATHS = (
     "/apis/scheduling.x-k8s.io/v1alpha1/podgroups",
     "/apis/scheduling.volcano.sh/v1beta1/podgroups",
@@ -45,7 +45,7 @@ GROUP_PATHS = (
 T = TypeVar("T")
 
 
-def eventually(check: Callable[[], T], *, timeout: float = 20.0, what: str = "") -> T:
+def eventually(check: Callable[[], T], *, timeout: float = 30.0, what: str = "") -> T:
     """Poll ``check()`` until it is truthy and return it; fail after ``timeout`` seconds with ``what``."""
     deadline = time.monotonic() + timeout
     while True:

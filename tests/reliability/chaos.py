@@ -94,10 +94,10 @@ def create(where: Cluster, objects: list[dict[str, Any]]) -> None:
 
 
 async def settle(
-    where: Cluster, app: Phalanx, *, timeout: float = 15.0, poll: float = 0.05, seen: list[str] | None = None
+    where: Cluster, app: Phalanx, *, timeout: float = 60.0, poll: float = 0.05, seen: list[str] | None = None
 ) -> float:
-    """Wait until every pending gang that fits is bound, nothing is still being bound, and every pending
-    pod shows the latest decision; returns the seconds it took. Fails with what is still wrong. Each
+    """Wait until every pending gang that fits is bound, nothing is still being bound or evicted, and every
+    pending pod shows the latest decision; returns the seconds it took. Fails with what is still wrong. Each
     distinct problem met on the way is appended to ``seen``, for whoever wants to know why it took long."""
     started = time.monotonic()
     problems: list[str] = ["not checked yet"]
@@ -126,6 +126,8 @@ async def what_is_unsettled(where: Cluster, app: Phalanx) -> list[str]:
     ]
     if binding:
         problems.append(f"{len(binding)} pods still being bound: {sorted(binding)[:5]}")
+    if not app.evictor.idle:  # a unit is half deleted until its evictions are done
+        problems.append("preemption writes still under way")
     feasible = await where.monitor.feasible_pending(app.settings)
     if feasible:
         problems.append(f"pending pods that fit: {sorted(feasible)[:5]}")

@@ -37,8 +37,8 @@ async def test_api_errors_on_every_verb_never_break_a_gang_and_all_that_fits_bin
         gangs = Gangs(seed)
         for _ in range(12):
             create(where, gangs.next()[1])
-        await eventually(lambda: sum(faults.injected.values()) >= 40, timeout=10, what="faults on every verb")
-        await eventually(lambda: len(where.bound()) >= 1, timeout=10, what="binding despite the faults")
+        await eventually(lambda: sum(faults.injected.values()) >= 40, what="faults on every verb")
+        await eventually(lambda: len(where.bound()) >= 1, what="binding despite the faults")
         faults.clear()
         await settle(where, app)
         check_invariants(where)
@@ -57,7 +57,7 @@ async def test_dropped_watches_and_expired_resource_versions_are_recovered_by_re
         gangs = Gangs(seed)
         for _ in range(10):
             create(where, gangs.next()[1])
-        await eventually(lambda: faults.injected["watch 410"] >= 1, timeout=10, what="an expired watch")
+        await eventually(lambda: faults.injected["watch 410"] >= 1, what="an expired watch")
         await settle(where, app)
         faults.clear()
         for _ in range(3):
@@ -74,7 +74,7 @@ async def test_pods_deleted_while_their_gang_binds_leave_no_node_over_committed(
         gangs = Gangs(seed)
         for _ in range(10):
             create(where, gangs.next()[1])
-        await eventually(lambda: app.state.assumed, timeout=5, what="gangs being bound")
+        await eventually(lambda: app.state.assumed, what="gangs being bound")
         delete_some_pods(where, random.Random(seed), 0.3)
         for _ in range(3):
             create(where, gangs.next()[1])
@@ -90,7 +90,7 @@ async def test_nodes_deleted_or_cordoned_during_a_cycle_get_no_new_pods(seed: in
         gangs = Gangs(seed)
         for _ in range(10):
             create(where, gangs.next()[1])
-        await eventually(lambda: app.state.assumed, timeout=5, what="gangs being bound")
+        await eventually(lambda: app.state.assumed, what="gangs being bound")
         settled_before = set(where.bound()) | set(app.state.assumed)  # binds in flight may still land
         draw = random.Random(seed)
         nodes = sorted(n["metadata"]["name"] for n in where.store.objects(where.store.resource("v1", "Node")))
@@ -119,7 +119,7 @@ async def test_group_objects_changed_or_deleted_mid_flight(seed: int) -> None:
             create(where, objects)
             if objects[0]["kind"] == "PodGroup":
                 groups.append(name)
-        await eventually(lambda: app.state.assumed, timeout=5, what="gangs being bound")
+        await eventually(lambda: app.state.assumed, what="gangs being bound")
         resource = where.store.resource("scheduling.x-k8s.io/v1alpha1", "PodGroup")
         grown, gone, *_ = groups
         group = where.store.get(resource, "team", grown)
@@ -150,7 +150,7 @@ async def test_preemptions_under_api_errors_evict_whole_units_of_lower_priority_
         where.store.ensure_namespace("prod")
         for _ in range(4):
             create(where, production.next()[1])
-        await eventually(lambda: preemptions(app) >= 1, timeout=10, what="a preemption under faults")
+        await eventually(lambda: preemptions(app) >= 1, what="a preemption under faults")
         faults.clear()
         await settle(where, app)
         check_invariants(where)  # victims strictly below their preemptor, no gang left partly running

@@ -41,11 +41,11 @@ async def test_the_bearer_token_is_never_logged_even_at_debug_level_and_on_error
                 for i in range(2):
                     where.create(gpu_pod(f"w{i}", annotations=pfn("train", 2)))
                 where.create(gpu_pod("bad", annotations={"gang-scheduling.preferred.jp/gang-name": "x"}))
-                await eventually(lambda: len(where.bound()) == 2, timeout=20, what="the gang bound through the faults")
-                await eventually(lambda: sum(faults.injected.values()) >= 1, timeout=10, what="a failed write logged")
+                await eventually(lambda: len(where.bound()) == 2, what="the gang bound through the faults")
+                await eventually(lambda: sum(faults.injected.values()) >= 1, what="a failed write logged")
             finally:
                 process.send_signal(signal.SIGTERM)
-                with anyio.fail_after(10):
+                with anyio.fail_after(60):
                     await process.wait()
         output = log.read_text()
     assert '"event": "placed"' in output  # the logs were there to look at

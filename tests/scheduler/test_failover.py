@@ -30,7 +30,7 @@ async def test_two_replicas_never_both_bind_and_the_follower_takes_over() -> Non
 
         await stack.aclose()  # stop both, leader first released its lease on the way out
         async with phalanx(where, leader_election=elected("replica-b")) as survivor:
-            await eventually(lambda: survivor.elector.leading, timeout=3, what="the follower leading")
+            await eventually(lambda: survivor.elector.leading, what="the follower leading")
             for i in range(2):
                 where.create(gpu_pod(f"b{i}", annotations=pfn("b", 2)))
             await eventually(lambda: len(where.bound()) == 4, what="the second gang bound by the new leader")
@@ -55,7 +55,7 @@ async def test_a_follower_takes_over_when_the_leader_stops_renewing() -> None:
             {**lease, "spec": {**lease["spec"], "holderIdentity": "crashed", "leaseDurationSeconds": 1}},
         )
         async with phalanx(where, leader_election=elected("replica-b")) as survivor:
-            await eventually(lambda: survivor.elector.leading, timeout=4, what="taking over an unrenewed lease")
+            await eventually(lambda: survivor.elector.leading, what="taking over an unrenewed lease")
             where.create(gpu_pod("p0", annotations=pfn("p", 1)))
             await eventually(lambda: "team/p0" in where.bound(), what="scheduling after the takeover")
 
@@ -74,7 +74,6 @@ async def test_a_restart_in_the_middle_of_binding_a_gang_ends_fully_bound_withou
         async with phalanx(where, settings):
             await eventually(
                 lambda: {f"team/w{i}" for i in range(8)} <= set(where.bound()),
-                timeout=10,
                 what="the rest of the gang bound by the restarted scheduler",
             )
         check_invariants(where)

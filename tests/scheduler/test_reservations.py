@@ -78,7 +78,7 @@ async def test_running_out_of_time_while_members_are_gated_is_still_waiting() ->
         where.create(gpu_pod("g-0", annotations=pfn("g", 4, timeout=1)))
         for i in range(1, 4):
             where.create(gpu_pod(f"g-{i}", annotations=pfn("g", 4, timeout=1), schedulingGates=QUOTA))
-        timeout = await eventually(lambda: where.events("GangTimeout"), timeout=6, what="the timeout's Event")
+        timeout = await eventually(lambda: where.events("GangTimeout"), what="the timeout's Event")
         assert timeout[0]["note"].startswith(
             "Gang pfn:team/g timed out waiting for 3 member(s) held by scheduling gates"
         )

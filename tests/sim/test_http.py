@@ -15,7 +15,7 @@ from tests.sim.support import lease, pod, served, store, without
 
 async def next_events(stream: watch.Watch, count: int, *, skip_bookmarks: bool = True) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
-    with anyio.fail_after(10):
+    with anyio.fail_after(60):
         async for event in stream:
             if skip_bookmarks and event["type"] == "BOOKMARK":
                 continue

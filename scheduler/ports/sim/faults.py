@@ -3,7 +3,8 @@
 Rules match requests by verb (``get``, ``list``, ``watch``, ``create``, ``update``, ``patch``,
 ``delete``, ``bind``) and resource (plural, e.g. ``pods``), and may fail them (500, 429 with a
 ``Retry-After``, 409, 503) at a rate, or delay them. Besides rules: watches can be dropped after N
-events, the next watches can be answered with 410 Expired, binds of chosen pods can fail, and the
+events, the next watches can be answered with 410 Expired, binds of chosen pods can fail, any verb on
+a chosen object can fail (``failing``), and the
 whole server can be made unavailable (open watches end at their next event or bookmark). Every
 decision draws from one seeded generator, and every fault injected is counted.
 """
@@ -53,6 +54,8 @@ class Faults:
     drop_watch_after: int | None = None
     expire_next_watches: int = 0
     bind_failures: dict[str, int] = field(default_factory=dict)  # "namespace/pod" -> HTTP code
+    #: (verb, "namespace/name") -> HTTP code: every such request fails so until the entry is removed.
+    failing: dict[tuple[str, str], int] = field(default_factory=dict)
     unavailable: bool = False
     injected: Counter[str] = field(default_factory=Counter)
 
@@ -64,6 +67,7 @@ class Faults:
         self.drop_watch_after = None
         self.expire_next_watches = 0
         self.bind_failures.clear()
+        self.failing.clear()
         self.unavailable = False
 
     def decide(self, verb: str, resource: str, target: str = "") -> tuple[float, ApiError | None]:
@@ -75,6 +79,10 @@ class Faults:
             code = self.bind_failures[target]
             self.injected[f"bind {code}"] += 1
             return 0.0, ApiError(code, f"injected failure binding {target}")
+        failing = self.failing.get((verb, target))
+        if failing is not None:
+            self.injected[f"{verb} {failing}"] += 1
+            return 0.0, ApiError(failing, f"injected failure: {verb} {target}")
         delay = 0.0
         for rule in self.rules:
             if not rule.matches(verb, resource):

@@ -59,6 +59,7 @@ from scheduler.ports.sim.validation import (
     event_causes,
     invalid,
     name_causes,
+    pod_status_causes,
     pod_update_causes,
 )
 from topology.resources import parse_quantity
@@ -622,11 +623,13 @@ class Store:
                 "lastTransitionTime": _timestamp(self._clock()),
             }
         )
+        status = {**(current.get("status") or {}), "conditions": conditions}
+        status.pop("nominatedNodeName", None)  # ClearingNominatedNodeNameAfterBinding, on by default since 1.35
         bound = {
             **current,
             "metadata": dict(current["metadata"]),
             "spec": {**(current.get("spec") or {}), "nodeName": node},
-            "status": {**(current.get("status") or {}), "conditions": conditions},
+            "status": status,
         }
         self._write(pods, key, "MODIFIED", bound, current)
 
@@ -709,6 +712,10 @@ class Store:
             result = {**current, "metadata": dict(current["metadata"]), "status": new.get("status")}
             if result["status"] is None:
                 result.pop("status")
+            if resource.kind == "Pod" and not resource.group:
+                causes = pod_status_causes(current, result)
+                if causes:
+                    raise invalid("Pod", "", key[1], causes)
         else:
             result = {**new, "apiVersion": self._stored_version(resource), "kind": resource.kind}
             if "status" in resource.subresources:

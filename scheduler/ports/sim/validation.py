@@ -133,6 +133,14 @@ def pod_update_causes(before: Mapping[str, Any], after: Mapping[str, Any]) -> li
     return causes
 
 
+def pod_status_causes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Cause]:
+    """Status writes the API server forbids that a scheduler may make: naming a node for a bound pod."""
+    nominated = (after.get("status") or {}).get("nominatedNodeName")
+    if (after.get("spec") or {}).get("nodeName") and nominated:
+        return [forbidden("status.nominatedNodeName", "may not be set on pods that are already bound to a node")]
+    return []
+
+
 #: The fields a 1.36 API server knows in a Pod's spec and containers (and the 1.35 ``workloadRef``, which
 #: SimCluster's 1.35 Workload API still serves): ``fieldValidation=Strict`` refuses any other.
 POD_SPEC_FIELDS = frozenset(
