@@ -11,8 +11,9 @@ The engine — everything at this level, in the order data flows through it:
 3. ``gangs/``: the sources' objects compiled into gang trees (``gangs/sources.py`` lists the sources);
 4. ``queue``: which gang next, and when a failed one is tried again;
 5. ``cycle``: one scheduling cycle per gang (placement by ``topology``), its ``outcome`` recorded once;
-   ``waiting`` and ``permit`` for gangs that lack members; ``preemption/`` for gangs that do not fit
-   (units of eviction, nominations, the evictor);
+   ``waiting`` and ``permit`` for gangs that lack members, ``vacancies`` for room kept for a lost
+   member's replacement, ``whose_room`` to name the gang that holds room a failed placement lacks;
+   ``preemption/`` for gangs that do not fit (units of eviction, nominations, the evictor);
 6. ``binding``: binds placed gangs (through ``jobs``, off the cycle); ``reporting``: conditions, Events and
    group status;
 7. ``leader``, ``health``, ``metrics``, ``settings``, ``app`` (which wires it all together).

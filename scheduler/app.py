@@ -205,6 +205,7 @@ class Phalanx:
         finally:
             # A new leader evaluates every gang afresh; victims already terminating are not chosen again.
             self.scheduler.nominations.clear()
+            self.scheduler.vacancies.clear()  # a new leader keeps no room it did not see left
             self.scheduler.evictions.clear()  # the evictor's writes stop with the lead; the marks tell what was begun
             self.scheduler.starvation.clear()  # a new leader rebuilds reservations from the same state
             self.permit.release_all()

@@ -32,7 +32,16 @@ from anyio.abc import TaskStatus
 
 from scheduler.binding import BindJob
 from scheduler.clock import Clock
-from scheduler.gangs import GangError, GangKey, GangSpec, ObjectRef, Problem, beyond_cluster, min_resources_problem
+from scheduler.gangs import (
+    GangError,
+    GangKey,
+    GangSpec,
+    ObjectRef,
+    Problem,
+    Source,
+    beyond_cluster,
+    min_resources_problem,
+)
 from scheduler.metrics import Metrics
 from scheduler.outcome import Code, Outcome
 from scheduler.permit import Permit, Reservation, placeholder_requests, with_placeholders
@@ -58,7 +67,9 @@ from scheduler.starvation import (
     runtime_bound,
 )
 from scheduler.state import ClusterState
+from scheduler.vacancies import Vacancies
 from scheduler.waiting import Shortfall, describe, split_unknown
+from scheduler.whose_room import Placer, WhoseRoom, absent
 from topology import (
     Assignment,
     GangRequest,
@@ -67,7 +78,6 @@ from topology import (
     NodeConstraints,
     Placement,
     PodShape,
-    Snapshot,
     place,
 )
 from topology.domains import IntArray
@@ -109,10 +119,6 @@ class DecisionRecorder(Protocol):
     def group(self, spec: GangSpec, *, scheduled: bool, message: str) -> None: ...
 
 
-class Placer(Protocol):
-    def __call__(self, snapshot: Snapshot, request: GangRequest, *, max_tries: int) -> Placement | Infeasible: ...
-
-
 #: Cycles run back to back before the loop yields to informers and binders.
 BATCH = 64
 
@@ -148,7 +154,11 @@ class SchedulingLoop:
         self.nominations = Nominations(clock, settings.preemption.nomination_timeout_seconds)
         self._clearing: set[str] = set()  # pods whose nominatedNodeName is being cleared
         self.evictions = Evictions(state)
-        self.preemption = PreemptionPlanner(state, settings, self.nominations, self.evictions)
+        self.vacancies = Vacancies(clock, settings.permit.replacement_grace_seconds)
+        self.preemption = PreemptionPlanner(state, settings, self.nominations, self.evictions, self.vacancies)
+        self.whose_room = WhoseRoom(
+            state=state, permit=permit, vacancies=self.vacancies, placer=placer, settings=settings, clock=clock
+        )
         self.starvation = Starvation(settings.starvation, state, clock, settings.levels)
         self._poke = anyio.Event()
         self._reserved_labels: set[str] = set()
@@ -186,6 +196,9 @@ class SchedulingLoop:
         state.expire()
         for reservation in self.permit.expired():
             self._timeout(reservation)
+        for gang in self.permit.cooled():
+            self._requeue(gang)
+        self._vacancies()
         for nomination in self.nominations.expired():
             log.info("nomination timed out; the gang is evaluated again", gang=nomination.gang)
             spec = state.index.get(nomination.gang)
@@ -200,6 +213,7 @@ class SchedulingLoop:
             queue.wake(late.gang)  # tried again at once: it reserves the next domain if it still does not fit
             self._next_in_line(late)
         freed, nodes_changed = state.take_signals()
+        freed |= {vacancy.node for vacancy in self.vacancies.expired()}  # kept for a replacement that never came
         if nodes_changed:
             queue.wake_nodes()
         if freed:
@@ -213,6 +227,19 @@ class SchedulingLoop:
                 queue.wake_capacity(lambda shape: self._room(shape, freed), above=above)
         self._gauges()
 
+    def _vacancies(self) -> None:
+        """Room lost members of running gangs leave is kept for their replacements (``vacancies.py``)."""
+        for departure in self.state.take_departures():
+            gang = departure.gang
+            spec = self.state.index.get(gang) if gang is not None else None
+            if not isinstance(spec, GangSpec) or spec.source is Source.POD:
+                continue
+            if not any(self.state.bound_node(member.key) for member in spec.request.members()):
+                self.vacancies.filled(spec.key)  # the whole gang is going: nothing to replace
+                continue
+            self.vacancies.left(spec.key, spec.priority, departure.pod, departure.node, departure.requests)
+            log.info("room kept for a replacement", gang=spec.key, pod=departure.pod, node=departure.node)
+
     def requeue_all(self) -> None:
         """Put every known gang that needs anything in the queue (on becoming the leader)."""
         for key in list(self.state.index.results()):
@@ -223,6 +250,8 @@ class SchedulingLoop:
         if result is None:
             self.queue.remove(key)
             self._release(key)
+            self.permit.forget(key)
+            self.vacancies.filled(key)
             self.nominations.drop(key)
             self._unreserve(key, "deleted")
             return
@@ -301,15 +330,23 @@ class SchedulingLoop:
         too_big = beyond_cluster(request, self.state.snapshot)
         if too_big is not None:  # only more nodes help; nothing is held
             message = too_big.message + (
-                f" It also waits for {_absent(spec, missing)}.{_gated(spec)}" if missing else ""
+                f" It also waits for {absent(spec, missing)}.{_gated(spec)}" if missing else ""
             )
             return Outcome(code=Code.UNRESOLVABLE, message=message, pods=pods, each_pod=True)
         trial, shortfalls = split_unknown(request)
         if shortfalls:
             return self._unknown_members(spec, pods, wake, trial, shortfalls)
+        cooling = self.permit.cooling(spec.key) if missing else None
+        if cooling is not None:
+            timeouts = self.permit.timeouts.get(spec.key, 0)
+            message = (
+                f"Gang {spec.key} waits for {absent(spec, missing)}; it held room for them until its timeout "
+                f"({_times(timeouts)} in a row), and holds room again in {cooling:.0f} s.{_gated(spec)}"
+            )
+            return Outcome(code=Code.WAIT, message=message, pods=spec.pods, reason=Reason.GANG_WAITING, attempt=False)
         if missing and not self.permit.can_hold(placeholder_requests(request), self._allocatable()):
             message = (
-                f"Gang {spec.key} waits for {_absent(spec, missing)}, and room held for waiting gangs is at its "
+                f"Gang {spec.key} waits for {absent(spec, missing)}, and room held for waiting gangs is at its "
                 f"limit ({self.settings.permit.max_reserved_share:.0%} of the cluster).{_gated(spec)}"
             )
             return Outcome(
@@ -340,7 +377,9 @@ class SchedulingLoop:
             return self._starving(spec, request, outcome)
         started = time.perf_counter()
         nominated = self.nominations.hidden_from(self.state, spec.key, spec.priority)
-        with hiding(self.state.snapshot, nominated, [(item.rows, item.amounts) for item in held]):
+        kept = self.vacancies.hidden_from(spec.key, spec.priority)
+        held_rooms = [(item.rows, item.amounts) for item in held]
+        with hiding(self.state.snapshot, nominated + kept, held_rooms):
             placed = self.placer(self.state.snapshot, request, max_tries=self.settings.placement.max_domain_tries)
         placement_ms = round((time.perf_counter() - started) * 1000, 3)
         self.metrics.placement_duration.observe(placement_ms / 1000)
@@ -351,13 +390,15 @@ class SchedulingLoop:
                     return existing
             message = placed.message
             if missing:  # the room was sought for members that do not exist yet, too: say so
-                message += f" It also waits for {_absent(spec, missing)}.{_gated(spec)}"
+                message += f" It also waits for {absent(spec, missing)}.{_gated(spec)}"
             if placed.unresolvable:
                 return Outcome(
                     code=Code.UNRESOLVABLE, message=message, pods=pods, each_pod=True, placement_ms=placement_ms
                 )
             if held:
                 message += held_back_note(held)
+            if kept or len(self.permit):
+                message += self.whose_room.note(spec, request, nominated, held_rooms)
             outcome = Outcome(
                 code=Code.UNSCHEDULABLE, message=message, pods=pods, each_pod=True, wake=wake, placement_ms=placement_ms
             )
@@ -485,7 +526,7 @@ class SchedulingLoop:
         if isinstance(trial, Infeasible):
             return None
         message = (
-            f"Gang {spec.key} waits for {_absent(spec, missing)}. Room for them cannot be held now where their "
+            f"Gang {spec.key} waits for {absent(spec, missing)}. Room for them cannot be held now where their "
             f"siblings' node constraints would put them ({failed.reason}); the gang is placed once they exist."
             f"{_gated(spec)}"
         )
@@ -530,7 +571,7 @@ class SchedulingLoop:
 
     def _holding(self, spec: GangSpec, reservation: Reservation, *, attempt: bool = True) -> Outcome:
         message = (
-            f"Gang {spec.key} holds room for {_absent(spec, reservation.missing)}; it binds when they arrive, or "
+            f"Gang {spec.key} holds room for {absent(spec, reservation.missing)}; it binds when they arrive, or "
             f"releases the room in {reservation.deadline - self.clock.monotonic():.0f}s.{_gated(spec)}"
         )
         return Outcome(code=Code.WAIT, message=message, pods=spec.pods, attempt=attempt)
@@ -571,11 +612,13 @@ class SchedulingLoop:
         missing = reservation.missing
         self._release(key)
         spec = self.state.index.get(key)
-        log.info("gang timed out", gang=key, missing=missing)
+        timeout = spec.timeout.seconds if isinstance(spec, GangSpec) else 0.0
+        cooldown = self.permit.timed_out(key, timeout)
+        log.info("gang timed out", gang=key, missing=missing, cooldown_s=round(cooldown, 1))
         if isinstance(spec, GangSpec):
             message = (
-                f"Gang {key} timed out waiting for {_absent(spec, missing)}; the room it held is released and it "
-                f"will be tried again.{_gated(spec)}"
+                f"Gang {key} timed out waiting for {absent(spec, missing)}; the room it held is released, and it "
+                f"holds room again in {cooldown:.0f} s.{_gated(spec)}"
             )
             outcome = Outcome(
                 code=Code.UNSCHEDULABLE,
@@ -605,6 +648,9 @@ class SchedulingLoop:
         code = outcome.code
         if outcome.attempt:
             self.metrics.attempts.labels(code.value if code is not Code.UNRESOLVABLE else "unschedulable").inc()
+        if code in (Code.PLACED, Code.SCHEDULED):
+            self.permit.forget(key)  # its timeouts in a row end
+            self.vacancies.filled(key)
         if code is Code.PLACED:
             self.nominations.bound(key)
             self._unreserve(key, "bound")
@@ -787,6 +833,7 @@ class SchedulingLoop:
             self.state.next_expiry(),
             self.nominations.next_deadline(),
             self.starvation.next_deadline(),
+            self.vacancies.next_deadline(),
         )
         deadlines = [d for d in due if d is not None]
         timeout = max(0.0, min(deadlines) - self.clock.monotonic()) if deadlines else 5.0
@@ -796,14 +843,8 @@ class SchedulingLoop:
         self._poke = anyio.Event()
 
 
-def _absent(spec: GangSpec, missing: int) -> str:
-    """``missing`` members a gang lacks, in words: not created yet, or held by scheduling gates."""
-    gated = min(spec.gated, missing)
-    if not gated:
-        return f"{missing} member(s) that do not exist yet"
-    if gated == missing:
-        return f"{missing} member(s) held by scheduling gates"
-    return f"{missing} member(s) ({missing - gated} not created yet, {gated} held by scheduling gates)"
+def _times(count: int) -> str:
+    return "once" if count == 1 else "twice" if count == 2 else f"{count} times"
 
 
 def _gated(spec: GangSpec) -> str:

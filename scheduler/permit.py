@@ -12,7 +12,10 @@ Permit owns the reservations and answers with values: which placeholder each arr
 applies those answers to ClusterState, the one place capacity is counted.
 
 Placeholders may hold at most ``permit.maxReservedShare`` of the cluster's allocatable (per
-resource): waiting gangs cannot take the whole cluster and starve or deadlock each other.
+resource): waiting gangs cannot take the whole cluster and starve or deadlock each other. A gang whose
+reservation timed out *cools down* before it may hold room again: its own timeout, doubled at each timeout
+in a row (jittered, at most ``permit.maxCooldownSeconds``), so that a gang whose missing members never come
+(a PodGroup larger than its Job) holds room for a shrinking share of the time, not forever.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from scheduler.settings import PermitSettings
 from topology import GangRequest, HeldRoom, PodShape
 
 PLACEHOLDER = "~placeholder"
+#: A cool-down is multiplied by a factor drawn from this range, so that gangs timing out together do not
+#: hold room together again.
+COOLDOWN_JITTER = (0.75, 1.25)
 
 
 def placeholder_key(gang: str, leaf: str, node: str) -> str:
@@ -112,6 +118,9 @@ class Permit:
         self.clock = clock
         self.rng = rng or random.Random(0)
         self.waiting: dict[GangKey, Reservation] = {}
+        #: Timeouts in a row of each gang that has not bound since (forgotten when it binds or goes).
+        self.timeouts: dict[GangKey, int] = {}
+        self._cooling: dict[GangKey, float] = {}  # gang -> when it may hold room again (monotonic)
 
     def hold(self, spec: GangSpec, rooms: Iterable[HeldRoom]) -> Reservation:
         """Start a reservation for the room placement held (one placeholder per leaf and node); the
@@ -178,6 +187,14 @@ class Permit:
         """End every reservation (on losing leadership); returns the placeholder keys they held."""
         return [key for gang in list(self.waiting) for key in self.release(gang)]
 
+    def held_by_others(self, gang: GangKey) -> dict[GangKey, list[Placeholder]]:
+        """The placeholders of every waiting gang but ``gang``."""
+        return {
+            other: list(reservation.placeholders.values())
+            for other, reservation in self.waiting.items()
+            if other != gang and reservation.placeholders
+        }
+
     def held(self) -> dict[str, int]:
         """Requests held by placeholders of all waiting gangs, per resource."""
         total: dict[str, int] = {}
@@ -201,5 +218,39 @@ class Permit:
         now = self.clock.monotonic()
         return [reservation for reservation in self.waiting.values() if reservation.deadline <= now]
 
+    def timed_out(self, gang: GangKey, timeout_seconds: float) -> float:
+        """The gang's reservation timed out (release it separately): it cools down before it may hold room
+        again. Returns the seconds it cools down."""
+        count = self.timeouts.get(gang, 0) + 1
+        self.timeouts[gang] = count
+        growth: float = 2.0 ** min(count - 1, 62)
+        cap = self.settings.max_cooldown_seconds
+        delay = min(max(timeout_seconds, 1.0) * growth * self.rng.uniform(*COOLDOWN_JITTER), cap)
+        self._cooling[gang] = self.clock.monotonic() + delay
+        return delay
+
+    def cooling(self, gang: GangKey) -> float | None:
+        """Seconds until the gang may hold room again, or None when it may now."""
+        until = self._cooling.get(gang)
+        if until is None:
+            return None
+        left = until - self.clock.monotonic()
+        return left if left > 0 else None
+
+    def cooled(self) -> list[GangKey]:
+        """Gangs whose cool-down has just ended (each told once): they may hold room again."""
+        now = self.clock.monotonic()
+        done = [gang for gang, until in self._cooling.items() if until <= now]
+        for gang in done:
+            del self._cooling[gang]
+        return done
+
+    def forget(self, gang: GangKey) -> None:
+        """The gang bound, or is gone: its timeouts no longer count."""
+        self.timeouts.pop(gang, None)
+        self._cooling.pop(gang, None)
+
     def next_deadline(self) -> float | None:
-        return min((reservation.deadline for reservation in self.waiting.values()), default=None)
+        """When the next reservation times out or cool-down ends."""
+        deadlines = [reservation.deadline for reservation in self.waiting.values()]
+        return min((*deadlines, *self._cooling.values()), default=None)

@@ -41,6 +41,13 @@ class PermitSettings:
     max_reserved_share: float = 0.5
     """At most this share of the cluster's allocatable (per resource) may be held for members of
     waiting gangs that do not exist yet, so that waiting gangs cannot starve or deadlock the rest."""
+    max_cooldown_seconds: float = 600.0
+    """A gang whose reservation timed out may hold room again only after its timeout, doubled at each
+    timeout in a row, and never later than this."""
+    replacement_grace_seconds: float = 60.0
+    """A member of a running gang that fails or is deleted (not preempted) leaves its room to its
+    replacement for this long (the Job controller recreates after 10 s, then 20 s, ...): gangs of equal or
+    lower priority see it taken. 0 keeps nothing."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -266,6 +273,10 @@ def parse_settings(raw: object) -> Settings:
 
 
 def _check(settings: Settings) -> None:
+    if settings.permit.max_cooldown_seconds <= 0:
+        raise SettingsError("permit.maxCooldownSeconds: must be positive")
+    if settings.permit.replacement_grace_seconds < 0:
+        raise SettingsError("permit.replacementGraceSeconds: must not be negative (0 keeps no room)")
     if not 0 < settings.permit.max_reserved_share <= 1:
         share = settings.permit.max_reserved_share
         raise SettingsError(f"permit.maxReservedShare: must be above 0 and at most 1, got {share}")

@@ -168,7 +168,7 @@ class Starvation:
             if not rank < displaced.rank:
                 self._in_line.setdefault(level, {})[spec.key] = rank
                 return None, None
-        taken = self._taken(snapshot, exclude=displaced.gang if displaced else None)
+        taken = self._taken(snapshot, request, exclude=displaced.gang if displaced else None)
         priorities, ready = self._nodes_now(snapshot)
         tried = self._tried.setdefault(spec.key, set())
         plan = choose_drain(
@@ -212,7 +212,7 @@ class Starvation:
             (held.level,),
             node_priority=priorities,
             node_ready=ready,
-            taken=self._taken(snapshot, exclude=spec.key),
+            taken=self._taken(snapshot, request, exclude=spec.key),
             skip=self._tried.get(spec.key, set()),
             within=_pinned_domain(snapshot, request),
         )
@@ -261,15 +261,22 @@ class Starvation:
             priorities[row] = max(priorities[row], record.priority if record is not None else 0)
         return priorities, ready
 
-    def _taken(self, snapshot: Snapshot, *, exclude: GangKey | None) -> IntArray | None:
-        """Room other reservations keep for their gangs, as a (n_nodes, n_resources) array."""
+    def _taken(self, snapshot: Snapshot, request: GangRequest, *, exclude: GangKey | None) -> IntArray | None:
+        """Room that draining cannot give the gang, as a (n_nodes, n_resources) array: what other reservations
+        keep for their gangs, and what the gang's own placed members take (they stay where they are: a node
+        full of its own member is no room for its missing one)."""
         others = [gang for gang in self._by_gang if gang != exclude]
-        if not others:
+        placed = [member for member in request.members() if member.node is not None]
+        if not others and not placed:
             return None
         taken = np.zeros_like(snapshot.allocatable)
         for gang in others:
             rows, demand = self._layout(gang)
             np.add.at(taken, rows, demand)
+        for member in placed:
+            row = snapshot.index_of(member.node) if member.node is not None else None
+            if row is not None:
+                taken[row] += snapshot.request_vector(member.shape.requests).vector
         return taken
 
     def _reservation(

@@ -65,6 +65,17 @@ class Assumption:
     deadline: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Departure:
+    """A bound pod that failed or was deleted while it ran (not preempted): its room may be kept for its
+    replacement (``vacancies.py``)."""
+
+    pod: str
+    node: str
+    requests: tuple[tuple[str, int], ...]
+    gang: GangKey | None
+
+
 @dataclass(slots=True)
 class RunningPod:
     """What the scheduler keeps of every pod, its own or another scheduler's."""
@@ -85,6 +96,8 @@ class RunningPod:
     #: When it will have ended at the latest, in wall seconds, if that is known: its start plus its
     #: ``activeDeadlineSeconds``, or when its deletion's grace period ends.
     ends_at: float | None = None
+    #: A scheduler's preemption marked it (its room was made for the preemptor, not left for a replacement).
+    preempted: bool = False
 
     @property
     def started(self) -> float:
@@ -130,6 +143,7 @@ class ClusterState:
         self._groups: dict[ApiResource, set[tuple[str, str]]] = {}
         self.unreadable_nodes: dict[str, str] = {}
         self._freed: set[str] = set()
+        self._departures: list[Departure] = []
         self._nodes_changed = False
         self._victim_prefixes = tuple(f"{name}: " for name in settings.scheduler_names)
 
@@ -193,6 +207,8 @@ class ClusterState:
             if counted_before and key not in self.assumed:
                 self.snapshot.forget(key)
                 self._freed.add(str(previous.node))  # type: ignore[union-attr]
+            if counted_before and status.get("phase") == "Failed":
+                self._departed(key, previous)  # type: ignore[arg-type]
             if finished:
                 self.unreserve(key)
         else:
@@ -214,7 +230,10 @@ class ClusterState:
             self.nominated[key] = (nominated, requests, priority)
         else:
             self.nominated.pop(key, None)
-        marked = self._preempted_by_us(status) if node is not None and not finished and not deleting else None
+        victim_of = _victim_message(status)
+        marked = victim_of if node is not None and not finished and not deleting else None
+        if marked is not None and not marked.startswith(self._victim_prefixes):
+            marked = None  # another scheduler's preemption: its own to finish
         if marked is not None:
             self.marked_victims[key] = marked
         else:
@@ -232,26 +251,20 @@ class ClusterState:
             grace=_grace(obj),
             runtime_limit=limit,
             ends_at=ends_at,
+            preempted=victim_of is not None or (previous is not None and previous.preempted),
         )
         self.index.upsert_pod(obj)
 
-    def _preempted_by_us(self, status: Mapping[str, Any]) -> str | None:
-        """The message of the victim condition one of our scheduler names wrote (kube-scheduler's convention:
-        the message starts with the scheduler's name), or None."""
-        conditions = status.get("conditions")
-        if not isinstance(conditions, list):
-            return None
-        for condition in conditions:
-            if (
-                isinstance(condition, Mapping)
-                and condition.get("type") == DISRUPTION_TARGET
-                and condition.get("status") == "True"
-                and condition.get("reason") == PREEMPTION_BY_SCHEDULER
-            ):
-                message = condition.get("message")
-                if isinstance(message, str) and message.startswith(self._victim_prefixes):
-                    return message
-        return None
+    def _departed(self, key: str, previous: RunningPod) -> None:
+        if previous.preempted or previous.node is None:
+            return
+        requests = tuple(sorted(previous.requests.items()))
+        self._departures.append(Departure(key, previous.node, requests, self.index.gang_of(key)))
+
+    def take_departures(self) -> list[Departure]:
+        """Bound pods that failed or were deleted while running (not preempted), since the last call."""
+        departures, self._departures = self._departures, []
+        return departures
 
     def _requests(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """The pod's effective request, one shared dict per distinct request (most pods repeat a few)."""
@@ -270,6 +283,8 @@ class ClusterState:
         assumption = self.assumed.pop(key, None)
         if previous is not None and previous.node is not None and not previous.finished:
             self._freed.add(previous.node)
+            if assumption is None:
+                self._departed(key, previous)
         if assumption is not None:
             self._freed.add(assumption.node)
         self.snapshot.forget(key)
@@ -428,6 +443,24 @@ class ClusterState:
             free = self.snapshot.free[np.array([row for _, row in known])]
             found += [name for (name, _), short in zip(known, (free < 0).any(axis=1), strict=True) if short]
         return found
+
+
+def _victim_message(status: Mapping[str, Any]) -> str | None:
+    """The message of a scheduler's preemption condition on the pod (kube-scheduler's convention: it starts
+    with the scheduler's name), or None."""
+    conditions = status.get("conditions")
+    if not isinstance(conditions, list):
+        return None
+    for condition in conditions:
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("type") == DISRUPTION_TARGET
+            and condition.get("status") == "True"
+            and condition.get("reason") == PREEMPTION_BY_SCHEDULER
+        ):
+            message = condition.get("message")
+            return message if isinstance(message, str) else ""
+    return None
 
 
 def _grace(pod: Mapping[str, Any]) -> float:

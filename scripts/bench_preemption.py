@@ -46,6 +46,7 @@ from scheduler.preemption.nominations import Nominations
 from scheduler.preemption.planner import PreemptionPlanner
 from scheduler.settings import Settings
 from scheduler.state import ClusterState
+from scheduler.vacancies import Vacancies
 from topology import GangRequest, Member, NodeRecord, PodShape, Snapshot, Topology
 from topology.preemption import Unit, VictimPod, Victims, choose_victims
 from topology.running import RunningPods
@@ -228,7 +229,9 @@ def decision(repeat: int, n_nodes: int = 5120, n_gangs: int = 4000) -> dict[str,
     state.index.take_changed()
     spec = state.index.get(next(key for key in state.index.results() if str(key).endswith("prod/prod")))
     assert isinstance(spec, GangSpec)
-    planner = PreemptionPlanner(state, settings, Nominations(state.clock, 300), Evictions(state))
+    planner = PreemptionPlanner(
+        state, settings, Nominations(state.clock, 300), Evictions(state), Vacancies(state.clock, 0)
+    )
     times, found = [], None
     for _ in range(repeat):
         gc.collect()  # a collection of what building the cluster allocated is not the decision's cost

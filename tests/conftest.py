@@ -25,6 +25,15 @@ settings.load_profile("phalanx")
 ASSETS: Path | None = assets_dir()
 collect_ignore = [] if ASSETS else ["integration"]
 REAL = "real kube-apiserver"
+#: The kube-controller-manager's controllers the suite runs: what makes and replaces pods, as in a cluster
+#: (the node lifecycle and pod GC controllers are left out: there is no kubelet to keep nodes Ready).
+CONTROLLERS = (
+    "job-controller",
+    "replicaset-controller",
+    "deployment-controller",
+    "statefulset-controller",
+    "garbage-collector-controller",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -38,7 +47,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     """etcd and kube-apiserver from KUBEBUILDER_ASSETS, shared by the whole session (about 3 s to start),
     with what every test finds installed: the CRDs, Phalanx's ServiceAccount and RBAC, and the nodes."""
     assert ASSETS is not None, HOW_TO_GET
-    plane = ControlPlane.start(ASSETS, tmp_path_factory.mktemp("envtest"))
+    plane = ControlPlane.start(ASSETS, tmp_path_factory.mktemp("envtest"), controllers=CONTROLLERS)
     try:
         install(plane)
         yield plane

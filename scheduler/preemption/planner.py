@@ -11,17 +11,26 @@ from scheduler.preemption.nominations import Nominations, hiding
 from scheduler.preemption.units import UnitSource, never_preempts
 from scheduler.settings import Settings
 from scheduler.state import ClusterState
+from scheduler.vacancies import Vacancies
 from topology import GangRequest
 from topology.domains import IntArray
 from topology.preemption import NoVictims, Victims, choose_victims
 
 
 class PreemptionPlanner:
-    def __init__(self, state: ClusterState, settings: Settings, nominations: Nominations, evictions: Evictions) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        settings: Settings,
+        nominations: Nominations,
+        evictions: Evictions,
+        vacancies: Vacancies,
+    ) -> None:
         self.state = state
         self.settings = settings
         self.nominations = nominations
         self.evictions = evictions
+        self.vacancies = vacancies
 
     def plan(
         self, spec: GangSpec, request: GangRequest, held: Iterable[tuple[IntArray, IntArray]] = ()
@@ -42,7 +51,9 @@ class PreemptionPlanner:
             return NoVictims(f"no running pod has a priority below its {spec.priority}", considered=False)
         in_flight = self.evictions.in_flight()
         units = UnitSource(self.state, spec.key, spec.priority, in_flight)
-        with hiding(snapshot, self.nominations.hidden_from(self.state, spec.key, spec.priority), held):
+        hidden = self.nominations.hidden_from(self.state, spec.key, spec.priority)
+        hidden += self.vacancies.hidden_from(spec.key, spec.priority)  # room kept for a lost member's replacement
+        with hiding(snapshot, hidden, held):
             found = choose_victims(
                 snapshot,
                 request,

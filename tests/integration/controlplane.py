@@ -5,8 +5,9 @@ This is the envtest convention Go controllers use (``setup-envtest use 1.36`` pr
 ``../shared/envtest/install`` does here). The server runs with RBAC, a static admin token, TLS from a
 throwaway self-signed certificate, the service-account token issuer (so a test can ask for a token of
 Phalanx's own ServiceAccount), an audit log of every request, and the ``scheduling.k8s.io`` gang APIs
-switched on. There is no kubelet and no node controller: Nodes are created with their status written
-through ``nodes/status``, and pods never run.
+switched on; optionally a kube-controller-manager running chosen controllers (the Job, ReplicaSet, ...
+controllers of a real cluster). There is no kubelet and no node controller: Nodes are created with their
+status written through ``nodes/status``, and pods never run unless a test says they do.
 """
 
 from __future__ import annotations
@@ -101,10 +102,17 @@ class ControlPlane:
 
     @classmethod
     def start(
-        cls, assets: Path, workdir: Path, *, audit: bool = True, extra_flags: tuple[str, ...] = ()
+        cls,
+        assets: Path,
+        workdir: Path,
+        *,
+        audit: bool = True,
+        extra_flags: tuple[str, ...] = (),
+        controllers: tuple[str, ...] = (),
     ) -> ControlPlane:
         """Start both and wait until the server is ready. ``audit`` logs every request's metadata as it is
-        served (blocking mode: a request is in the log once its answer has been sent); benchmarks turn it off."""
+        served (blocking mode: a request is in the log once its answer has been sent); benchmarks turn it off.
+        ``controllers`` (e.g. ``("job-controller",)``) are run by a kube-controller-manager beside them."""
         workdir.mkdir(parents=True, exist_ok=True)
         _openssl(
             "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
@@ -170,6 +178,19 @@ class ControlPlane:
                 ],
             )
             plane._wait_ready(timeout=60)
+            if controllers:
+                plane._spawn(
+                    "kube-controller-manager",
+                    [
+                        str(assets / "kube-controller-manager"),
+                        f"--kubeconfig={plane.kubeconfig(workdir / 'controllers.kubeconfig')}",
+                        f"--controllers={','.join(controllers)}",
+                        "--leader-elect=false",
+                        "--use-service-account-credentials=false",
+                        "--secure-port=0",
+                        f"--feature-gates={FEATURE_GATES}",
+                    ],
+                )
         except BaseException:
             plane.stop()
             raise
@@ -271,9 +292,9 @@ class ControlPlane:
                     yield json.loads(line)
 
     def stop(self) -> None:
-        """Stop kube-apiserver, then etcd (SIGTERM, then SIGKILL after 10 s). Their logs stay in the work
-        directory, which belongs to whoever made it."""
-        for name in ("kube-apiserver", "etcd"):
+        """Stop the controllers, kube-apiserver, then etcd (SIGTERM, then SIGKILL after 10 s). Their logs stay
+        in the work directory, which belongs to whoever made it."""
+        for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
             process = self.processes.pop(name, None)
             if process is None:
                 continue

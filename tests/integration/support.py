@@ -257,8 +257,26 @@ class PhalanxProcess:
 # -- after every test ---------------------------------------------------------------------------
 
 
+#: Controllers' objects a test may create: deleted first, so that their controllers make no new pods.
+WORKLOAD_PATHS = ("/apis/batch/v1/jobs", "/apis/apps/v1/deployments", "/apis/apps/v1/statefulsets",
+                  "/apis/apps/v1/replicasets")  # fmt: skip
+
+
 def delete_workloads(plane: ControlPlane) -> None:
-    """Delete every pod and group object outside the system namespaces at once (grace 0: no kubelet)."""
+    """Delete every workload, pod and group object outside the system namespaces at once (grace 0: no
+    kubelet), the controllers' objects first and without waiting for the garbage collector."""
+    immediately = {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "gracePeriodSeconds": 0,
+        "propagationPolicy": "Background",
+    }
+    for path in WORKLOAD_PATHS:
+        for obj in plane.call("GET", path)["items"]:
+            namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+            base, plural = path.rsplit("/", 1)
+            if namespace not in ("kube-system", "phalanx-system"):
+                plane.request("DELETE", f"{base}/namespaces/{namespace}/{plural}/{name}", immediately)
     immediately = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
     for key in pods(plane):
         namespace, name = key.split("/", 1)

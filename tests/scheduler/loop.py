@@ -199,7 +199,12 @@ class Loop:
             finish = self._finishes[0][0] if self._finishes else None
             due = [
                 when
-                for when in (finish, self.queue.next_ready(), self.loop.starvation.next_deadline())
+                for when in (
+                    finish,
+                    self.queue.next_ready(),
+                    self.loop.starvation.next_deadline(),
+                    self.loop.permit.next_deadline(),
+                )
                 if when is not None and when <= moment
             ]
             self.clock.advance(max(0.0, (min(due) if due else moment) - self.clock.monotonic()))
@@ -210,6 +215,12 @@ class Loop:
             self.settle()
             if not due:
                 return
+
+    def fail(self, pod: str) -> None:
+        """The pod's containers failed (``status.phase: Failed``): it stays, its room is free."""
+        obj = self.pods[pod]
+        obj["status"] = {**obj.get("status", {}), "phase": "Failed"}
+        self.state.apply(PODS, Change("MODIFIED", obj))
 
     def finish(self, *pods: str) -> None:
         for pod in pods:

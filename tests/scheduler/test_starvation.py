@@ -370,3 +370,25 @@ def test_a_reservation_moves_to_a_rack_that_drained_faster() -> None:
         "Gang pfn:ml/big holds rack b0-r0 for its 32 GPUs",
     ]
     assert long_ones[0] in loop.bound()
+
+
+def test_a_gang_missing_one_member_reserves_the_node_its_own_members_do_not_fill() -> None:
+    """Issue 25: a rack-bound gang of four ran in a rack; a member failed and another scheduler's pod took its
+    node before the replacement came. The reservation went to a node the gang's own member fills (which
+    would never drain for it); it must go to the intruder's node."""
+    loop = Loop(racks=2, nodes=4)
+    members = big_gang(loop)
+    loop.settle()
+    rack = {loop.bound()[member].rsplit("-", 1)[0] for member in members}
+    assert len(rack) == 1
+    lost = members[3]
+    freed = loop.bound()[lost]
+    loop.finish(lost)
+    loop.submit("intruder", 8, node=freed)  # another scheduler's pod, running there for good
+    other_rack = "b0-r0" if rack == {"b0-r1"} else "b0-r1"
+    busy_rack(loop, other_rack.split("-")[1], [8, 8, 8, 8])  # the other rack is full too
+    loop.submit("big-4", 8, gang=("big", 4), rack=True)
+    loop.run_until(START + 400)
+    held = loop.loop.starvation.get("pfn:ml/big")  # type: ignore[arg-type]
+    assert held is not None
+    assert held.nodes == (freed,), f"reserved {held.nodes}; its own members run on the others"

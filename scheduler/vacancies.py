@@ -1,0 +1,87 @@
+"""Room a running gang's lost member leaves, kept for its replacement.
+
+When a bound member of a gang that still runs fails or is deleted (not preempted: that room was made for
+the preemptor), its controller makes a replacement, often after a backoff (the Job controller waits 10 s,
+then 20 s, ...). Until then the freed node would go to the first pod that fits, and a rack-bound gang
+would be left below its minimum with idle GPUs around it. So the room is a *vacancy* for
+``permit.replacementGraceSeconds``: every placement of a gang of equal or lower priority sees it taken
+(as nominated room, through ``nominations.hiding``), higher priorities may take it, and the gang itself
+fills it. It ends when the gang is placed again, when it no longer runs (the whole gang went), or at its
+deadline. Nothing is written to the API: a new leader simply does not know of vacancies made before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler.clock import Clock
+from scheduler.gangs import GangKey
+
+Requests = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Vacancy:
+    gang: GangKey
+    priority: int
+    #: The member that left, where it ran, and what it took there.
+    pod: str
+    node: str
+    requests: Requests
+    deadline: float  # monotonic
+
+
+class Vacancies:
+    def __init__(self, clock: Clock, grace_seconds: float) -> None:
+        self.clock = clock
+        self.grace_seconds = grace_seconds
+        self._by_gang: dict[GangKey, list[Vacancy]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(vacancies) for vacancies in self._by_gang.values())
+
+    def left(self, gang: GangKey, priority: int, pod: str, node: str, requests: Requests) -> Vacancy | None:
+        """A member of a gang that still runs left ``node``: keep its room for the replacement."""
+        if self.grace_seconds <= 0:
+            return None
+        vacancy = Vacancy(gang, priority, pod, node, requests, self.clock.monotonic() + self.grace_seconds)
+        self._by_gang.setdefault(gang, []).append(vacancy)
+        return vacancy
+
+    def of(self, gang: GangKey) -> list[Vacancy]:
+        return list(self._by_gang.get(gang, ()))
+
+    def filled(self, gang: GangKey) -> list[Vacancy]:
+        """The gang was placed again, or runs no more: its vacancies end."""
+        return self._by_gang.pop(gang, [])
+
+    def expired(self) -> list[Vacancy]:
+        """Vacancies past their deadline, removed."""
+        now = self.clock.monotonic()
+        late: list[Vacancy] = []
+        for gang, vacancies in list(self._by_gang.items()):
+            kept = [vacancy for vacancy in vacancies if vacancy.deadline > now]
+            late.extend(vacancy for vacancy in vacancies if vacancy.deadline <= now)
+            if kept:
+                self._by_gang[gang] = kept
+            else:
+                del self._by_gang[gang]
+        return late
+
+    def next_deadline(self) -> float | None:
+        return min((v.deadline for vacancies in self._by_gang.values() for v in vacancies), default=None)
+
+    def kept_from(self, gang: GangKey, priority: int) -> dict[GangKey, list[Vacancy]]:
+        """The vacancies ``gang`` may not take, by owner: other gangs' of equal or higher priority."""
+        return {
+            owner: vacancies
+            for owner, vacancies in self._by_gang.items()
+            if owner != gang and vacancies[0].priority >= priority
+        }
+
+    def hidden_from(self, gang: GangKey, priority: int) -> list[tuple[str, Requests]]:
+        """The room of :meth:`kept_from`, as ``nominations.hiding`` takes it."""
+        return [(v.node, v.requests) for vacancies in self.kept_from(gang, priority).values() for v in vacancies]
+
+    def clear(self) -> None:
+        self._by_gang.clear()
