@@ -425,5 +425,6 @@ class Reporter:
                 message=message,
                 now=rfc3339(self.clock.wall()),
                 identity=self.identity,
+                version=served.version if (served := self._resources.get((ref.group, ref.kind))) else "",
             )
         )

@@ -109,6 +109,8 @@ class GroupStatus:
     message: str
     now: str  # RFC 3339
     identity: str  # the scheduler instance (Volcano records it as the condition's transitionID)
+    #: The API version served and written (the upstream condition's type changed from 1.36 to 1.37).
+    version: str = ""
 
     @property
     def conditions(self) -> list[Any]:

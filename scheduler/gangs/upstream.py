@@ -3,8 +3,10 @@
 - 1.35, ``v1alpha1``: pods name ``spec.workloadRef{name, podGroup, podGroupReplicaKey}``; the policy
   lives in ``Workload.spec.podGroups[].policy``; each replica key is its own gang.
 - 1.36, ``v1alpha2``: pods name ``spec.schedulingGroup.podGroupName``; a ``PodGroup`` carries its
-  own ``schedulingPolicy`` and ``schedulingConstraints.topologyConstraints[].topologyKey``, and points
-  at its template with ``podGroupTemplateRef.workload{workloadName, podGroupTemplateName}``.
+  own ``schedulingPolicy`` and ``schedulingConstraints.topology[].key`` (as the 1.36 server's schema
+  has it; a pre-release spelling, ``topologyConstraints[].topologyKey``, is read too), points at its
+  template with ``podGroupTemplateRef.workload{workloadName, podGroupTemplateName}``, and keeps the
+  ``PodGroupScheduled`` condition.
 - 1.37, ``v1beta1`` (and ``v1alpha3``): ``PodGroup`` with ``workloadRef{workloadName, templateName}``,
   ``parentCompositePodGroupName`` and ``schedulingConstraints.topology[].key``; ``CompositePodGroup``
   with ``schedulingPolicy.gang.minGroupCount``.
@@ -24,6 +26,59 @@ from scheduler.gangs.groups import GroupObject, GroupStatus
 from scheduler.gangs.model import ObjectRef
 from scheduler.gangs.pods import UPSTREAM_GROUP, PodInfo
 from topology import GangRequest
+
+_POD_GROUP_1_37 = (
+    "spec.schedulingPolicy.gang.minCount",
+    "spec.schedulingPolicy.basic",
+    "spec.schedulingConstraints.topology[].key",
+    "spec.workloadRef.workloadName",
+    "spec.workloadRef.templateName",
+    "spec.parentCompositePodGroupName",
+    "spec.priority",
+    "spec.priorityClassName",
+    "spec.disruptionMode.all",
+    "status.conditions[]",
+)
+_WORKLOAD_TEMPLATES = (
+    "spec.podGroupTemplates[].name",
+    "spec.podGroupTemplates[].schedulingPolicy.gang.minCount",
+    "spec.podGroupTemplates[].schedulingConstraints.topology[].key",
+)
+#: Every field this module reads, by served version and kind, spelled as that version's schema spells it:
+#: the suite holds each list against the schema (the 1.36 server's OpenAPI; 1.37's types), so that the next
+#: rename is caught by a test, not by a user. (Pre-release spellings also read are not listed.)
+FIELDS_READ: dict[str, dict[str, tuple[str, ...]]] = {
+    "v1alpha2": {
+        "PodGroup": (
+            "spec.schedulingPolicy.gang.minCount",
+            "spec.schedulingPolicy.basic",
+            "spec.schedulingConstraints.topology[].key",
+            "spec.podGroupTemplateRef.workload.workloadName",
+            "spec.podGroupTemplateRef.workload.podGroupTemplateName",
+            "spec.priority",
+            "spec.priorityClassName",
+            "spec.disruptionMode",
+            "status.conditions[]",
+        ),
+        "Workload": _WORKLOAD_TEMPLATES,
+    },
+    "v1alpha3": {
+        "PodGroup": _POD_GROUP_1_37,
+        "CompositePodGroup": (
+            "spec.schedulingPolicy.gang.minGroupCount",
+            "spec.schedulingPolicy.basic",
+            "spec.schedulingConstraints.topology[].key",
+            "spec.workloadRef.workloadName",
+            "spec.workloadRef.templateName",
+            "spec.parentCompositePodGroupName",
+            "spec.priorityClassName",
+            "spec.disruptionMode.all",
+            "status.conditions[]",
+        ),
+        "Workload": (*_WORKLOAD_TEMPLATES, "spec.compositePodGroupTemplates[].name"),
+    },
+    "v1beta1": {"PodGroup": _POD_GROUP_1_37, "Workload": _WORKLOAD_TEMPLATES},
+}
 
 
 def gang_minimum(ref: ObjectRef, policy: object, field: str, count_field: str) -> int:
@@ -46,8 +101,8 @@ def gang_minimum(ref: ObjectRef, policy: object, field: str, count_field: str) -
 
 
 def constraint_keys(ref: ObjectRef, constraints: object, field: str) -> list[Placement]:
-    """``topology[].key`` (1.37) or ``topologyConstraints[].topologyKey`` (1.36) of a constraints
-    object at ``field``."""
+    """``topology[].key`` (1.36 and 1.37) or the pre-release ``topologyConstraints[].topologyKey`` of a
+    constraints object at ``field``."""
     found: list[Placement] = []
     for name, key_name in (("topology", "key"), ("topologyConstraints", "topologyKey")):
         entries = items(ref, constraints, name, shown=f"{field}.{name}")
@@ -169,17 +224,27 @@ def _check_template(group: GroupObject, workloads: Mapping[ObjectRef, GroupObjec
         )
 
 
-#: The condition each upstream kind keeps (terminal once True); Phalanx's own composite keeps ``Scheduled``.
+#: The condition each upstream kind keeps in 1.37's versions (terminal once True); 1.36's ``v1alpha2`` PodGroup
+#: keeps ``PodGroupScheduled`` (its schema's "Known condition types"); Phalanx's own composite ``Scheduled``.
 _CONDITIONS = {
     (UPSTREAM_GROUP, "PodGroup"): "PodGroupInitiallyScheduled",
     (UPSTREAM_GROUP, "CompositePodGroup"): "CompositePodGroupInitiallyScheduled",
 }
+_CONDITION_1_36 = "PodGroupScheduled"
+
+
+def condition_type(group: str, kind: str, version: str) -> str:
+    """The condition Phalanx keeps on a group object of this served version."""
+    if (group, kind, version) == (UPSTREAM_GROUP, "PodGroup", "v1alpha2"):
+        return _CONDITION_1_36
+    return _CONDITIONS.get((group, kind), "Scheduled")
 
 
 def status_patch(status: GroupStatus) -> dict[str, Any]:
-    """``PodGroupInitiallyScheduled`` (or the composite's), terminal once True; ``Scheduled`` for Phalanx's own."""
+    """The served version's condition: ``PodGroupScheduled`` (1.36), ``PodGroupInitiallyScheduled`` or the
+    composite's (1.37, terminal once True); ``Scheduled`` for Phalanx's own."""
     ref, current = status.ref, status.conditions
-    kind = _CONDITIONS.get((ref.group, ref.kind), "Scheduled")
+    kind = condition_type(ref.group, ref.kind, status.version)
     previous = next((c for c in current if c.get("type") == kind), None)
     if previous is not None and previous.get("status") == "True" and kind.endswith("InitiallyScheduled"):
         return {"status": {"conditions": current}}

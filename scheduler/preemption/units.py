@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Set
+from collections.abc import Iterator, Mapping, Set
 
 from scheduler.gangs import GangError, GangKey, GangSpec, Source
 from scheduler.gangs.pods import PHALANX_GROUP, UPSTREAM_GROUP
@@ -21,9 +21,17 @@ from topology import GangRequest
 from topology.domains import IntArray
 from topology.preemption import Unit, VictimPod
 
-#: ``disruptionMode`` values that mean "the whole group goes, or nothing" (the KEP's names and its
-#: reviewers' proposed ones; ``Pod``, ``Single`` and ``Basic`` allow one pod at a time).
+#: ``disruptionMode`` values that mean "the whole group goes, or nothing": 1.36's enum ``PodGroup`` (and the
+#: KEP reviewers' names); ``Pod``, ``Single`` and ``Basic`` allow one pod at a time. 1.37 makes the mode a
+#: union, ``{all: {}}`` or ``{single: {}}`` (:func:`whole_only`).
 WHOLE_GROUP_MODES = frozenset({"PodGroup", "All", "Group"})
+
+
+def whole_only(mode: object) -> bool:
+    """Whether a group's ``disruptionMode`` (1.36's string, 1.37's union) lets it be evicted only whole."""
+    if isinstance(mode, Mapping):
+        return mode.get("all") is not None
+    return isinstance(mode, str) and mode in WHOLE_GROUP_MODES
 
 
 def never_preempts(spec: GangSpec, state: ClusterState) -> str | None:
@@ -121,7 +129,7 @@ class UnitSource:
             if ref.group not in (UPSTREAM_GROUP, PHALANX_GROUP):
                 continue
             group = self.state.index.group(ref)
-            if group is not None and group.spec.get("disruptionMode") in WHOLE_GROUP_MODES:
+            if group is not None and whole_only(group.spec.get("disruptionMode")):
                 return True
         return False
 

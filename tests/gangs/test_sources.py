@@ -2,8 +2,8 @@
 
 import pytest
 
-from scheduler.gangs import GangSpec, Source, Timeout
-from tests.gangs.support import EXAMPLES, index_of, outline
+from scheduler.gangs import GangIndex, GangKey, GangSettings, GangSpec, Source, Timeout
+from tests.gangs.support import EXAMPLES, LEVELS, feed, index_of, outline
 
 
 def compiled(example: str, key: str) -> GangSpec:
@@ -76,7 +76,7 @@ CASES = [
             "ml/train-workers-0 (4 of 4 pods, required example.com/rack): train-worker-0 train-worker-1 "
             "train-worker-2 train-worker-3"
         ],
-        id="1.36 PodGroup: topologyConstraints[].topologyKey",
+        id="1.36 PodGroup: schedulingConstraints.topology[].key",
     ),
     pytest.param(
         "podgroup-1.37",
@@ -162,3 +162,17 @@ def test_composite_lists_every_group_object_root_first() -> None:
         "chat-prefill-1",
     ]
     assert gang.missing_pods == 0
+
+
+def test_a_1_36_podgroup_in_the_pre_release_spelling_is_still_read() -> None:
+    index = GangIndex(GangSettings(levels=LEVELS))
+    constraints = {"topologyConstraints": [{"topologyKey": "example.com/rack"}]}
+    spec = {"schedulingPolicy": {"gang": {"minCount": 1}}, "schedulingConstraints": constraints}
+    metadata = {"name": "g", "namespace": "ml"}
+    feed(index, {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup", "metadata": metadata, "spec": spec})
+    feed(index, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"},
+                 "spec": {"schedulerName": "phalanx", "schedulingGroup": {"podGroupName": "g"},
+                          "containers": [{"name": "c", "image": "pause"}]}})  # fmt: skip
+    index.take_changed()
+    gang = index.get(GangKey("podgroup:ml/g"))
+    assert isinstance(gang, GangSpec) and gang.request.required == "example.com/rack"

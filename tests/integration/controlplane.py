@@ -259,8 +259,10 @@ class ControlPlane:
         return result
 
     def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Create ``obj`` at its usual path (no update: tests build fresh objects)."""
-        return self.call("POST", collection_path(obj), dict(obj))
+        """Create ``obj`` at its usual path (no update: tests build fresh objects), with
+        ``fieldValidation=Strict`` as kubectl sends it: a misspelt or unknown field is refused, not dropped
+        with a warning."""
+        return self.call("POST", collection_path(obj) + "?fieldValidation=Strict", dict(obj))
 
     def kubeconfig(self, path: Path, *, token: str | None = None, user: str = "admin") -> Path:
         """A kubeconfig for this server with a bearer token (the admin's by default)."""

@@ -111,7 +111,7 @@ def test_group_status_of_every_source_is_written_and_kept_by_the_server(
         done = (
             found["sp"].get("phase") == "Scheduled"
             and found["volcano"].get("phase") == "Running"
-            and condition(found["upstream"], "PodGroupInitiallyScheduled").get("status") == "True"
+            and condition(found["upstream"], "PodGroupScheduled").get("status") == "True"
         )
         return found if done else None
 
@@ -120,7 +120,7 @@ def test_group_status_of_every_source_is_written_and_kept_by_the_server(
     assert set(found["sp"]) == {"phase", "scheduleStartTime"}  # nothing the schema lacks, nothing pruned
     volcano = condition(found["volcano"], "Scheduled")
     assert (volcano["status"], volcano["reason"]) == ("True", "Scheduled")
-    assert condition(found["upstream"], "PodGroupInitiallyScheduled")["reason"] == "Scheduled"
+    assert condition(found["upstream"], "PodGroupScheduled")["reason"] == "Scheduled"
 
 
 def test_group_status_of_an_infeasible_gang_says_pending_and_why(
@@ -135,7 +135,7 @@ def test_group_status_of_an_infeasible_gang_says_pending_and_why(
         done = (
             found["sp"].get("phase") == "Pending"
             and condition(found["volcano"], "Unschedulable").get("status") == "True"
-            and condition(found["upstream"], "PodGroupInitiallyScheduled").get("status") == "False"
+            and condition(found["upstream"], "PodGroupScheduled").get("status") == "False"
         )
         return found if done else None
 
@@ -143,7 +143,7 @@ def test_group_status_of_an_infeasible_gang_says_pending_and_why(
     assert found["volcano"]["phase"] == "Pending"
     for why in (
         condition(found["volcano"], "Unschedulable"),
-        condition(found["upstream"], "PodGroupInitiallyScheduled"),
+        condition(found["upstream"], "PodGroupScheduled"),
     ):
         assert "Insufficient nvidia.com/gpu" in why["message"]
     for suffix, api in (("sp", "scheduling.x-k8s.io/v1alpha1"), ("volcano", "scheduling.volcano.sh/v1beta1")):

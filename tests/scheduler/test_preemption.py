@@ -208,9 +208,18 @@ async def test_a_higher_priority_gang_may_take_nominated_room() -> None:
         check_invariants(where)
 
 
-@pytest.mark.parametrize(("mode", "left"), [(None, 2), ("Pod", 2), ("PodGroup", 0)])
+@pytest.mark.parametrize(
+    ("version", "mode", "left"),
+    [
+        ("v1alpha2", None, 2),
+        ("v1alpha2", "Pod", 2),
+        ("v1alpha2", "PodGroup", 0),  # 1.36: an enum
+        ("v1beta1", {"single": {}}, 2),  # 1.37: a union
+        ("v1beta1", {"all": {}}, 0),
+    ],
+)
 async def test_an_upstream_pod_group_s_disruption_mode_decides_whether_its_surplus_may_go_alone(
-    mode: str | None, left: int
+    version: str, mode: str | dict[str, Any] | None, left: int
 ) -> None:
     nodes = [rack_node(f"r0-n{i}", "r0") for i in range(4)]
     async with cluster(nodes=nodes) as where, phalanx(where):
@@ -218,7 +227,7 @@ async def test_an_upstream_pod_group_s_disruption_mode_decides_whether_its_surpl
         spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": 2}}}
         if mode is not None:
             spec["disruptionMode"] = mode
-        where.create({"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+        where.create({"apiVersion": f"scheduling.k8s.io/{version}", "kind": "PodGroup",
                       "metadata": {"name": "elastic", "namespace": "team"}, "spec": spec})  # fmt: skip
         for i in range(4):
             where.create(
