@@ -333,6 +333,9 @@ class SchedulingLoop:
                 f" It also waits for {absent(spec, missing)}.{_gated(spec)}" if missing else ""
             )
             return Outcome(code=Code.UNRESOLVABLE, message=message, pods=pods, each_pod=True)
+        never = min_resources_problem(spec.key, spec.min_resources, self.state.snapshot, at_all=True)
+        if never is not None:  # only more nodes help: evicting or holding room would be for nothing
+            return Outcome(code=Code.UNRESOLVABLE, message=never, pods=pods, each_pod=True)
         trial, shortfalls = split_unknown(request)
         if shortfalls:
             return self._unknown_members(spec, pods, wake, trial, shortfalls)
@@ -362,9 +365,6 @@ class SchedulingLoop:
             # A gang that waits for members cannot promise when it ends: it starts when the last one arrives.
             runtime = None if missing else runtime_bound(spec, self.state)
             held = self.starvation.held_from(spec.key, spec.priority, runtime)
-        never = min_resources_problem(spec.key, spec.min_resources, self.state.snapshot, at_all=True)
-        if never is not None:  # only more nodes help: evicting or holding room would be for nothing
-            return Outcome(code=Code.UNRESOLVABLE, message=never, pods=pods, each_pod=True)
         problem = min_resources_problem(spec.key, spec.min_resources, self.state.snapshot)
         if problem is not None:
             # No search can succeed, but room can still be made: by preemption, or by a reservation for a

@@ -6,8 +6,8 @@ by :meth:`Reporter.run`, a task of its own, every ``reporting.statusIntervalSeco
 - the ``PodScheduled=False`` condition on each pending pod, reason ``Unschedulable`` when room is
   missing (cluster-autoscaler reads it) or ``SchedulerError`` when the gang's definition must be fixed,
   written only when its message changes;
-- ``events.k8s.io/v1`` Events, aggregated: the same reason and note on the same object is one Event
-  whose ``series.count`` grows, updated at most every ``reporting.eventIntervalSeconds``. Each is named
+- ``events.k8s.io/v1`` Events, aggregated: the same reason and note (its numbers aside) on the same
+  object is one Event whose ``series.count`` grows, updated at most every ``reporting.eventIntervalSeconds``. Each is named
   as client-go's event recorder names them (``<object>.<hex nanoseconds>``) and its fields are kept
   within what the API server validates (a note of at most 1024 bytes);
 - the status of group objects, in each source's own vocabulary and only in fields its published CRD
@@ -72,6 +72,7 @@ class Reason(StrEnum):
 _NOTE_BYTES = 1024
 _FIELD_LIMIT = 128
 _EVENTS_TRACKED = 4096
+_COUNTS = re.compile(r"\d+(?:\.\d+)?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -187,7 +188,11 @@ class Reporter:
         if subject is None:
             return
         note = clip_bytes(note, _NOTE_BYTES)
-        key = (subject, reason, note)
+        # Counts in a note change as a gang gathers members or room frees ("waits for 26 member(s)", then
+        # "3"): keyed without them, as client-go's aggregator keys similar events, so that one series
+        # counts them. The Event keeps its first note (a note cannot change); the pod's condition says the
+        # latest.
+        key = (subject, reason, _COUNTS.sub("#", note))
         found = self._events.pop(key, None)
         if found is None:
             found = _Event(subject, reason, note, type, action)
@@ -329,7 +334,9 @@ class Reporter:
                     self._events.pop(key, None)
                 elif answer is not None:
                     event.name = str((answer.get("metadata") or {}).get("name") or "") or None
-                    event.written_count, event.last_write = event.count, now
+                    # The new Event stands for one occurrence; those recorded before it was written are
+                    # counted into its series at the next write.
+                    event.written_count, event.last_write = 1, now
                     if event.name is None:
                         self._events.pop(key, None)
             elif now - event.last_write >= self.settings.event_interval_seconds:

@@ -10,6 +10,7 @@ from tests.integration.controlplane import ControlPlane
 from tests.integration.support import (
     PhalanxProcess,
     bound,
+    described_events,
     ensure_namespace,
     eventually,
     pod_scheduled,
@@ -72,3 +73,18 @@ def test_the_room_of_a_failed_job_member_is_kept_for_the_job_controller_s_replac
     )
     assert bound(plane, "replace")[replacement[0]] == freed
     assert "replace/web-0" not in bound(plane, "replace")
+
+
+def test_a_48_pod_job_gathering_its_gang_leaves_one_waiting_event_on_its_first_pod(
+    plane: ControlPlane, scheduler: PhalanxProcess
+) -> None:
+    ensure_namespace(plane, "flood")
+    template = gpu_pod("", "flood", 1, annotations=pfn("wide", 48))
+    template["metadata"] = {"annotations": template["metadata"]["annotations"]}
+    plane.apply(job("wide", "flood", 48, template))
+    eventually(lambda: len(bound(plane, "flood")) == 48, timeout=60, what="the Job's 48 pods bound")
+    first = min(pods(plane, "flood").values(), key=lambda pod: pod["metadata"]["creationTimestamp"])
+    events = described_events(plane, first)
+    waiting = [event for event in events if event["reason"] == "GangWaiting"]
+    assert len(waiting) <= 1, [event["message"] for event in waiting]
+    assert len(events) <= 3, [(event["reason"], event["message"]) for event in events]  # waiting, scheduled

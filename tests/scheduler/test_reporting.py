@@ -146,3 +146,20 @@ async def test_a_status_field_the_installed_crd_drops_is_logged_once_with_what_t
         ("PodGroup.scheduling.x-k8s.io", "status.scheduleStartTime")
     ]
     assert "install the CRD as its project publishes it" in warnings[0]["hint"]
+
+
+async def test_notes_that_differ_only_in_their_counts_are_one_series_that_keeps_its_first_note() -> None:
+    store = Store()
+    store.ensure_namespace("team")
+    reporter, clock = reporter_on(store)
+    for waiting in (26, 3, 40, 1):  # a gang gathering members, told at every change
+        reporter.event(subject(1), "GangWaiting", f"Gang pfn:team/job waits for {waiting} member(s); 0.5 s left")
+    reporter.event(subject(1), "FailedScheduling", "0/4 nodes are available")  # another reason: its own Event
+    clock.advance(10)
+    await reporter.flush()
+    clock.advance(10)
+    await reporter.flush()
+    written = {event["reason"]: event for event in events(store, "p1")}
+    assert len(events(store, "p1")) == 2
+    assert written["GangWaiting"]["note"] == "Gang pfn:team/job waits for 26 member(s); 0.5 s left"
+    assert written["GangWaiting"]["series"]["count"] == 4

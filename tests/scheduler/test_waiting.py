@@ -11,7 +11,7 @@ from typing import Any
 
 from scheduler.ports.sim import read_manifest_file
 from tests.scheduler.invariants import check_invariants
-from tests.scheduler.support import cluster, eventually, phalanx
+from tests.scheduler.support import cluster, eventually, gpu_pod, pfn, phalanx
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "volcano" / "kthena-prefill-decode.yaml"
 
@@ -58,3 +58,37 @@ async def test_a_gang_that_waits_for_members_and_would_not_fit_says_both() -> No
             "It also waits for members that do not exist yet: 2 pods of serving/sample-0/prefill (subgroup 2 of 2)."
         )
         assert "missing" not in condition["message"]
+
+
+async def test_a_48_pod_gang_gathering_its_members_writes_one_waiting_event_not_one_per_arrival() -> None:
+    """Issue 25: `kubectl describe` of a 48-pod Job's first pod listed 33 GangWaiting Events, one per count of
+    missing members, though the gang bound 1.5 s after it was applied."""
+    async with cluster("blocks=1,racks=2,nodes=8,gpus=8") as where, phalanx(where):
+        for i in range(47):  # arriving one by one, as a Job controller creates them, each one seen
+            where.create(gpu_pod(f"job-{i}", gpus=1, annotations=pfn("job", 48)))
+            await eventually(lambda i=i: f" {47 - i} member(s)" in (where.condition("team/job-0") or {}).get(
+                "message", ""), what=f"the gang told it lacks {47 - i}")  # fmt: skip
+        where.create(gpu_pod("job-47", gpus=1, annotations=pfn("job", 48)))
+        await eventually(lambda: len(where.bound()) == 48, what="the gang bound")
+        waiting = [e for e in where.events("GangWaiting") if e["regarding"]["name"] == "job-0"]
+        assert len(waiting) <= 1, [e["note"] for e in waiting]
+        check_invariants(where)
+
+
+async def test_a_gang_whose_declared_resources_no_cluster_could_hold_says_that_before_anything_about_held_room() -> (
+    None
+):
+    """Issue 25: a 160-GPU group on a 128-GPU cluster was first told "room held for waiting gangs is at its
+    limit" (another gang held room) instead of that the cluster could never hold it."""
+    async with cluster("blocks=1,racks=2,nodes=8,gpus=8") as where, phalanx(where) as app:
+        for i in range(3):
+            where.create(gpu_pod(f"hold-{i}", annotations=pfn("hold", 10)))
+        await eventually(lambda: app.permit.waiting, what="another gang holding room")
+        where.create({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                      "metadata": {"name": "big", "namespace": "team"},
+                      "spec": {"minMember": 20, "minResources": {"nvidia.com/gpu": "160"}}})  # fmt: skip
+        for i in range(3):
+            where.create(gpu_pod(f"big-{i}", gpus=2, labels={"scheduling.x-k8s.io/pod-group": "big"}))
+        condition = await eventually(lambda: where.condition("team/big-0"), what="the big gang told")
+        said = "Gang scheduler-plugins:team/big declares minResources more than the cluster's nodes have"
+        assert condition["message"].startswith(f"{said}: nvidia.com/gpu 160 (allocatable: 128)")
