@@ -7,7 +7,8 @@ by :meth:`Reporter.run`, a task of its own, every ``reporting.statusIntervalSeco
   missing (cluster-autoscaler reads it) or ``SchedulerError`` when the gang's definition must be fixed,
   written only when its message changes;
 - ``events.k8s.io/v1`` Events, aggregated: the same reason and note (its numbers aside) on the same
-  object is one Event whose ``series.count`` grows, updated at most every ``reporting.eventIntervalSeconds``. Each is named
+  object is one Event whose ``series.count`` grows, updated at most every
+  ``reporting.eventIntervalSeconds``. Each is named
   as client-go's event recorder names them (``<object>.<hex nanoseconds>``) and its fields are kept
   within what the API server validates (a note of at most 1024 bytes);
 - the status of group objects, in each source's own vocabulary and only in fields its published CRD
