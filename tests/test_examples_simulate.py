@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from scheduler.frontends.cli import main
 from scheduler.ports.sim.builders import read_manifest_file
@@ -93,11 +94,35 @@ PREEMPTED: dict[str, dict[str, str]] = {
 
 
 #: Examples of workloads arriving over time (they are run with their own command, below).
-TIMELINES = ("timeline",)
+TIMELINES = ("timeline", "preemption-jobs")
 
 
 def test_every_example_directory_is_covered() -> None:
     assert sorted(path.name for path in EXAMPLES.iterdir() if path.is_dir()) == sorted([*PLACEMENT, *TIMELINES])
+
+
+def test_a_preempted_job_with_a_pod_failure_policy_comes_back_and_finishes_as_the_readme_shows(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    where = EXAMPLES / "preemption-jobs"
+    sweep_file, finetune = where / "research-sweep.yaml", where / "production-finetune.yaml"
+    argv = ["simulate", "--cluster", "blocks=1,racks=1,nodes=4,gpus=8", "--workload", f"{sweep_file}@0",
+            "--workload", f"{finetune}@10m"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "pfn:prod/finetune   Finished     4    4   0:10:02  0:10:32  0:00:30  0:40:32" in out
+    assert "pfn:research/sweep  Finished     4    4   0:00:02" in out and "1:40:32  block=b0" in out
+    assert out.count("by pfn:prod/finetune") == 4
+    # The same sweep without its podFailurePolicy: the preemption counts against backoffLimit 0.
+    sweep = sweep_file.read_text()
+    without = tmp_path / "sweep.yaml"
+    docs = [doc for doc in yaml.safe_load_all(sweep) if doc]
+    del docs[-1]["spec"]["podFailurePolicy"]
+    without.write_text(yaml.safe_dump_all(docs))
+    argv[4] = f"{without}@0"
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "pfn:research/sweep  Failed" in out or "pfn:research/sweep  Deleted" in out
 
 
 def test_the_timeline_example_runs_as_the_readme_shows(capsys: pytest.CaptureFixture[str]) -> None:

@@ -148,8 +148,10 @@ def granted() -> set[tuple[str, str, str]]:
 
 
 def example_files() -> Iterator[Path]:
-    """Every example of objects the API serves (timeline/ holds a cluster and objects controllers expand)."""
-    yield from sorted(path for path in EXAMPLES.rglob("*.yaml") if path.parent.name != "timeline")
+    """Every example of objects the API serves (timeline/ and preemption-jobs/ hold a cluster and objects
+    controllers expand)."""
+    over_time = ("timeline", "preemption-jobs")
+    yield from sorted(path for path in EXAMPLES.rglob("*.yaml") if path.parent.name not in over_time)
 
 
 async def test_rbac_allows_exactly_the_calls_the_scheduler_makes() -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.integration.controlplane import ControlPlane
 from tests.integration.support import (
     PhalanxProcess,
@@ -16,6 +18,7 @@ from tests.integration.support import (
     pod_scheduled,
     pods,
 )
+from tests.integration.test_preemption import priority_class
 from tests.scheduler.support import gpu_pod, pfn
 
 RACK = "example.com/rack"
@@ -88,3 +91,65 @@ def test_a_48_pod_job_gathering_its_gang_leaves_one_waiting_event_on_its_first_p
     waiting = [event for event in events if event["reason"] == "GangWaiting"]
     assert len(waiting) <= 1, [event["message"] for event in waiting]
     assert len(events) <= 3, [(event["reason"], event["message"]) for event in events]  # waiting, scheduled
+
+
+def kubelet_ends_preempted(plane: ControlPlane, namespace: str) -> set[str]:
+    """What a kubelet does with a pod a preemption deleted: its containers stop, it reports Failed (keeping the
+    DisruptionTarget condition), and it is removed. Returns the pods it ended."""
+    ended = set()
+    for key, pod in pods(plane, namespace).items():
+        if pod["metadata"].get("deletionTimestamp") and pod["status"].get("phase") != "Failed":
+            fail(plane, key)
+            ended.add(key)
+    return ended
+
+
+@pytest.mark.parametrize("ignored", [True, False])
+def test_a_preempted_job_survives_its_backoff_limit_when_its_pod_failure_policy_ignores_disruption(
+    plane: ControlPlane, scheduler: PhalanxProcess, ignored: bool
+) -> None:
+    """Issue 25: preempting a Job's pods counted against backoffLimit and failed it (BackoffLimitExceeded).
+    With podFailurePolicy's Ignore on DisruptionTarget, the real Job controller replaces them instead."""
+    namespace = f"survive-{str(ignored).lower()}"
+    ensure_namespace(plane, namespace)
+    priority_class(plane, "itest-batch", 10)
+    priority_class(plane, "itest-production", 100000)
+    rack = "b0-r1" if ignored else "b0-r2"
+    nodes = rack_nodes(plane, rack)
+    for i, node in enumerate(nodes[2:]):  # two nodes of the rack are left for the sweep; these are no victims
+        plane.apply(gpu_pod(f"other-{i}", namespace, scheduler="default-scheduler", nodeName=node,
+                            priorityClassName="itest-production"))  # fmt: skip
+    template = gpu_pod("", namespace, annotations=pfn("sweep", 2), nodeSelector={RACK: rack},
+                       priorityClassName="itest-batch")  # fmt: skip
+    template["metadata"] = {"annotations": template["metadata"]["annotations"]}
+    rules = [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+    failure_policy = {"podFailurePolicy": {"rules": rules}} if ignored else {}
+    plane.apply(job("sweep", namespace, 2, template, backoffLimit=0, **failure_policy))
+    eventually(lambda: len(bound(plane, namespace)) == 8, what="the sweep bound beside the other pods")
+    for i in range(2):
+        plane.apply(gpu_pod(f"vip-{i}", namespace, annotations=pfn("vip", 2), nodeSelector={RACK: rack},
+                            priorityClassName="itest-production"))  # fmt: skip
+    first = {key for key in pods(plane, namespace) if key.startswith(f"{namespace}/sweep-")}
+    ended: set[str] = set()
+    eventually(lambda: len(ended.__ior__(kubelet_ends_preempted(plane, namespace))) == 2, what="the sweep preempted")
+    assert ended == first
+
+    def failed() -> str | None:
+        status = plane.call("GET", f"/apis/batch/v1/namespaces/{namespace}/jobs/sweep").get("status") or {}
+        # FailureTarget comes first; Failed once every pod is terminal, which without a kubelet the pods the
+        # controller deletes then never are.
+        kinds = ("Failed", "FailureTarget")
+        found = [c for c in status.get("conditions") or [] if c["type"] in kinds and c["status"] == "True"]
+        return found[0].get("reason") if found else None
+
+    if ignored:
+        replacements = eventually(
+            lambda: [k for k, p in pods(plane, namespace).items() if k.startswith(f"{namespace}/sweep-")
+                     and k not in first and not p["metadata"].get("deletionTimestamp")],
+            timeout=60, what="the Job controller's replacements",
+        )  # fmt: skip
+        assert len(replacements) == 2 and failed() is None
+    else:
+        assert eventually(failed, timeout=60, what="the Job failed") == "BackoffLimitExceeded"
+    eventually(lambda: {f"{namespace}/vip-{i}" for i in range(2)} <= set(bound(plane, namespace)), timeout=60,
+               what="the preemptor bound")  # fmt: skip

@@ -551,3 +551,27 @@ def test_a_group_declaring_more_than_the_cluster_has_preempts_nothing_and_waits_
         "declares minResources more than the cluster's nodes have: nvidia.com/gpu 64 (allocatable: 16); "
         "it waits for more nodes."
     )
+
+
+@pytest.mark.parametrize("ignored", [False, True])
+def test_a_preempted_job_fails_by_its_backoff_limit_unless_its_pod_failure_policy_ignores_disruption(
+    ignored: bool,
+) -> None:
+    """Issue 25: preempting a Job's pods counted against its backoffLimit and failed the Job for good.
+    Kubernetes' answer is podFailurePolicy's Ignore on the DisruptionTarget condition Phalanx sets."""
+    classes = [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                "value": value} for name, value in (("low", 1), ("high", 1000))]  # fmt: skip
+    batch = job("batch", 2, 8, backoffLimit=0)
+    batch["spec"]["template"]["spec"]["priorityClassName"] = "low"
+    if ignored:
+        rule = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+        batch["spec"]["podFailurePolicy"] = {"rules": [rule]}
+    urgent = job("urgent", 2, 8, annotations=gang("urgent", 2))
+    urgent["spec"]["template"]["spec"]["priorityClassName"] = "high"
+    urgent["spec"]["template"]["spec"]["activeDeadlineSeconds"] = 600
+    simulation, report = simulate(([*classes, batch], None), ([urgent], 60.0), shape="blocks=1,racks=1,nodes=2,gpus=8")
+    assert len(report.preempted) == 2
+    left = [pod for key, pod in pods(simulation.store).items() if key.startswith("ml/batch-")]
+    # Ignored: the Job replaced both pods, which ran once the urgent Job was done; counted: it failed, and
+    # nothing replaced them.
+    assert [pod["status"].get("phase") for pod in left] == (["Running", "Running"] if ignored else [])

@@ -92,6 +92,7 @@ class Controllers:
                 self.running.remove(controller)
         # What they wrote just now may call for more (a leader made, its workers next): not marked seen.
         self._seen_version = seen
+        self.api.gone.clear()
 
     def next_due(self) -> float | None:
         return min((due for controller in self.running if (due := controller.next_due()) is not None), default=None)

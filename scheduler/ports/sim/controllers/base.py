@@ -45,7 +45,17 @@ class Api:
     #: One line per object a controller could not create (the run goes on without it), each said once:
     #: a controller tries again as its real one does, and the reason does not change.
     refused: list[str] = field(default_factory=list)
+    #: Pods deleted since the controllers last looked, as they were last (a controller's watch sees the
+    #: final object of a DELETED event: the Job controller reads its conditions for podFailurePolicy).
+    gone: dict[str, Obj] = field(default_factory=dict, repr=False)
     _said: set[str] = field(default_factory=set, repr=False)
+
+    def __post_init__(self) -> None:
+        self.store.observe(self._observe)
+
+    def _observe(self, resource: tuple[str, str], change: str, obj: Obj, previous: Obj | None) -> None:
+        if resource == ("", "pods") and change == "DELETED":
+            self.gone[str(obj["metadata"].get("uid"))] = obj
 
     def refuse(self, line: str) -> None:
         if line not in self._said:

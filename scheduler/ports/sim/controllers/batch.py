@@ -8,9 +8,13 @@
   succeeds the next starts; a pod that fails (or is deleted while it runs) is replaced until more than
   ``backoffLimit`` (6) have failed, and then the Job fails and its running pods are deleted, as they are
   when the Job's own ``activeDeadlineSeconds`` pass. A suspended Job creates nothing.
+- ``podFailurePolicy`` rules on pod conditions: the first rule whose ``onPodConditions`` a failed pod
+  carried decides: ``Ignore`` (not counted against ``backoffLimit``: what a preemption's
+  ``DisruptionTarget`` should be), ``FailJob``, or ``Count``; a pod no rule matches counts.
 
-Not modelled: the exponential delay before replacing a failed pod, ``podFailurePolicy``,
-``backoffLimitPerIndex``, ``successPolicy``, the pods' ``batch.kubernetes.io/job-tracking`` finalizer.
+Not modelled: the exponential delay before replacing a failed pod, ``podFailurePolicy`` rules on exit
+codes (simulated containers have none), ``backoffLimitPerIndex``, ``successPolicy``, the pods'
+``batch.kubernetes.io/job-tracking`` finalizer.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class JobController(Controller):
             raise WorkloadError(
                 f"{self.where}: spec.template.spec.restartPolicy must be Never or OnFailure, as the API server requires"
             )
+        self.rules = _condition_rules(spec, self.where)
         self.started: float | None = None
         #: ``Complete`` or ``Failed`` once the Job has ended.
         self.condition: str | None = None
@@ -93,12 +98,24 @@ class JobController(Controller):
         pods = owned.get(self.uid, ())
         running = [pod for pod in pods if active(pod)]
         uids = {pod["metadata"]["uid"] for pod in running}
-        # A pod that was running and is gone (deleted, preempted) failed, as far as the Job can tell.
-        self._failed |= self._running - uids - {pod["metadata"]["uid"] for pod in pods}
-        self._failed |= {pod["metadata"]["uid"] for pod in pods if (pod.get("status") or {}).get("phase") == "Failed"}
+        # A pod that was running and is going or gone (deleted, preempted) failed, as far as the Job can tell.
+        succeeded_uids = {
+            pod["metadata"]["uid"] for pod in pods if (pod.get("status") or {}).get("phase") == "Succeeded"
+        }
+        failed = self._running - uids - succeeded_uids
+        failed |= {pod["metadata"]["uid"] for pod in pods if (pod.get("status") or {}).get("phase") == "Failed"}
+        last = {pod["metadata"]["uid"]: pod for pod in pods}
+        fail_job = False
+        for uid in failed - self._failed:
+            seen = _conditions_of(last.get(uid) or api.gone.get(uid) or {})
+            action = next((rule for wanted, rule in self.rules if wanted & seen), "Count")
+            fail_job |= action == "FailJob"
+            if action != "Ignore":
+                self._failed.add(uid)
         self._running = uids
         deadline = self.next_due()
-        if len(self._failed) > self.backoff_limit or (deadline is not None and api.now() >= deadline):
+        too_many = len(self._failed) > self.backoff_limit
+        if too_many or fail_job or (deadline is not None and api.now() >= deadline):
             self._end(api, "Failed", running)
             return
         succeeded = [pod for pod in pods if (pod.get("status") or {}).get("phase") == "Succeeded"]
@@ -162,6 +179,37 @@ class JobController(Controller):
         self.condition = condition
         for pod in running:
             api.delete_pod(pod)
+
+
+def _condition_rules(spec: Mapping[str, Any], where: str) -> list[tuple[set[tuple[str, str]], str]]:
+    """``podFailurePolicy.rules`` on pod conditions, in order: the (type, status) pairs each matches, and its
+    action (rules on exit codes are left out: simulated containers exit with none)."""
+    rules = mapping(spec, "podFailurePolicy", where=where).get("rules", [])
+    if not isinstance(rules, list):
+        raise WorkloadError(f"{where}: spec.podFailurePolicy.rules must be a list")
+    found = []
+    for i, rule in enumerate(rules):
+        action = rule.get("action") if isinstance(rule, Mapping) else None
+        if action not in ("Ignore", "FailJob", "Count", "FailIndex"):
+            raise WorkloadError(
+                f"{where}: spec.podFailurePolicy.rules[{i}].action must be Ignore, FailJob, Count or FailIndex"
+            )
+        wanted = {
+            (str(item.get("type")), str(item.get("status", "True")))
+            for item in rule.get("onPodConditions") or []
+            if isinstance(item, Mapping)
+        }
+        if wanted:
+            found.append((wanted, "FailJob" if action == "FailIndex" else action))
+    return found
+
+
+def _conditions_of(pod: Mapping[str, Any]) -> set[tuple[str, str]]:
+    return {
+        (str(condition.get("type")), str(condition.get("status")))
+        for condition in (pod.get("status") or {}).get("conditions") or []
+        if isinstance(condition, Mapping)
+    }
 
 
 def _index(pod: Mapping[str, Any]) -> int:
