@@ -116,7 +116,7 @@ class DecisionRecorder(Protocol):
 
     def gang(self, objects: Sequence[ObjectRef], pods: Sequence[str]) -> Subject | None: ...
 
-    def group(self, spec: GangSpec, *, scheduled: bool, message: str) -> None: ...
+    def group(self, spec: GangSpec, *, scheduled: bool, message: str, waiting: bool = False) -> None: ...
 
 
 #: Cycles run back to back before the loop yields to informers and binders.
@@ -718,16 +718,19 @@ class SchedulingLoop:
         subjects = [self.reporter.gang(groups, () if outcome.each_pod else pods)]
         for subject in subjects:
             self.reporter.event(subject, reason, outcome.message, type=event_type)
-        if isinstance(gang, GangSpec) and condition != GANG_WAITING:
-            # A gang that waits for members keeps the status it had: each source's status speaks of room
-            # (Volcano's Unschedulable says NotEnoughResources), which is not what it lacks.
-            self.reporter.group(gang, scheduled=self._meets_minimum(gang.request), message=outcome.message)
+        if isinstance(gang, GangSpec):
+            # A gang that waits for members is Pending (scheduler-plugins, Volcano), but not Unschedulable: each
+            # source's word for that speaks of room (Volcano's says NotEnoughResources), which it does not lack.
+            scheduled = self._meets_minimum(gang.request)
+            self.reporter.group(gang, scheduled=scheduled, message=outcome.message, waiting=condition == GANG_WAITING)
 
     def _reserving(self, spec: GangSpec, held: DomainReservation) -> None:
         self.metrics.starvation_reserved.inc()
         note = reserving_note(self.starvation, held)
         log.info("domain reserved", gang=spec.key, domain=held.where, nodes=len(held.nodes), why=note)
-        subject = self.reporter.gang(spec.objects, spec.pods)
+        # On its group object, else on a pod still waiting: a running member's Events are about that member.
+        waiting = [member.key for member in self._unplaced(spec)] or list(spec.pods)
+        subject = self.reporter.gang(spec.objects, waiting)
         self.reporter.event(subject, Reason.RESERVING, note, type="Normal", action="Reserving")
 
     def _unreserve(self, gang: GangKey, reason: str) -> None:

@@ -43,7 +43,7 @@ from scheduler.gangs.groups import GroupStatus
 from scheduler.gangs.sources import source_api
 from scheduler.metrics import Metrics
 from scheduler.ports.errors import Conflict, NotFound, PortError
-from scheduler.ports.port import EVENTS, PODS, ApiResource, ClusterPort
+from scheduler.ports.port import CORE_EVENTS, PODS, ApiResource, ClusterPort
 from scheduler.ratelimit import TokenBucket
 from scheduler.settings import ReportingSettings
 from scheduler.state import ClusterState
@@ -154,8 +154,8 @@ class Reporter:
         self._written: dict[str, tuple[str, str]] = {}  # pod -> what the API has
         self._events: dict[tuple[Subject, str, str], _Event] = {}  # oldest occurrence first
         self._due: set[tuple[Subject, str, str]] = set()  # events with occurrences not yet written
-        self._groups: dict[ObjectRef, tuple[bool, str]] = {}  # wanted: scheduled?, message
-        self._groups_written: dict[ObjectRef, tuple[bool, str]] = {}
+        self._groups: dict[ObjectRef, tuple[bool, str, bool]] = {}  # wanted: scheduled?, message, waiting?
+        self._groups_written: dict[ObjectRef, tuple[bool, str, bool]] = {}
         self._resources: dict[tuple[str, str], ApiResource] = {}  # (group, kind) -> the resource watched
         self._pruned: set[tuple[str, str, str]] = set()  # (group, kind, field) already reported as dropped
         self._last_nanoseconds = 0
@@ -245,9 +245,11 @@ class Reporter:
             action="Binding",
         )
 
-    def group(self, spec: GangSpec, *, scheduled: bool, message: str) -> None:
+    def group(self, spec: GangSpec, *, scheduled: bool, message: str, waiting: bool = False) -> None:
+        """The gang's group objects' status: ``scheduled`` once its minimum is placed; ``waiting`` when what it
+        lacks is members, not room (each source then says only what is not about room)."""
         for ref in spec.objects:
-            self._groups[ref] = (scheduled, message)
+            self._groups[ref] = (scheduled, message, waiting)
 
     def why_pending(self, pod: str) -> tuple[str, str] | None:
         """The (reason, message) of the pod's latest ``PodScheduled=False`` decision, if it has one."""
@@ -341,9 +343,15 @@ class Reporter:
                     if event.name is None:
                         self._events.pop(key, None)
             elif now - event.last_write >= self.settings.event_interval_seconds:
-                series = {"series": {"count": event.count, "lastObservedTime": micro_time(self.clock.wall())}}
+                wall = self.clock.wall()
+                # The series for events.k8s.io readers; count and lastTimestamp for kubectl's columns.
+                series = {
+                    "series": {"count": event.count, "lastObservedTime": micro_time(wall)},
+                    "count": event.count,
+                    "lastTimestamp": rfc3339(wall),
+                }
                 answer = await self._attempt(
-                    "event", event.reason, self.port.patch(EVENTS, namespace, event.name, series)
+                    "event", event.reason, self.port.patch(CORE_EVENTS, namespace, event.name, series)
                 )
                 if answer is _DROPPED:
                     event.name = None  # the Event expired (they live an hour): the next occurrence starts a new one
@@ -355,7 +363,7 @@ class Reporter:
 
     async def _create_event(self, event: _Event) -> Any:
         body = self._event_body(event)  # named afresh on every attempt: a name taken once is not tried again
-        return await self._attempt("event", event.reason, self.port.create(EVENTS, event.subject.namespace, body))
+        return await self._attempt("event", event.reason, self.port.create(CORE_EVENTS, event.subject.namespace, body))
 
     def _nanoseconds(self) -> int:
         """The wall clock in nanoseconds, strictly increasing, so that two Events never get one name."""
@@ -363,24 +371,33 @@ class Reporter:
         return self._last_nanoseconds
 
     def _event_body(self, event: _Event) -> dict[str, Any]:
+        """A core/v1 Event with the fields of both generations: ``eventTime``, ``reportingComponent``,
+        ``reportingInstance`` and ``action`` (what events.k8s.io readers see), and ``firstTimestamp``,
+        ``lastTimestamp``, ``count`` and ``source`` (what ``kubectl get events`` sorts and shows; the
+        events.k8s.io API refuses them on create, the core API takes both)."""
         subject = event.subject
+        wall = self.clock.wall()
         return {
-            "apiVersion": "events.k8s.io/v1",
+            "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": event_name(subject.name, self._nanoseconds()), "namespace": subject.namespace},
-            "eventTime": micro_time(self.clock.wall()),
-            "reportingController": self.settings.controller,
+            "eventTime": micro_time(wall),
+            "firstTimestamp": rfc3339(wall),
+            "lastTimestamp": rfc3339(wall),
+            "count": 1,
+            "source": {"component": self.settings.controller},
+            "reportingComponent": self.settings.controller,
             "reportingInstance": self.identity[:_FIELD_LIMIT],
             "action": event.action[:_FIELD_LIMIT],
             "reason": event.reason[:_FIELD_LIMIT],
-            "regarding": {
+            "involvedObject": {
                 "apiVersion": subject.api_version,
                 "kind": subject.kind,
                 "namespace": subject.namespace,
                 "name": subject.name,
                 "uid": subject.uid,
             },
-            "note": event.note,
+            "message": event.note,
             "type": event.type,
         }
 
@@ -409,6 +426,8 @@ class Reporter:
         """Log, once per field, status fields the server dropped: the installed CRD's schema lacks them."""
         stored = stored if isinstance(stored, Mapping) else {}
         for field_name in sorted(set(written) - set(stored)):
+            if written[field_name] in ([], {}, None):
+                continue  # an empty value is left out of what the server stores, whatever the schema
             if (ref.group, ref.kind, field_name) not in self._pruned:
                 self._pruned.add((ref.group, ref.kind, field_name))
                 log.warning(
@@ -418,7 +437,7 @@ class Reporter:
                     hint="install the CRD as its project publishes it (README: Input formats)",
                 )
 
-    def _group_status(self, ref: ObjectRef, raw: Any, scheduled: bool, message: str) -> dict[str, Any]:
+    def _group_status(self, ref: ObjectRef, raw: Any, scheduled: bool, message: str, waiting: bool) -> dict[str, Any]:
         """The status patch in the object's own vocabulary, in the fields its published CRD has."""
         api = source_api(ref.group, ref.kind)
         assert api is not None and api.status is not None, ref
@@ -431,6 +450,7 @@ class Reporter:
                 generation=generation,
                 scheduled=scheduled,
                 message=message,
+                waiting=waiting,
                 now=rfc3339(self.clock.wall()),
                 identity=self.identity,
                 version=served.version if (served := self._resources.get((ref.group, ref.kind))) else "",

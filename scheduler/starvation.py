@@ -511,10 +511,13 @@ def holds_words(starvation: Starvation, held: DomainReservation) -> str:
 
 def holding_note(starvation: Starvation, held: DomainReservation) -> str:
     """``It ... holds rack r3 for its 64 GPUs; 24 GPUs there are still in use`` and until when."""
-    left = max(0.0, held.deadline - starvation.clock.monotonic())
+    now = starvation.clock.monotonic()
+    left = max(0.0, held.deadline - now)
+    # Said the same way by the scheduler that just made it and by `explain`'s fresh pass, which cannot know
+    # when the running scheduler made it; later the scheduler counts down.
+    until = f"for up to {left:.0f}s" if held.decided >= now else f"for another {left:.0f}s at most"
     return (
-        f"It has waited longer than starvation.reserveAfterSeconds and {holds_words(starvation, held)} (held for "
-        f"another {left:.0f}s at most)."
+        f"It has waited longer than starvation.reserveAfterSeconds and {holds_words(starvation, held)} (held {until})."
     )
 
 

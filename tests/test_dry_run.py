@@ -73,7 +73,8 @@ async def test_dry_run_shows_where_pending_gangs_would_go_and_writes_nothing(tmp
     # other/small sorts first among gangs created in the same second, and packs into the rack already in use
     assert report.pending["team/big-0"] == (
         "5/8 nodes are available: 3 Insufficient nvidia.com/gpu. "
-        "Gang team/big needs 5 pods in one example.com/rack; the largest rack fits 4."
+        "Gang team/big needs 5 pods in one example.com/rack; the largest rack fits 4. "
+        "No rack could hold it even if it were empty (the largest holds 4)."
     )
     assert "team/waiting" not in report.pending  # the default scheduler's pod is not Phalanx's business
 
@@ -171,9 +172,12 @@ async def test_the_commands_exit_codes_and_messages(tmp_path: Path) -> None:
         code, out, _ = await phalanx_command("dry-run", "--kubeconfig", config)
         assert code == 0 and "nothing was written" in out.splitlines()[0]
         code, _, err = await phalanx_command("explain", "team/nope", "--kubeconfig", config)
-        assert (code, err) == (1, f"phalanx: no pod or group object named team/nope in the cluster at {where.url}\n")
+        assert (code, err) == (
+            1,
+            f"phalanx: no pod, group object or gang named team/nope in the cluster at {where.url}\n",
+        )
         code, _, err = await phalanx_command("explain", "just-a-name", "--kubeconfig", config)
-        assert (code, err) == (2, "phalanx: 'just-a-name': give the pod or group object as <namespace>/<name>\n")
+        assert (code, err) == (2, "phalanx: 'just-a-name': give the pod, group object or gang as <namespace>/<name>\n")
         assert set(where.server.methods) == {"GET"}
     unreachable = str(kubeconfig(tmp_path / "gone", f"http://127.0.0.1:{free_port()}"))
     code, _, err = await phalanx_command("dry-run", "--kubeconfig", unreachable)
@@ -201,3 +205,28 @@ async def test_explain_of_a_gang_already_bound_says_where_it_runs(tmp_path: Path
         "PodGroup team/etl is in gang scheduler-plugins:team/etl: 1 pod(s), at least 1 together; {nvidia.com/gpu 8}.",
         "Bound: 1 pod(s) on 1 node(s), in block b0, rack b0-r0 (b0-r0-n3). Nothing is pending.",
     ]
+
+
+async def test_explain_takes_a_gang_by_the_name_messages_use_says_why_nothing_is_preempted_and_names_gates(
+    tmp_path: Path,
+) -> None:
+    """Issue 25: explain of a gang by the name every message uses said "no pod or group object named"; a pod
+    of a fully gated gang "belongs to no gang"; and nothing said why preemption could not help."""
+    async with cluster(RACKS) as where:
+        busy_cluster(where)
+        for i in range(2):
+            where.create(
+                gpu_pod(
+                    f"gated-{i}", annotations=pfn("gated", 2), schedulingGates=[{"name": "kueue.x-k8s.io/admission"}]
+                )
+            )
+        copy = await read_real_cluster(str(kubeconfig(tmp_path / "kubeconfig", where.url)), None)
+    by_key = await explain(copy, SETTINGS, "pfn:team/big")
+    assert by_key == await explain(copy, SETTINGS, "team/big")  # the part's name, as "Gang team/big needs ..."
+    assert by_key.splitlines()[0].startswith("Pod team/big-0 is in gang pfn:team/big: 5 pod(s)")
+    assert "Preemption cannot help: no running pod has a priority below its 0." in by_key
+    assert await explain(copy, SETTINGS, "team/gated-0") == (
+        "Pod team/gated-0 is held by scheduling gates (kueue.x-k8s.io/admission): the API server refuses to bind "
+        "it, so it is no member of its gang yet; the gang counts it as held and waits for it, and it joins as soon "
+        "as the last gate is removed (by Kueue, or whatever added them)."
+    )

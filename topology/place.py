@@ -32,7 +32,7 @@ import numpy as np
 from topology import exact
 from topology.domains import BoolArray, Domains, IdArray, IntArray
 from topology.explain import node_limit, node_reasons, plural, short_name
-from topology.fit import ShapeFit, domain_totals, shape_fit
+from topology.fit import ShapeFit, domain_totals, pods_per_node, shape_fit
 from topology.model import HOSTNAME
 from topology.outcome import Assignment, DomainChoice, HeldRoom, Infeasible, Placement
 from topology.request import GangRequest, PodShape
@@ -235,9 +235,11 @@ class _Search:
                 self._first_shape(part),
             )
         if not len(candidates):
+            never = self._never(part, domains, scope)
             return _Failure(
-                f"{part.label} needs {what} in one {key}; {self._largest(part, domains, scope, pods)}",
+                f"{part.label} needs {what} in one {key}; {self._largest(part, domains, scope, pods)}{never}",
                 self._first_shape(part),
+                unresolvable=bool(never),
             )
         # An elastic part goes to the tightest domain that holds all of it (minimums and extras); only when
         # none does, to the tightest that holds its minimum. Domains whose bound allows the whole part are
@@ -652,6 +654,23 @@ class _Search:
             f"no {short} has room for them together "
             f"(they need at least {_minimum_pods(part)} pods; the largest {short} fits {room})."
         )
+
+    def _never(self, part: _Part, domains: Domains, scope: Scope) -> str:
+        """For a leaf no domain holds now: the sentence saying no domain could hold it even empty (so that
+        only new nodes help), or empty when one could."""
+        if not part.request.is_leaf:
+            return ""
+        ids = domains.ids if scope is None else domains.ids[scope]
+        most = np.zeros(domains.n_domains, dtype=np.int64)
+        for i, shape in enumerate(part.shapes):
+            empty = pods_per_node(self.snapshot.allocatable, shape)
+            most += np.minimum(domain_totals(ids, empty if scope is None else empty[scope], domains.n_domains),
+                               part.waiting(i))  # fmt: skip
+        need = max(0, part.request.min_pods - len(part.pinned))
+        if not len(most) or int(most.max()) >= need:
+            return ""
+        short = short_name(domains.path[-1])
+        return f" No {short} could hold it even if it were empty (the largest holds {int(most.max())})."
 
     def _present(self, domains: Domains, scope: Scope) -> BoolArray:
         ids = domains.ids if scope is None else domains.ids[scope]

@@ -193,7 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="explain why one pod or group is pending, with the numbers",
         description="Explain one pod's or group object's gang: what it needs, what Phalanx would do, and why.",
     )
-    explain.add_argument("target", metavar="NAMESPACE/NAME", help="a pod, or a group object (PodGroup, ...)")
+    explain.add_argument(
+        "target", metavar="NAMESPACE/NAME", help="a pod, a group object (PodGroup, ...), or a gang (pfn:team/big)"
+    )
     _cluster_flags(explain)
     _settings_flags(explain)
     return parser

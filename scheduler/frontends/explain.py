@@ -38,31 +38,41 @@ class ExplainError(ValueError):
 
 
 def parse_target(target: str) -> tuple[str, str]:
-    namespace, sep, name = target.partition("/")
-    if not sep or not namespace or not name or "/" in name:
-        raise ExplainError(f"{target!r}: give the pod or group object as <namespace>/<name>")
+    """``<namespace>/<name>``, or a gang as messages name it (``pfn:research/sweep``): (namespace, name)."""
+    _, _, path = target.rpartition(":") if ":" in target.partition("/")[0] else ("", "", target)
+    namespace, sep, name = path.partition("/")
+    if not sep or not namespace or not name:
+        raise ExplainError(f"{target!r}: give the pod, group object or gang as <namespace>/<name>")
     return namespace, name
 
 
 async def explain(copy: ClusterCopy, settings: Settings, target: str) -> str:
     namespace, name = parse_target(target)
     found = [obj for obj in copy.objects if _ns_name(obj) == (namespace, name) and obj.get("kind") != "PriorityClass"]
-    if not found:
-        raise ExplainError(f"no pod or group object named {target} in the cluster at {copy.server}")
-    subject = next((obj for obj in found if obj.get("kind") == "Pod"), found[0])
+    subject: Mapping[str, Any] | None = (
+        next((obj for obj in found if obj.get("kind") == "Pod"), found[0]) if found else None
+    )
+    if subject is not None and subject.get("kind") == "Pod":
+        opening = _pod_opening(subject, settings)
+        if opening is not None:
+            return opening
     simulation = Simulation(settings, kubelets=False)
     simulation.add_nodes(copy.nodes)
     simulation.add_objects(copy.objects, default_scheduler=False)
     report = await simulation.run(advance_time=False)
+    if subject is None:
+        # The gang as every message names it (``pfn:research/sweep``, or the part ``research/sweep``).
+        gang_key = _gang_named(report, target, f"{namespace}/{name}")
+        if gang_key is None:
+            raise ExplainError(f"no pod, group object or gang named {target} in the cluster at {copy.server}")
+        subject = _gang_subject(copy, report, gang_key)
     if subject.get("kind") == "Pod":
-        opening = _pod_opening(subject, settings)
-        if opening is not None:
-            return opening
-        gang_key = report.gang_of.get(target)
+        gang_key = report.gang_of.get("/".join(_ns_name(subject)))
     else:
         gang_key = _gang_of_group(report, subject)
     if gang_key is None:
-        return f"{subject['kind']} {target} belongs to no gang Phalanx schedules (no pod of Phalanx's names it)."
+        named = "/".join(_ns_name(subject))
+        return f"{subject.get('kind')} {named} belongs to no gang Phalanx schedules (no pod of Phalanx's names it)."
     gang = next(gang for gang in report.gangs if gang.key == gang_key)
     lines = [_describe(subject, gang, report.results[gang_key])]
     members = [pod for pod, key in report.gang_of.items() if key == gang_key]
@@ -70,9 +80,9 @@ async def explain(copy: ClusterCopy, settings: Settings, target: str) -> str:
     if members and len(running) == len(members):
         return "\n".join([*lines, _where_bound(copy, settings, running)])
     lines += _verdict(gang, report)
-    lines += _preemption(gang_key, report)
-    lines += _reservations(gang_key, gang.reason, report)
     result = report.results[gang_key]
+    lines += _preemption(gang_key, report) or _no_preemption(gang, result, settings, copy)
+    lines += _reservations(gang_key, gang.reason, report)
     if isinstance(result, GangSpec) and gang.state != BOUND:
         lines += _room(copy, settings, result, report)
     return "\n".join(lines)
@@ -97,7 +107,59 @@ def _pod_opening(pod: Mapping[str, Any], settings: Settings) -> str | None:
         return f"Pod {namespace}/{name} has finished ({status['phase']}); it is not scheduled again."
     if spec.get("nodeName"):
         return f"Pod {namespace}/{name} is bound to node {spec['nodeName']}."
+    gates = [str((gate or {}).get("name")) for gate in spec.get("schedulingGates") or [] if isinstance(gate, dict)]
+    if gates:
+        return (
+            f"Pod {namespace}/{name} is held by scheduling gates ({', '.join(gates)}): the API server refuses to "
+            "bind it, so it is no member of its gang yet; the gang counts it as held and waits for it, and it "
+            "joins as soon as the last gate is removed (by Kueue, or whatever added them)."
+        )
     return None
+
+
+def _gang_named(report: Report, target: str, path: str) -> str | None:
+    """The gang whose key is ``target``, or ends with it, or one of whose parts is ``path``."""
+    for key, result in report.results.items():
+        if key == target or key.endswith(f":{path}"):
+            return key
+        if isinstance(result, GangSpec) and any(part.key == path for part in result.request.walk()):
+            return key
+    return None
+
+
+def _gang_subject(copy: ClusterCopy, report: Report, gang_key: str) -> Mapping[str, Any]:
+    """What to explain a gang by: its (root) group object, else its first pod."""
+    result = report.results[gang_key]
+    refs = [result.subject] if isinstance(result, GangError) else list(result.objects)
+    pods = sorted(pod for pod, key in report.gang_of.items() if key == gang_key)
+    for obj in copy.objects:
+        ns, name = _ns_name(obj)
+        if any((ref.kind, ref.namespace, ref.name) == (obj.get("kind"), ns, name) for ref in refs[:1]):
+            return obj
+        if obj.get("kind") == "Pod" and pods and f"{ns}/{name}" == pods[0]:
+            return obj
+    raise ExplainError(f"gang {gang_key} has no object left in the cluster")
+
+
+def _no_preemption(gang: GangReport, result: GangSpec | GangError, settings: Settings, copy: ClusterCopy) -> list[str]:
+    """Why a pending gang would preempt nothing, when its reason does not say so already."""
+    if gang.state == BOUND or not isinstance(result, GangSpec) or "Preemption cannot help" in gang.reason:
+        return []
+    if not settings.preemption.enabled:
+        return ["Preemption: off (preemption.enabled: false)."]
+    if "member(s)" in gang.reason and ("do not exist" in gang.reason or "held by scheduling gates" in gang.reason):
+        return ["Preemption: not while members are missing (evicting pods would free room it cannot use yet)."]
+    lower = sum(
+        1
+        for obj in copy.objects
+        if obj.get("kind") == "Pod"
+        and (obj.get("spec") or {}).get("nodeName")
+        and (obj.get("status") or {}).get("phase") not in _FINISHED
+        and int((obj.get("spec") or {}).get("priority") or 0) < result.priority
+    )
+    if not lower:
+        return [f"Preemption cannot help: no running pod has a priority below its {result.priority}."]
+    return []
 
 
 def _gang_of_group(report: Report, group: Mapping[str, Any]) -> str | None:

@@ -107,6 +107,8 @@ class GroupStatus:
     generation: int
     scheduled: bool
     message: str
+    #: Not scheduled because members are missing (not created yet, or gated), not for lack of room.
+    waiting: bool
     now: str  # RFC 3339
     identity: str  # the scheduler instance (Volcano records it as the condition's transitionID)
     #: The API version served and written (the upstream condition's type changed from 1.36 to 1.37).

@@ -245,6 +245,8 @@ def status_patch(status: GroupStatus) -> dict[str, Any]:
     composite's (1.37, terminal once True); ``Scheduled`` for Phalanx's own."""
     ref, current = status.ref, status.conditions
     kind = condition_type(ref.group, ref.kind, status.version)
+    if status.waiting and not status.scheduled:
+        return {"status": {"conditions": current}}  # its known reasons all speak of room, which it does not lack
     previous = next((c for c in current if c.get("type") == kind), None)
     if previous is not None and previous.get("status") == "True" and kind.endswith("InitiallyScheduled"):
         return {"status": {"conditions": current}}

@@ -209,7 +209,10 @@ def network_topology(
 
 def status_patch(status: GroupStatus) -> dict[str, Any]:
     """Volcano's ``phase`` and its ``Scheduled`` / ``Unschedulable`` conditions (written through the object:
-    its published CRD has no status subresource)."""
+    its published CRD has no status subresource). A gang waiting for members is ``Pending``, and says
+    nothing of resources it does not lack."""
+    if status.waiting and not status.scheduled:
+        return {"status": {"phase": "Pending", "conditions": status.conditions}}
     condition = {
         "type": "Scheduled" if status.scheduled else "Unschedulable",
         "status": "True",

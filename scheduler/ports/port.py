@@ -37,7 +37,8 @@ PODS = ApiResource("", "v1", "pods", "Pod")
 NODES = ApiResource("", "v1", "nodes", "Node", namespaced=False)
 PRIORITY_CLASSES = ApiResource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
 LEASES = ApiResource("coordination.k8s.io", "v1", "leases", "Lease")
-EVENTS = ApiResource("events.k8s.io", "v1", "events", "Event")
+#: Events are written through the core API: it takes eventTime and firstTimestamp/lastTimestamp together.
+CORE_EVENTS = ApiResource("", "v1", "events", "Event")
 DISRUPTION_BUDGETS = ApiResource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 
 

@@ -204,6 +204,7 @@ async def test_events_are_validated_as_the_api_server_validates_them(api: Api) -
         "long-reason": ({"reason": "r" * 129}, "reason"),
         "long-note": ({"note": "é" * 513}, "message"),  # 1026 bytes: the limit counts bytes
         "one-in-series": ({"series": {"count": 1, "lastObservedTime": "2026-11-23T10:00:00.000000Z"}}, "series.count"),
+        "legacy-times": ({"deprecatedLastTimestamp": "2026-11-23T10:00:00Z"}, "lastTimestamp"),  # not through this API
     }
     for name, (fields, field) in cases.items():
         answer = await api.request("POST", path, event(name, api.namespace, **fields))
@@ -238,6 +239,26 @@ async def test_an_event_reads_through_both_apis_with_their_own_field_selectors(a
     assert [item["note"] for item in modern["items"]] == ["0/64 nodes are available"]
     wrong = await api.request("GET", api.path("events", group="events.k8s.io") + "?fieldSelector=involvedObject.name=p")
     assert (wrong.status, wrong.json["message"]) == (400, "field label not supported: involvedObject.name")
+
+
+async def test_an_event_written_through_the_core_api_carries_both_generations_of_fields(api: Api) -> None:
+    """What Phalanx writes: eventTime for events.k8s.io readers, lastTimestamp for `kubectl get events
+    --sort-by=.lastTimestamp`; its series patch updates both."""
+    body = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "p.2", "namespace": api.namespace},
+            "eventTime": "2026-11-23T10:00:00.000000Z", "firstTimestamp": "2026-11-23T10:00:00Z",
+            "lastTimestamp": "2026-11-23T10:00:00Z", "count": 1, "source": {"component": "phalanx.dev/scheduler"},
+            "reportingComponent": "phalanx.dev/scheduler", "reportingInstance": "phalanx-0", "action": "Scheduling",
+            "reason": "FailedScheduling", "type": "Warning", "message": "0/64 nodes are available",
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": api.namespace, "name": "p"}}  # fmt: skip
+    await api.ok("POST", api.path("events"), body)
+    await api.ok("PATCH", api.path("events", "p.2"),
+                 {"series": {"count": 2, "lastObservedTime": "2026-11-23T10:00:05.000000Z"}, "count": 2,
+                  "lastTimestamp": "2026-11-23T10:00:05Z"}, content_type="application/merge-patch+json")  # fmt: skip
+    core = await api.ok("GET", api.path("events", "p.2"))
+    assert (core["lastTimestamp"], core["count"], core["series"]["count"]) == ("2026-11-23T10:00:05Z", 2, 2)
+    modern = await api.ok("GET", api.path("events", "p.2", group="events.k8s.io"))
+    assert (modern["note"], modern["deprecatedLastTimestamp"], modern["series"]["count"]) == (
+        "0/64 nodes are available", "2026-11-23T10:00:05Z", 2)  # fmt: skip
 
 
 async def test_field_selectors_each_resource_supports(api: Api) -> None:

@@ -51,7 +51,8 @@ def test_dry_run_and_explain_read_the_real_cluster_and_write_nothing(
     assert report["bound"] == {"dry/fits-0": "b0-r0-n0", "dry/fits-1": "b0-r0-n1"}
     assert report["pending"]["dry/wide-0"] == (  # after dry/fits took two GPU nodes of rack b0-r0
         "62/64 nodes are available: 2 Insufficient nvidia.com/gpu. "
-        "Gang dry/wide needs 9 pods in one example.com/rack; the largest rack fits 8."
+        "Gang dry/wide needs 9 pods in one example.com/rack; the largest rack fits 8. "
+        "No rack could hold it even if it were empty (the largest holds 8)."
     )
 
     code, out, err = phalanx("explain", "dry/wide-3", "--kubeconfig", reader, "--scheduler-name", NAME)
@@ -62,11 +63,12 @@ def test_dry_run_and_explain_read_the_real_cluster_and_write_nothing(
         "{nvidia.com/gpu 8}; all in one example.com/rack."
     )
     assert lines[1].startswith("Pending: ") and lines[1].endswith(
-        "Gang dry/wide needs 9 pods in one example.com/rack; the largest rack fits 8."
+        "Gang dry/wide needs 9 pods in one example.com/rack; the largest rack fits 8. "
+        "No rack could hold it even if it were empty (the largest holds 8)."
     )
 
     code, out, err = phalanx("explain", "dry/nope", "--kubeconfig", reader)
-    assert (code, err) == (1, f"phalanx: no pod or group object named dry/nope in the cluster at {plane.url}\n")
+    assert (code, err) == (1, f"phalanx: no pod, group object or gang named dry/nope in the cluster at {plane.url}\n")
 
     verbs = {event["verb"] for event in requests_by(plane, "reader", audit_from)}
     assert verbs and verbs <= {"get", "list", "watch"}, verbs  # reader may write anything; the commands did not

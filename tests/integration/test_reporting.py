@@ -151,3 +151,23 @@ def test_group_status_of_an_infeasible_gang_says_pending_and_why(
         reasons = {event["reason"] for event in described_events(plane, group)}
         assert "FailedScheduling" in reasons, suffix
     assert bound(plane, "groups") == {}
+
+
+def test_a_group_waiting_for_members_is_pending_and_says_nothing_of_resources(
+    plane: ControlPlane, scheduler: PhalanxProcess
+) -> None:
+    """Issue 25: a scheduler-plugins PodGroup waiting for a member got no status.phase at all."""
+    ensure_namespace(plane, "groups")
+    objects = group_objects("groups", "short", 3, fits=True)
+    for obj in objects:
+        if not obj["metadata"]["name"].endswith("-2"):  # one member of each gang is never created
+            plane.apply(obj)
+
+    def written() -> dict[str, dict[str, Any]] | None:
+        found = statuses(plane, "groups", "short")
+        return found if found["sp"].get("phase") == "Pending" and found["volcano"].get("phase") == "Pending" else None
+
+    found = eventually(written, what=f"the waiting groups Pending, got {statuses(plane, 'groups', 'short')}")
+    assert condition(found["volcano"], "Unschedulable") == {}  # it lacks members, not resources
+    assert condition(found["upstream"], "PodGroupScheduled") == {}
+    assert bound(plane, "groups") == {}

@@ -36,6 +36,8 @@ class Told:
 
     pending: dict[str, str] = field(default_factory=dict)
     events: list[tuple[str, str]] = field(default_factory=list)
+    #: (reason, what the Event is about: a pod's key or a group object), for each Event with a subject.
+    about: list[tuple[str, object]] = field(default_factory=list)
 
     def pending_message(self, pods: Iterable[str], reason: str, message: str) -> None:
         for pod in pods:
@@ -53,17 +55,19 @@ class _Recorder:
         self, subject: Subject | None, reason: Reason, note: str, *, type: str = "Warning", action: str = "Scheduling"
     ) -> None:
         self.told.events.append((str(reason), note))
+        if subject is not None:
+            self.told.about.append((str(reason), subject))
 
     def pod_subject(self, pod: str) -> Subject | None:
-        return None
+        return pod  # type: ignore[return-value]  # the key stands for the pod
 
     def group_subject(self, ref: ObjectRef) -> Subject | None:
-        return None
+        return ref  # type: ignore[return-value]
 
     def gang(self, objects: Sequence[ObjectRef], pods: Sequence[str]) -> Subject | None:
-        return None
+        return objects[0] if objects else pods[0] if pods else None  # type: ignore[return-value]
 
-    def group(self, spec: GangSpec, *, scheduled: bool, message: str) -> None:
+    def group(self, spec: GangSpec, *, scheduled: bool, message: str, waiting: bool = False) -> None:
         pass
 
 

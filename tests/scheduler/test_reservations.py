@@ -60,8 +60,9 @@ async def test_a_minimum_raised_while_the_gang_waits_is_what_it_waits_for() -> N
         where.create(gpu_pod("pg-3", labels={GROUP: "pg"}))
         await eventually(lambda: says(where, "team/pg-3", "holds room for 2 member(s)"), what="two short of six")
         assert where.bound() == {}
-        # A gang that waits for members keeps its group status as it was: no "Pending for lack of room".
-        assert where.store.get(groups, "team", "pg").get("status") in (None, {})
+        # A gang that waits for members is Pending, as the README says (issue 25: it had no phase at all).
+        await eventually(lambda: (where.store.get(groups, "team", "pg").get("status") or {}).get("phase") == "Pending",
+                         what="the waiting group Pending")  # fmt: skip
         check_invariants(where)
 
 

@@ -392,3 +392,5 @@ def test_a_gang_missing_one_member_reserves_the_node_its_own_members_do_not_fill
     held = loop.loop.starvation.get("pfn:ml/big")  # type: ignore[arg-type]
     assert held is not None
     assert held.nodes == (freed,), f"reserved {held.nodes}; its own members run on the others"
+    # Its Reserving Event is about the member still waiting, not about a running one.
+    assert [subject for reason, subject in loop.told.about if reason == "Reserving"] == ["ml/big-4"]

@@ -208,8 +208,15 @@ def test_taints_selectors_and_affinity_exclude_nodes_with_the_right_counts() -> 
     assert result.message == (
         "2/10 nodes are available: 4 node(s) didn't match Pod's node affinity/selector, "
         "4 node(s) had untolerated taint {gpu: broken}. "
-        "Gang team-a/spot needs 3 pods in one example.com/rack; the largest rack fits 2."
+        "Gang team-a/spot needs 3 pods in one example.com/rack; the largest rack fits 2. "
+        "No rack could hold it even if it were empty (the largest holds 2)."
     )
+    assert result.unresolvable  # only new nodes help: pods ending would not
+
+
+def test_a_rack_that_would_hold_the_gang_once_its_pods_end_is_not_unresolvable() -> None:
+    result = infeasible(two_racks(free_a=6, free_b=6), gang("team-a/train", 8, gpus=8, required=RACK))
+    assert "even if it were empty" not in result.message and not result.unresolvable
 
 
 def test_a_key_no_node_carries_leaves_the_gang_pending_with_that_reason() -> None:

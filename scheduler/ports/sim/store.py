@@ -365,8 +365,8 @@ class Store:
     # -- writing -------------------------------------------------------------------------------
 
     def create(self, resource: Resource, namespace: str | None, obj: Mapping[str, Any]) -> Obj:
+        metadata = dict(self._body_metadata(resource, obj))  # as sent, before a view's body is converted
         obj = self._incoming(resource, obj)
-        metadata = dict(self._body_metadata(resource, obj))
         for omitted in ("labels", "annotations"):  # Go's omitempty: an empty map is not stored
             if metadata.get(omitted) == {}:
                 del metadata[omitted]
@@ -482,8 +482,8 @@ class Store:
         subresource: str | None = None,
     ) -> Obj:
         key, current = self._current(resource, namespace, name)
-        obj = self._incoming(resource, obj)
         metadata = self._body_metadata(resource, obj)
+        obj = self._incoming(resource, obj)
         if metadata.get("name") not in (None, name):
             raise ApiError(400, "the name of the object does not match the name on the URL")
         wanted = metadata.get("resourceVersion")

@@ -85,6 +85,10 @@ def event_causes(event: Mapping[str, Any], namespace: str, *, modern: bool) -> l
         causes.append(bad("involvedObject.namespace", regarding_namespace, "does not match event.namespace"))
     if not modern:
         return causes
+    for field, shown in (("deprecatedFirstTimestamp", "firstTimestamp"), ("deprecatedLastTimestamp", "lastTimestamp"),
+                         ("deprecatedCount", "count")):  # fmt: skip
+        if event.get(field):  # the events.k8s.io API takes none of the legacy fields (the core API does)
+            causes.append(bad(shown, "", "needs to be unset"))
     if not event.get("eventTime"):
         causes.append(required("eventTime"))
     if event.get("type") not in ("Normal", "Warning"):
