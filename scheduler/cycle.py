@@ -407,7 +407,12 @@ class SchedulingLoop:
             if self.evictor is not None:
                 outcome = self._preempt(spec, request, message, pods, wake, held=[(h.rows, h.amounts) for h in held])
             return self._starving(spec, request, outcome)
-        return self._assume(spec, placed, pods, wake, placement_ms)
+        outcome = self._assume(spec, placed, pods, wake, placement_ms)
+        if outcome.code is Code.UNSCHEDULABLE and self.evictor is not None and not missing and request.is_leaf:
+            # Its minimum runs and extras find no room: they preempt lower priorities as any pod would, one
+            # more at a time (the gang's own minimum is never a victim of it, equal priorities never are).
+            outcome = self._preempt(spec, _one_more(request), outcome.message, pods, wake, held=held_rooms)
+        return outcome
 
     def _starving(self, spec: GangSpec, request: GangRequest, outcome: Outcome) -> Outcome:
         """A gang that found no room (and no victims) and has waited too long may reserve a domain; one that
@@ -844,6 +849,12 @@ class SchedulingLoop:
             with anyio.move_on_after(timeout):
                 await self._poke.wait()
         self._poke = anyio.Event()
+
+
+def _one_more(leaf: GangRequest) -> GangRequest:
+    """A leaf whose minimum is met, asked for one more of its unplaced pods."""
+    placed = sum(1 for member in leaf.pods if member.node is not None)
+    return replace(leaf, min_pods=max(leaf.min_pods, min(placed + 1, len(leaf.pods))))
 
 
 def _times(count: int) -> str:

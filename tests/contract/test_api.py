@@ -567,3 +567,32 @@ async def test_nominated_node_name_is_cleared_by_binding_and_refused_on_a_bound_
     cleared = await api.ok("PATCH", api.path("pods", "p/status"), {"status": {"nominatedNodeName": None}},
                            content_type=merge)  # fmt: skip
     assert "nominatedNodeName" not in cleared["status"]
+
+
+async def test_a_1_36_pod_group_gets_the_priority_of_its_own_class_never_of_its_pods(api: Api) -> None:
+    """The 1.36 server (WorkloadAwarePreemption) sets a v1alpha2 PodGroup's spec.priority from its own
+    priorityClassName, else 0, and disruptionMode Pod: what a gang's priority is read from."""
+    path = api.path("podgroups", group="scheduling.k8s.io", version="v1alpha2")
+    group = {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup", "metadata": {"name": "plain"},
+             "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}}  # fmt: skip
+    plain = await api.ok("POST", path, group)
+    assert (plain["spec"]["priority"], plain["spec"]["disruptionMode"]) == (0, "Pod")
+    high = f"{api.namespace}-gang"  # PriorityClasses are cluster-wide: one per test
+    await api.ok("POST", "/apis/scheduling.k8s.io/v1/priorityclasses",
+                 {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": high},
+                  "value": 1000})  # fmt: skip
+    try:
+        classed = {**group, "metadata": {"name": "classed"}, "spec": {**group["spec"], "priorityClassName": high}}
+        with anyio.fail_after(60):  # admission reads the classes from its informer (a real server's lag)
+            while (await api.request("POST", path + "?dryRun=All", classed)).status == 403:
+                await anyio.sleep(0.05)
+        assert (await api.ok("POST", path, classed))["spec"]["priority"] == 1000
+    finally:
+        await api.ok("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{high}")
+    unknown = {**group, "metadata": {"name": "unknown"}, "spec": {**group["spec"], "priorityClassName": "nope"}}
+    answer = await api.request("POST", path, unknown)
+    assert answer.status == 403
+    assert (
+        answer.json["message"]
+        == 'podgroups.scheduling.k8s.io "unknown" is forbidden: no PriorityClass with name nope was found'
+    )

@@ -279,3 +279,28 @@ def test_a_victim_an_admission_policy_will_not_let_go_is_told_on_both_gangs_and_
     finally:
         lift_keep_pods_policy(plane)
         process.stop()
+
+
+def test_members_beyond_a_gang_s_minimum_preempt_as_any_pod_would(
+    plane: ControlPlane, scheduler: PhalanxProcess
+) -> None:
+    """Upstream's gang test, on a real server: a v1alpha2 PodGroup of 4 (minCount 3) on a node full of
+    lower-priority pods binds all four, evicting four pods, not three."""
+    ensure_namespace(plane, "extras")
+    priority_class(plane, "itest-batch", 10)
+    priority_class(plane, "itest-production", 100000)
+    node = sorted(n["metadata"]["name"] for n in plane.call("GET", "/api/v1/nodes")["items"])[-1]
+    for i in range(8):
+        plane.apply(gpu_pod(f"small-{i}", "extras", 1, scheduler="default-scheduler", nodeName=node,
+                            priorityClassName="itest-batch", terminationGracePeriodSeconds=0))  # fmt: skip
+    # The group's own class: a 1.36 server gives a PodGroup without one priority 0, whatever its pods say.
+    spec = {"schedulingPolicy": {"gang": {"minCount": 3}}, "priorityClassName": "itest-production"}
+    plane.apply({"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+                 "metadata": {"name": "four", "namespace": "extras"}, "spec": spec})  # fmt: skip
+    for i in range(4):
+        plane.apply(gpu_pod(f"four-{i}", "extras", 1, priorityClassName="itest-production",
+                            nodeSelector={"kubernetes.io/hostname": node},
+                            schedulingGroup={"podGroupName": "four"}))  # fmt: skip
+    eventually(lambda: {f"extras/four-{i}" for i in range(4)} <= set(bound(plane, "extras")), timeout=60,
+               what="all four bound")  # fmt: skip
+    assert len([key for key in bound(plane, "extras") if key.startswith("extras/small-")]) == 4

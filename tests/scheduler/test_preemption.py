@@ -404,3 +404,33 @@ async def test_a_new_leader_finishes_the_evictions_its_predecessor_began_whole_u
             await eventually(lambda: app.evictor.idle, what="the evictor done")
             assert terminating(where) == {*going, "team/plain-0"}
         check_invariants(where)
+
+
+@pytest.mark.parametrize("policy", [{"gang": {"minCount": 3}}, {"basic": {}}])
+async def test_members_beyond_a_gang_s_minimum_preempt_lower_priorities_as_any_pod_would(
+    policy: dict[str, Any],
+) -> None:
+    """Issue 25, from upstream's own gang tests: a gang of 4 (minCount 3) on a node full of lower-priority
+    pods evicted 3, bound 3, and left its 4th waiting for ever beside a pod it could have evicted; a `basic`
+    group (no gang) never preempted at all."""
+    async with cluster(nodes=[rack_node("r0-n0", "r0")]) as where, phalanx(where):
+        classes(where)
+        for i in range(8):
+            where.create(gpu_pod(f"small-{i}", gpus=1, scheduler="default-scheduler", nodeName="r0-n0",
+                                 priorityClassName="batch"))  # fmt: skip
+        group = {"name": "four", "namespace": "team"}
+        # The group's own class: a 1.36 server gives a PodGroup without one priority 0, whatever its pods say.
+        where.create({"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup", "metadata": group,
+                      "spec": {"schedulingPolicy": policy, "priorityClassName": "production"}})  # fmt: skip
+        for i in range(4):
+            where.create(gpu_pod(f"four-{i}", gpus=1, priorityClassName="production",
+                                 schedulingGroup={"podGroupName": "four"}))  # fmt: skip
+
+        def all_bound() -> bool:
+            for key in terminating(where):  # a kubelet finishes each victim
+                where.finish_termination(key)
+            return {f"team/four-{i}" for i in range(4)} <= set(where.bound())
+
+        await eventually(all_bound, what=lambda: f"all four bound, got {sorted(where.bound())}")
+        assert len([key for key in where.bound() if key.startswith("team/small")]) == 4  # no more victims than needed
+        check_invariants(where)

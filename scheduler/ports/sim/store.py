@@ -394,6 +394,8 @@ class Store:
             raise invalid(resource.kind, resource.group, name, causes)
         if resource.kind == "Pod" and not resource.group:
             obj = {**obj, "spec": self._admit_priority(name, obj["spec"])}
+        elif resource.storage == ("scheduling.k8s.io", "podgroups") and resource.version == "v1alpha2":
+            obj = {**obj, "spec": self._admit_pod_group(name, obj.get("spec") or {})}
         key = self._key(resource, namespace, name)
         table = self._table(resource)
         if key in table:
@@ -436,15 +438,7 @@ class Store:
         """The Priority admission plugin: ``spec.priority`` (and ``preemptionPolicy``) from the pod's
         PriorityClass, the global default class, or 0; 403 for a class that does not exist, or a
         ``spec.priority`` the user set to something else."""
-        class_name = spec.get("priorityClassName")
-        classes = {key[1]: obj for key, obj in self._objects.get(("scheduling.k8s.io", "priorityclasses"), {}).items()}
-        chosen: Mapping[str, Any] | None
-        if class_name:
-            chosen = classes.get(class_name) or SYSTEM_PRIORITY_CLASSES.get(class_name)
-            if chosen is None:
-                raise ApiError(403, f'pods "{name}" is forbidden: no PriorityClass with name {class_name} was found')
-        else:
-            chosen = next((c for c in classes.values() if c.get("globalDefault")), None)
+        chosen = self._priority_class(spec, f'pods "{name}"')
         value = int((chosen or {}).get("value", 0))
         given = spec.get("priority")
         if given is not None and given != value:
@@ -455,6 +449,32 @@ class Store:
             )
         policy = (chosen or {}).get("preemptionPolicy") or "PreemptLowerPriority"
         return {**spec, "priority": value, "preemptionPolicy": spec.get("preemptionPolicy") or policy}
+
+    def _priority_class(self, spec: Mapping[str, Any], subject: str) -> Mapping[str, Any] | None:
+        """The PriorityClass ``spec.priorityClassName`` names, else the global default (None: there is none);
+        403 about ``subject`` for a class that does not exist."""
+        class_name = spec.get("priorityClassName")
+        classes = {key[1]: obj for key, obj in self._objects.get(("scheduling.k8s.io", "priorityclasses"), {}).items()}
+        if not class_name:
+            return next((c for c in classes.values() if c.get("globalDefault")), None)
+        chosen = classes.get(class_name) or SYSTEM_PRIORITY_CLASSES.get(class_name)
+        if chosen is None:
+            raise ApiError(403, f"{subject} is forbidden: no PriorityClass with name {class_name} was found")
+        return chosen
+
+    def _admit_pod_group(self, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """A 1.36 PodGroup as the server admits it (the WorkloadAwarePreemption gate): ``spec.priority`` from
+        its own PriorityClass, the global default, or 0 (never from its pods'), and ``disruptionMode: Pod``."""
+        chosen = self._priority_class(spec, f'podgroups.scheduling.k8s.io "{name}"')
+        value = int((chosen or {}).get("value", 0))
+        given = spec.get("priority")
+        if given is not None and given != value:
+            raise ApiError(
+                403,
+                f'podgroups.scheduling.k8s.io "{name}" is forbidden: priority set in the pod group ({given}) must '
+                f"match the priority computed ({value}) based on the priority class set in the spec",
+            )
+        return {"disruptionMode": "Pod", **spec, "priority": value}
 
     def restore(self, resource: Resource, obj: Mapping[str, Any]) -> Obj:
         """Load an object as it is (status, ``nodeName`` and all), as when copying a real cluster in."""
