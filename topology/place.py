@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from topology import exact
-from topology.domains import BoolArray, Domains, IdArray, IntArray
+from topology.domains import BoolArray, Domains, FloatArray, IdArray, IntArray
 from topology.explain import node_limit, node_reasons, plural, short_name
 from topology.fit import ShapeFit, domain_totals, pods_per_node, shape_fit
 from topology.model import HOSTNAME
@@ -249,7 +249,10 @@ class _Search:
         elastic = part.elastic and not self._trialling
         whole = (pods[candidates] >= part.total) if elastic else np.zeros(len(candidates), dtype=np.bool_)
         may_hold_all = set(candidates[whole].tolist())
-        candidates = candidates[np.lexsort((candidates, capacity[candidates], ~whole))]
+        # Tightest first; between domains with as much room, the most allocated (kube-scheduler's
+        # MostAllocated), which keeps the emptier one whole for a later big gang.
+        used = self._allocated(part, domains, scope)[candidates]
+        candidates = candidates[np.lexsort((candidates, -used, capacity[candidates], ~whole))]
         first_failure: _Failure | None = None
         fallback: int | None = None
         tried = 0
@@ -654,6 +657,23 @@ class _Search:
             f"no {short} has room for them together "
             f"(they need at least {_minimum_pods(part)} pods; the largest {short} fits {room})."
         )
+
+    def _allocated(self, part: _Part, domains: Domains, scope: Scope) -> FloatArray:
+        """Per domain, the share of its allocatable in use, averaged over the resources the part asks for."""
+        columns = np.unique(np.concatenate([shape.columns for leaf in part.leaves() for shape in leaf.shapes]
+                                           or [np.zeros(0, dtype=np.int64)]))  # fmt: skip
+        if not len(columns):
+            return np.zeros(domains.n_domains)
+        ids = domains.ids if scope is None else domains.ids[scope]
+        rows = np.arange(self.snapshot.n_nodes) if scope is None else np.asarray(scope)
+        inside = ids >= 0
+        shares = np.zeros(domains.n_domains)
+        members, n = ids[inside], domains.n_domains
+        for column in columns:
+            used = np.bincount(members, weights=self.snapshot.requested[rows[inside], column], minlength=n)
+            total = np.bincount(members, weights=self.snapshot.allocatable[rows[inside], column], minlength=n)
+            shares += used / np.maximum(total, 1)
+        return shares / len(columns)
 
     def _never(self, part: _Part, domains: Domains, scope: Scope) -> str:
         """For a leaf no domain holds now: the sentence saying no domain could hold it even empty (so that

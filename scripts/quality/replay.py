@@ -156,7 +156,7 @@ class _Silent:
     def gang(self, objects: Sequence[ObjectRef], pods: Sequence[str]) -> Subject | None:
         return None
 
-    def group(self, spec: GangSpec, *, scheduled: bool, message: str) -> None:
+    def group(self, spec: GangSpec, *, scheduled: bool, message: str, waiting: bool = False) -> None:
         pass
 
 

@@ -504,3 +504,14 @@ def test_a_composite_is_unresolvable_only_when_too_few_parts_could_ever_fit() ->
         min_children=2,
     )
     assert infeasible(snapshot, both_nowhere).unresolvable is True
+
+
+def test_between_racks_with_as_much_room_the_more_allocated_one_is_chosen() -> None:
+    """Issue 25, from upstream's topology tests: an empty rack of four nodes and a rack of eight with four in
+    use have room for the same four 8-GPU pods; kube-scheduler (MostAllocated) takes the busier rack and keeps
+    the empty one whole for the next big gang. So does Phalanx now (it took the empty rack, first by name)."""
+    snapshot = Snapshot(rack_nodes("b0", "rack-a", 4) + rack_nodes("b0", "rack-b", 8), topology=LEVELS)
+    for i in range(4):
+        fill(snapshot, f"rack-b-n{i:02d}", 8)
+    result = placed(snapshot, gang("team-a/train", 4, gpus=8, required=RACK))
+    assert labels_of(snapshot, result.nodes().values(), RACK) == {"rack-b"}
