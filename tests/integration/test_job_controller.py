@@ -153,3 +153,32 @@ def test_a_preempted_job_survives_its_backoff_limit_when_its_pod_failure_policy_
         assert eventually(failed, timeout=60, what="the Job failed") == "BackoffLimitExceeded"
     eventually(lambda: {f"{namespace}/vip-{i}" for i in range(2)} <= set(bound(plane, namespace)), timeout=60,
                what="the preemptor bound")  # fmt: skip
+
+
+def test_a_group_larger_than_its_job_holds_room_then_cools_down_and_the_pod_it_blocked_is_told_whose_it_is(
+    plane: ControlPlane, scheduler: PhalanxProcess
+) -> None:
+    """Issue 25: a scheduler-plugins PodGroup of minMember 4 and a Job of 3 pods held room for the missing
+    member, timed out and held it again a second later, for ever; a pod it kept out was told "the cluster
+    fits 0"."""
+    ensure_namespace(plane, "cooldown")
+    nodes = rack_nodes(plane, "b0-r3")
+    for i, node in enumerate(nodes[4:]):  # four nodes of the rack are left
+        plane.apply(gpu_pod(f"other-{i}", "cooldown", scheduler="default-scheduler", nodeName=node))
+    plane.apply({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                 "metadata": {"name": "mm", "namespace": "cooldown"},
+                 "spec": {"minMember": 4, "scheduleTimeoutSeconds": 3}})  # fmt: skip
+    template = gpu_pod("", "cooldown", labels={"scheduling.x-k8s.io/pod-group": "mm"}, nodeSelector={RACK: "b0-r3"})
+    template["metadata"] = {"labels": template["metadata"]["labels"]}
+    plane.apply(job("mm", "cooldown", 3, template))
+    eventually(lambda: len(pods(plane, "cooldown")) == 7, what="the Job's three pods")
+    plane.apply(gpu_pod("web-0", "cooldown", nodeSelector={RACK: "b0-r3"}))
+    told = eventually(lambda: (c := pod_scheduled(pods(plane, "cooldown")["cooldown/web-0"])) and "held for gang"
+                      in c["message"] and c["message"], what="the web pod told whose room it waits for")  # fmt: skip
+    assert "Room on 1 node is held for gang scheduler-plugins:cooldown/mm, which waits for 1 member(s) that " in told
+    # The gang times out, releases the room (the web pod binds) and cools down before it holds room again.
+    eventually(lambda: "cooldown/web-0" in bound(plane, "cooldown"), what="the web pod bound once the room is free")
+    member = next(key for key in pods(plane, "cooldown") if key.startswith("cooldown/mm-"))
+    waiting = eventually(lambda: (c := pod_scheduled(pods(plane, "cooldown")[member])) and "holds room again in"
+                         in c["message"] and c["message"], what="the gang saying when it holds room again")  # fmt: skip
+    assert "1 member(s) that do not exist yet" in waiting
