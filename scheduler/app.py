@@ -196,6 +196,7 @@ class Phalanx:
 
     async def _lead(self) -> None:
         try:
+            self.state.take_departures()  # what left while following: a new leader keeps no room it did not see left
             self.scheduler.requeue_all()
             async with anyio.create_task_group() as group:
                 await group.start(self.binder.run)

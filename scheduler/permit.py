@@ -184,7 +184,10 @@ class Permit:
         return list(reservation.placeholders) if reservation is not None else []
 
     def release_all(self) -> list[str]:
-        """End every reservation (on losing leadership); returns the placeholder keys they held."""
+        """End every reservation, and forget every cool-down (on losing leadership: the next lead starts
+        afresh); returns the placeholder keys they held."""
+        self.timeouts.clear()
+        self._cooling.clear()
         return [key for gang in list(self.waiting) for key in self.release(gang)]
 
     def held_by_others(self, gang: GangKey) -> dict[GangKey, list[Placeholder]]:

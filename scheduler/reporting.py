@@ -191,14 +191,14 @@ class Reporter:
         note = clip_bytes(note, _NOTE_BYTES)
         # Counts in a note change as a gang gathers members or room frees ("waits for 26 member(s)", then
         # "3"): keyed without them, as client-go's aggregator keys similar events, so that one series
-        # counts them. The Event keeps its first note (a note cannot change); the pod's condition says the
-        # latest.
+        # counts them, and says the latest note.
         key = (subject, reason, _COUNTS.sub("#", note))
         found = self._events.pop(key, None)
         if found is None:
             found = _Event(subject, reason, note, type, action)
         else:
             found.count += 1
+            found.note = note
         self._events[key] = found  # re-inserted: the dict is kept in order of last occurrence
         self._due.add(key)
         if len(self._events) > _EVENTS_TRACKED + _EVENTS_TRACKED // 8:
@@ -349,6 +349,7 @@ class Reporter:
                     "series": {"count": event.count, "lastObservedTime": micro_time(wall)},
                     "count": event.count,
                     "lastTimestamp": rfc3339(wall),
+                    "message": event.note,  # the latest (the core API lets it change, as client-go's recorder does)
                 }
                 answer = await self._attempt(
                     "event", event.reason, self.port.patch(CORE_EVENTS, namespace, event.name, series)

@@ -73,7 +73,8 @@ class Departure:
     pod: str
     node: str
     requests: tuple[tuple[str, int], ...]
-    gang: GangKey | None
+    gang: GangKey
+    at: float  # monotonic
 
 
 @dataclass(slots=True)
@@ -239,8 +240,9 @@ class ClusterState:
         else:
             self.marked_victims.pop(key, None)
         labels = metadata.get("labels")
+        uid = str(metadata.get("uid") or "")
         self._pods[key] = RunningPod(
-            uid=str(metadata.get("uid") or ""),
+            uid=uid,
             node=node,
             finished=finished,
             requests=requests,
@@ -251,19 +253,25 @@ class ClusterState:
             grace=_grace(obj),
             runtime_limit=limit,
             ends_at=ends_at,
-            preempted=victim_of is not None or (previous is not None and previous.preempted),
+            preempted=victim_of is not None or (previous is not None and previous.preempted and previous.uid == uid),
         )
         self.index.upsert_pod(obj)
 
     def _departed(self, key: str, previous: RunningPod) -> None:
-        if previous.preempted or previous.node is None:
+        gang = self.index.gang_of(key)
+        if previous.preempted or previous.node is None or gang is None:
             return
-        requests = tuple(sorted(previous.requests.items()))
-        self._departures.append(Departure(key, previous.node, requests, self.index.gang_of(key)))
+        now = self.clock.monotonic()
+        grace = self.settings.permit.replacement_grace_seconds
+        # Taken by the leader's loop; a follower's list keeps only what could still be replaced.
+        self._departures = [d for d in self._departures if now - d.at < grace]
+        self._departures.append(Departure(key, previous.node, tuple(sorted(previous.requests.items())), gang, now))
 
     def take_departures(self) -> list[Departure]:
-        """Bound pods that failed or were deleted while running (not preempted), since the last call."""
-        departures, self._departures = self._departures, []
+        """Gang members that failed or were deleted while running (not preempted), since the last call and
+        within the replacement grace period."""
+        now, grace = self.clock.monotonic(), self.settings.permit.replacement_grace_seconds
+        departures, self._departures = [d for d in self._departures if now - d.at < grace], []
         return departures
 
     def _requests(self, obj: Mapping[str, Any]) -> dict[str, int]:

@@ -32,7 +32,7 @@ import numpy as np
 from topology import exact
 from topology.domains import BoolArray, Domains, FloatArray, IdArray, IntArray
 from topology.explain import node_limit, node_reasons, plural, short_name
-from topology.fit import ShapeFit, domain_totals, pods_per_node, shape_fit
+from topology.fit import ShapeFit, domain_totals, shape_fit
 from topology.model import HOSTNAME
 from topology.outcome import Assignment, DomainChoice, HeldRoom, Infeasible, Placement
 from topology.request import GangRequest, PodShape
@@ -683,9 +683,8 @@ class _Search:
         ids = domains.ids if scope is None else domains.ids[scope]
         most = np.zeros(domains.n_domains, dtype=np.int64)
         for i, shape in enumerate(part.shapes):
-            empty = pods_per_node(self.snapshot.allocatable, shape)
-            most += np.minimum(domain_totals(ids, empty if scope is None else empty[scope], domains.n_domains),
-                               part.waiting(i))  # fmt: skip
+            empty = shape.empty_fit if scope is None else shape.empty_fit[scope]
+            most += np.minimum(domain_totals(ids, empty, domains.n_domains), part.waiting(i))
         need = max(0, part.request.min_pods - len(part.pinned))
         if not len(most) or int(most.max()) >= need:
             return ""

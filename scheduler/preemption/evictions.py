@@ -10,7 +10,8 @@ Two things keep that promise beside the evictor's retries:
   ``ClusterState.marked_victims``) that no eviction here is deleting, because the leader that began it
   lost its lease. The evictor marks every victim of a job before it deletes any, so a mark is always
   there while a unit is half gone; the unit is finished with the rest of its gang when what would be left
-  running is below the gang's minimum (a whole-gang unit), or alone (a gang's surplus, a plain pod).
+  running is below the gang's minimum, or the gang is evicted only whole (``disruptionMode``), else alone
+  (a gang's surplus, a plain pod).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Iterable, Iterator
 
 from scheduler.gangs import GangError, GangKey, GangSpec, Source
 from scheduler.preemption.evictor import Victim, read_victim_message
+from scheduler.preemption.units import evicted_whole
 from scheduler.state import ClusterState
 
 
@@ -85,7 +87,8 @@ class Evictions:
             running.append(pod)
         marked = self.state.marked_victims
         staying = {each for each in running if each not in marked and each not in going}
-        if isinstance(result, GangSpec) and result.request.satisfied_by(staying):
+        whole = isinstance(result, GangSpec) and evicted_whole(result, self.state)
+        if isinstance(result, GangSpec) and not whole and result.request.satisfied_by(staying):
             return [each for each in running if each in marked and each not in going]
         return [each for each in running if each not in going]
 

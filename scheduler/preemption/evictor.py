@@ -170,10 +170,19 @@ class Evictor:
             "message": victim_message(self.scheduler_name, job.preemptor, job.domain),
             "lastTransitionTime": rfc3339(self.clock.wall()),
         }
-        patch = {"status": {"conditions": [condition]}}
+        # The uid makes the patch a precondition as the DELETE's is: the API refuses it (uid is immutable) on
+        # another pod made under the same name since, which must not be marked a victim.
+        patch = (
+            {"metadata": {"uid": victim.uid}, "status": {"conditions": [condition]}}
+            if victim.uid
+            else {"status": {"conditions": [condition]}}
+        )
         marked = await self._write(
             "disruption-target", victim.pod, lambda: self.port.patch_status(PODS, namespace, name, patch)
         )
+        if isinstance(marked, str) and await self._replaced(namespace, name, victim.uid):
+            log.info("preemption write skipped: the pod was replaced", kind="disruption-target", pod=victim.pod)
+            return False
         return marked is not None
 
     async def _delete(self, job: EvictJob, victim: Victim) -> bool:

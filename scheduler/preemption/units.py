@@ -34,6 +34,17 @@ def whole_only(mode: object) -> bool:
     return isinstance(mode, str) and mode in WHOLE_GROUP_MODES
 
 
+def evicted_whole(spec: GangSpec, state: ClusterState) -> bool:
+    """Whether one of the gang's upstream (or Phalanx's) group objects lets it be evicted only whole."""
+    for ref in spec.objects:
+        if ref.group not in (UPSTREAM_GROUP, PHALANX_GROUP):
+            continue
+        group = state.index.group(ref)
+        if group is not None and whole_only(group.spec.get("disruptionMode")):
+            return True
+    return False
+
+
 def never_preempts(spec: GangSpec, state: ClusterState) -> str | None:
     """Why the gang may not preempt (``preemptionPolicy: Never`` on a pod or its group's PriorityClass)."""
     for member in spec.request.members():
@@ -103,7 +114,7 @@ class UnitSource:
             return
         started = {key: self._started(key) for key in victims}
         yield Unit(f"gang {spec.key}", tuple(victims.values()), spec.priority, max(started.values()), str(spec.key))
-        if self._whole_only(spec):
+        if evicted_whole(spec, self.state):
             return
         surplus = [key for leaf in _leaves(spec.request) for key in _beyond_minimum(leaf, victims, started)]
         if not spec.request.satisfied_by(set(victims) - set(surplus)):
@@ -123,15 +134,6 @@ class UnitSource:
             return []
         started = max(self._started(victim.key) for victim in victims)
         return [Unit(f"gang {gang}", tuple(victims), priority, started, str(gang))]
-
-    def _whole_only(self, spec: GangSpec) -> bool:
-        for ref in spec.objects:
-            if ref.group not in (UPSTREAM_GROUP, PHALANX_GROUP):
-                continue
-            group = self.state.index.group(ref)
-            if group is not None and whole_only(group.spec.get("disruptionMode")):
-                return True
-        return False
 
     def _victim(self, pod: str) -> VictimPod | None:
         """The pod as a victim, if it runs and is not going already."""

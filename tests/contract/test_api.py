@@ -596,3 +596,17 @@ async def test_a_1_36_pod_group_gets_the_priority_of_its_own_class_never_of_its_
         answer.json["message"]
         == 'podgroups.scheduling.k8s.io "unknown" is forbidden: no PriorityClass with name nope was found'
     )
+
+
+async def test_a_status_patch_naming_another_uid_is_refused_so_a_replaced_pod_is_never_marked(api: Api) -> None:
+    created = await api.ok("POST", api.path("pods"), pod("p"))
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler", "message": "m"}
+    stale = await api.request("PATCH", api.path("pods", "p/status"),
+                              {"metadata": {"uid": "not-this-pod"}, "status": {"conditions": [condition]}},
+                              content_type="application/strategic-merge-patch+json")  # fmt: skip
+    assert stale.status == 422
+    assert {c["field"] for c in stale.json["details"]["causes"]} == {"metadata.uid"}
+    same = await api.ok("PATCH", api.path("pods", "p/status"),
+                        {"metadata": {"uid": created["metadata"]["uid"]}, "status": {"conditions": [condition]}},
+                        content_type="application/strategic-merge-patch+json")  # fmt: skip
+    assert [c["type"] for c in same["status"]["conditions"]].count("DisruptionTarget") == 1

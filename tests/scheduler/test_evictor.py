@@ -11,7 +11,7 @@ import pytest
 from scheduler.clock import SystemClock
 from scheduler.gangs import GangKey, ObjectRef
 from scheduler.metrics import Metrics
-from scheduler.ports.errors import Conflict, Forbidden, Throttled, Unavailable
+from scheduler.ports.errors import Conflict, Forbidden, Invalid, Throttled, Unavailable
 from scheduler.ports.port import ApiResource
 from scheduler.preemption import evictor as module
 from scheduler.preemption.evictor import EvictJob, Evictor, Victim
@@ -179,3 +179,10 @@ async def test_a_delete_refused_for_good_is_told_on_both_gangs_counted_and_tried
     assert reporter.refused == 1  # type: ignore[attr-defined]
     preempted = [event for event in reporter.events if event[1] == "Preempted"]
     assert [event[0] for event in preempted].count(GROUP) == 1  # "2 of its pods preempted", once
+
+
+async def test_a_victim_replaced_by_a_pod_of_the_same_name_is_neither_marked_nor_deleted() -> None:
+    port = Answers(patch=[Invalid('Pod "a" is invalid: metadata.uid: Invalid value: "uid-1": field is immutable')],
+                   delete=[], uid_now="uid-2")  # fmt: skip
+    await evict(port)
+    assert port.deleted == [] and not [patch for patch in port.patched if "conditions" in patch["status"]]

@@ -434,3 +434,21 @@ async def test_members_beyond_a_gang_s_minimum_preempt_lower_priorities_as_any_p
         await eventually(all_bound, what=lambda: f"all four bound, got {sorted(where.bound())}")
         assert len([key for key in where.bound() if key.startswith("team/small")]) == 4  # no more victims than needed
         check_invariants(where)
+
+
+async def test_a_new_leader_finishes_a_group_that_goes_only_whole_even_when_its_minimum_would_stay() -> None:
+    async with cluster(nodes=two_racks(), graceful=True) as where:
+        classes(where)
+        where.create({"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+                      "metadata": {"name": "whole", "namespace": "team"},
+                      "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": {"all": {}},
+                               "priorityClassName": "batch"}})  # fmt: skip
+        for i, node in enumerate(["r0-n0", "r0-n1", "r1-n0"]):
+            where.create(gpu_pod(f"whole-{i}", priorityClassName="batch", nodeName=node,
+                                 schedulingGroup={"podGroupName": "whole"}))  # fmt: skip
+        mark_as_victim(where, "team/whole-0")  # the old leader marked one of three, then lost its lease
+        async with phalanx(where) as app:
+            going = {"team/whole-0", "team/whole-1", "team/whole-2"}
+            await eventually(lambda: terminating(where) == going, what=lambda: f"all three going: {terminating(where)}")
+            await eventually(lambda: app.evictor.idle, what="the evictor done")
+        check_invariants(where)

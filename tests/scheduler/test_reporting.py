@@ -148,7 +148,7 @@ async def test_a_status_field_the_installed_crd_drops_is_logged_once_with_what_t
     assert "install the CRD as its project publishes it" in warnings[0]["hint"]
 
 
-async def test_notes_that_differ_only_in_their_counts_are_one_series_that_keeps_its_first_note() -> None:
+async def test_notes_that_differ_only_in_their_counts_are_one_series_that_says_the_latest() -> None:
     store = Store()
     store.ensure_namespace("team")
     reporter, clock = reporter_on(store)
@@ -161,5 +161,5 @@ async def test_notes_that_differ_only_in_their_counts_are_one_series_that_keeps_
     await reporter.flush()
     written = {event["reason"]: event for event in events(store, "p1")}
     assert len(events(store, "p1")) == 2
-    assert written["GangWaiting"]["note"] == "Gang pfn:team/job waits for 26 member(s); 0.5 s left"
+    assert written["GangWaiting"]["note"] == "Gang pfn:team/job waits for 1 member(s); 0.5 s left"
     assert written["GangWaiting"]["series"]["count"] == 4

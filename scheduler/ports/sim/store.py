@@ -56,6 +56,7 @@ from scheduler.ports.sim.schema import structural, validate
 from scheduler.ports.sim.selectors import Selector
 from scheduler.ports.sim.validation import (
     admit_pod,
+    bad,
     event_causes,
     invalid,
     name_causes,
@@ -541,6 +542,10 @@ class Store:
         if not isinstance(patched, dict):
             raise ApiError(422, "a patch must leave an object")
         patched = dict(self._incoming(resource, patched))
+        uid = (patched.get("metadata") or {}).get("uid")
+        if uid not in (None, "", current["metadata"].get("uid")):  # any subresource: the server compares them
+            cause = bad("metadata.uid", uid, "field is immutable")
+            raise invalid(resource.kind, resource.group, name, [cause])
         wanted = (patched.get("metadata") or {}).get("resourceVersion")
         if wanted not in (None, "") and str(wanted) != current["metadata"]["resourceVersion"]:
             raise conflict(
