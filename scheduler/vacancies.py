@@ -48,9 +48,6 @@ class Vacancies:
         self._by_gang.setdefault(gang, []).append(vacancy)
         return vacancy
 
-    def of(self, gang: GangKey) -> list[Vacancy]:
-        return list(self._by_gang.get(gang, ()))
-
     def filled(self, gang: GangKey) -> list[Vacancy]:
         """The gang was placed again, or runs no more: its vacancies end."""
         return self._by_gang.pop(gang, [])
