@@ -4,21 +4,66 @@
 ``errors``, ``kube/`` (kubernetes_asyncio to a real API server), ``sim/`` (the in-memory emulator, also
 served over HTTP). Nothing here imports the engine.
 
-The engine — everything at this level, in the order data flows through it:
+The engine — everything else at this level. Data flows through it in this order:
 
 1. ``informers``: list and watch each resource through the port;
 2. ``state``: ``ClusterState``, the nodes' arrays, every pod's requests and what is assumed;
 3. ``gangs/``: the sources' objects compiled into gang trees (``gangs/sources.py`` lists the sources);
 4. ``queue``: which gang next, and when a failed one is tried again;
-5. ``cycle``: one scheduling cycle per gang (placement by ``topology``), its ``outcome`` recorded once;
-   ``waiting`` and ``permit`` for gangs that lack members, ``vacancies`` for room kept for a lost
-   member's replacement, ``whose_room`` to name the gang that holds room a failed placement lacks;
-   ``preemption/`` for gangs that do not fit (units of eviction, nominations, the evictor);
-6. ``binding``: binds placed gangs (through ``jobs``, off the cycle); ``reporting``: conditions, Events and
-   group status;
-7. ``leader``, ``health``, ``metrics``, ``settings``, ``app`` (which wires it all together).
+5. ``loop`` folds cluster news into the queue and runs ``cycle``: one scheduling cycle per gang, a
+   pipeline of stages that return values (placement by ``topology``; ``permit/`` for gangs that lack
+   members; the post-filters ``preemption/`` and ``starvation``; ``vacancies`` and ``whose_room`` for room
+   kept for others), whose answer, a ``decision.Outcome``, is recorded in one place;
+6. ``binding`` binds placed gangs, ``preemption/evictor`` evicts, ``reporting`` writes conditions, Events
+   and group status: each a task of its own, off the cycle;
+7. ``leader``, ``health``, ``metrics``, ``settings``, ``app`` (which builds it all).
+
+Imports go the other way, from the top of :data:`ORDER` down.
 
 ``frontends/`` — the ``phalanx`` command (``cli``) and what it runs: ``simulation``, ``dryrun``,
 ``explain``, ``sandbox`` (serve), their output (``render``, ``plot``), ``samples``, and the
 ``invariants`` checker the tests and benchmarks share. The engine never imports them.
 """
+
+#: The engine's modules from the bottom up: each imports only modules listed before it (a package stands
+#: for all its modules). ``tests/test_layers.py`` holds every engine module to it.
+ORDER = (
+    # what everything uses
+    "clock",
+    "jobs",
+    "logs",
+    "ratelimit",
+    "metrics",
+    # the gang model, the settings, what a decision is
+    "gangs",
+    "settings",
+    "decision",
+    # what the cluster is
+    "budgets",
+    "state",
+    "informers",
+    # the stages of a cycle, and what they keep
+    "queue",
+    "vacancies",
+    "permit.holds",
+    "permit.missing",
+    "permit.stage",
+    "starvation",
+    "preemption.units",
+    "preemption.nominations",
+    "preemption.evictions",
+    "preemption.planner",
+    "preemption.postfilter",
+    "whose_room",
+    # the writers, off the cycle
+    "reporting",
+    "binding",
+    "preemption.evictor",
+    # the cycle, and the loop that runs it
+    "cycle",
+    "loop",
+    # the process
+    "leader",
+    "health",
+    "app",
+)

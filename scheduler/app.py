@@ -24,18 +24,16 @@ from anyio.abc import TaskStatus
 
 from scheduler.binding import Binder
 from scheduler.clock import Clock, SystemClock
-from scheduler.cycle import SchedulingLoop
 from scheduler.gangs import GangKey
 from scheduler.gangs.sources import SOURCES
 from scheduler.health import HealthServer
 from scheduler.informers import Informer
 from scheduler.leader import LeaderElector
+from scheduler.loop import scheduling_loop
 from scheduler.metrics import Metrics
-from scheduler.permit import Permit
 from scheduler.ports.errors import PortError
 from scheduler.ports.port import DISRUPTION_BUDGETS, NODES, PODS, ApiResource, ClusterPort
 from scheduler.preemption.evictor import Evictor
-from scheduler.queue import GangQueue
 from scheduler.ratelimit import TokenBucket
 from scheduler.reporting import Reporter
 from scheduler.settings import Settings
@@ -90,8 +88,6 @@ class Phalanx:
         self.serve = serve
         self.metrics = Metrics()
         self.state = ClusterState(settings, self.clock)
-        self.queue = GangQueue(settings.queue, self.clock, random.Random(self.rng.random()))
-        self.permit = Permit(settings.permit, self.clock, random.Random(self.rng.random()))
         self.limiter = TokenBucket(settings.binding.writes_per_second, settings.binding.burst, self.clock)
         self.reporter = Reporter(
             port=port,
@@ -122,17 +118,18 @@ class Phalanx:
             scheduler_name=settings.scheduler_names[0],
             refused_retry_seconds=settings.preemption.refused_retry_seconds,
         )
-        self.scheduler = SchedulingLoop(
+        self.scheduler = scheduling_loop(
             settings=settings,
             state=self.state,
-            queue=self.queue,
-            permit=self.permit,
+            clock=self.clock,
+            rng=self.rng,
             binder=self.binder,
             reporter=self.reporter,
-            clock=self.clock,
             metrics=self.metrics,
             evictor=self.evictor,
         )
+        self.queue = self.scheduler.queue
+        self.permit = self.scheduler.permit
         self.elector = LeaderElector(port, settings.leader_election, settings.identity, self.clock, self.metrics)
         self.informers: list[Informer] = []
         self.health: HealthServer | None = None
@@ -204,10 +201,4 @@ class Phalanx:
                 await group.start(self.reporter.run)
                 await group.start(self.scheduler.run)
         finally:
-            # A new leader evaluates every gang afresh; victims already terminating are not chosen again.
-            self.scheduler.nominations.clear()
-            self.scheduler.vacancies.clear()  # a new leader keeps no room it did not see left
-            self.scheduler.evictions.clear()  # the evictor's writes stop with the lead; the marks tell what was begun
-            self.scheduler.starvation.clear()  # a new leader rebuilds reservations from the same state
-            self.permit.release_all()
-            self.state.forget_assumptions()
+            self.scheduler.lost_lead()

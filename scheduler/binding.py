@@ -26,7 +26,6 @@ refusal (the API server answers 409 when a pod still has ``spec.schedulingGates`
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import Enum
 
 import anyio
@@ -34,13 +33,14 @@ import structlog
 from anyio.abc import TaskStatus
 
 from scheduler.clock import Clock
+from scheduler.decision import BindJob, Reason
 from scheduler.gangs import GangKey
 from scheduler.jobs import Jobs
 from scheduler.metrics import Metrics
 from scheduler.ports.errors import Conflict, NotFound, PortError, Throttled
 from scheduler.ports.port import PODS, ClusterPort
 from scheduler.ratelimit import TokenBucket
-from scheduler.reporting import Reason, Reporter
+from scheduler.reporting import Reporter
 from scheduler.settings import BindingSettings
 from scheduler.state import ClusterState
 
@@ -57,13 +57,6 @@ class BindResult(Enum):
     GONE = "gone"  # deleted, recreated, or bound elsewhere by someone else: place the rest again now
     CROWDED = "crowded"  # another scheduler used the node meanwhile: place again now
     REFUSED = "refused"  # not transient (configuration, the pod's own state): back off, as after any failure
-
-
-@dataclass(frozen=True, slots=True)
-class BindJob:
-    gang: GangKey
-    pods: tuple[tuple[str, str], ...]  # (pod, node)
-    created: float  # the gang's first creation (wall seconds), for end-to-end latency
 
 
 class Binder:
@@ -142,7 +135,7 @@ class Binder:
             if result is BindResult.BOUND:
                 self.reporter.scheduled(pod, node)
             else:
-                state.unreserve(pod)
+                state.forget(pod)
         if all(result is BindResult.BOUND for result in results):
             self.metrics.gang_latency.observe(max(0.0, self.clock.wall() - job.created))
         else:
@@ -152,7 +145,7 @@ class Binder:
 
     def _release(self, job: BindJob, why: str, *, refused: bool = False) -> None:
         for pod, _ in job.pods:
-            self.state.unreserve(pod)
+            self.state.forget(pod)
         if refused:
             log.info("gang not bound; it backs off", gang=job.gang, why=why)
             self.back_off(job.gang, why)

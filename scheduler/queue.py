@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from scheduler.clock import Clock
+from scheduler.decision import Wake
 from scheduler.gangs import GangKey
 from scheduler.settings import QueueSettings
 from topology import PodShape
@@ -41,15 +42,6 @@ JITTER = (0.75, 1.25)
 def order(priority: int, created: float, key: GangKey) -> tuple[int, float, GangKey]:
     """Higher priority first, then older first, then by key (deterministic)."""
     return -priority, created, key
-
-
-@dataclass(frozen=True, slots=True)
-class Wake:
-    """What could make a failed gang fit: node changes, and room for one of these shapes."""
-
-    nodes: bool = True
-    shapes: frozenset[PodShape] = frozenset()
-    pods: int = 1  # members still to place: how much freed room the gang needs
 
 
 class State(Enum):

@@ -30,7 +30,6 @@ import uuid
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any
 
 import anyio
@@ -38,6 +37,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from scheduler.clock import Clock
+from scheduler.decision import Reason, Subject
 from scheduler.gangs import GangSpec, ObjectRef
 from scheduler.gangs.groups import GroupStatus
 from scheduler.gangs.sources import source_api
@@ -49,25 +49,6 @@ from scheduler.settings import ReportingSettings
 from scheduler.state import ClusterState
 
 log = structlog.get_logger("phalanx.reporting")
-
-UNSCHEDULABLE = "Unschedulable"
-SCHEDULER_ERROR = "SchedulerError"
-
-
-class Reason(StrEnum):
-    """Reasons of the Events Phalanx writes (what ``kubectl get events`` shows in its REASON column)."""
-
-    SCHEDULED = "Scheduled"  # Normal, on each pod bound (kube-scheduler's word)
-    FAILED_SCHEDULING = "FailedScheduling"  # Warning: no room now (kube-scheduler's word)
-    GANG_WAITING = "GangWaiting"  # Normal: the gang waits for members (not created, or gated)
-    GANG_TIMEOUT = "GangTimeout"  # Warning: it waited for members longer than its timeout; its room is released
-    INVALID_GANG = "InvalidGang"  # Warning: the gang's definition must be fixed
-    FAILED_BINDING = "FailedBinding"  # Warning: the API server refused a bind
-    PREEMPTING = "Preempting"  # Normal, on the preemptor gang: which pods of which gangs it evicts, and where
-    PREEMPTED = "Preempted"  # Normal, on each victim and its group object (kube-scheduler's word)
-    FAILED_PREEMPTION = "FailedPreemption"  # Warning, on the preemptor: a victim could not be deleted
-    RESERVING = "Reserving"  # Normal, on a gang that waited too long: the domain whose freeing room it holds
-
 
 #: What the API server accepts in an Event (events.k8s.io/v1 validation): the note in bytes, the others in characters.
 _NOTE_BYTES = 1024
@@ -105,17 +86,6 @@ def clip_bytes(text: str, limit: int) -> str:
     if len(encoded) <= limit:
         return text
     return encoded[: limit - 3].decode(errors="ignore") + "..."
-
-
-@dataclass(frozen=True, slots=True)
-class Subject:
-    """What an Event is about."""
-
-    api_version: str
-    kind: str
-    namespace: str
-    name: str
-    uid: str
 
 
 @dataclass(slots=True)

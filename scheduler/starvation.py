@@ -25,8 +25,11 @@ still does not fit, it may *reserve* a domain (EASY backfilling, with a gang for
 - **Not for** composites whose parts each require a domain of their own: one set of drained nodes cannot
   say where each part goes. Members already running pin the domain (the rest must join them).
 
-Not to be confused with the permit's reservation (``permit.py``): room a placed gang holds for members
-that do not exist yet.
+Not to be confused with the room a gang *holds* for members that do not exist yet (``permit/``), nor with
+room the cycle *assumes* for a placement (``state.py``).
+
+Every reservation that ends, and why, is kept in :meth:`Starvation.take_ended` for the loop to count,
+log and act on (the gang next in line is woken), whichever rule ended it.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from scheduler.clock import Clock
+from scheduler.decision import Code, Outcome
 from scheduler.gangs import GangKey, GangSpec
 from scheduler.queue import order
 from scheduler.settings import StarvationSettings
@@ -79,7 +83,16 @@ class DomainReservation:
 
 
 @dataclass(frozen=True, slots=True)
-class Held:
+class Ended:
+    """A reservation that ended, and why: the ``reason`` of ``phalanx_starvation_released_total`` (bound,
+    deleted, expired, displaced, nodes_gone, or the code of a decision that needs no reservation)."""
+
+    reservation: DomainReservation
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReservedRoom:
     """Room one reservation keeps from one placement: node rows and what its gang will take on each."""
 
     reservation: DomainReservation
@@ -107,6 +120,7 @@ class Starvation:
         self._levels: dict[GangKey, tuple[object, Level, bool]] = {}
         #: Shadow times, worked out once per sync of the loop (pods on the drained nodes change in between).
         self._shadows: dict[GangKey, float] = {}
+        self._ended: list[Ended] = []
 
     def __len__(self) -> int:
         return len(self._by_gang)
@@ -191,6 +205,7 @@ class Starvation:
             return None, None
         if displaced is not None:
             self.release(displaced.gang)
+            self._ended.append(Ended(displaced, "displaced"))
         self._in_line.get(level, {}).pop(spec.key, None)
         reservation = self._reservation(spec, rank, plan, snapshot)
         self._by_gang[spec.key] = reservation
@@ -312,21 +327,42 @@ class Starvation:
         self._shadows.pop(gang, None)
         return self._by_gang.pop(gang, None)
 
-    def forget(self, gang: GangKey) -> DomainReservation | None:
-        """The gang needs no reservation any more (bound, deleted, or waiting for members)."""
+    def forget(self, gang: GangKey, why: str) -> None:
+        """The gang needs no reservation any more (``why``: bound, deleted, or the code of a decision that
+        needs none)."""
         self._tried.pop(gang, None)
         self._levels.pop(gang, None)
         for line in self._in_line.values():
             line.pop(gang, None)
-        return self.release(gang)
+        held = self.release(gang)
+        if held is not None:
+            self._ended.append(Ended(held, why))
 
-    def lost_nodes(self, gang: GangKey) -> DomainReservation | None:
-        """The gang's reservation, released, if some of its nodes are gone (it is made afresh at once)."""
+    def take_ended(self) -> list[Ended]:
+        """The reservations ended since last asked, and why."""
+        ended, self._ended = self._ended, []
+        return ended
+
+    def lost_nodes(self, gang: GangKey) -> None:
+        """Release the gang's reservation if some of its nodes are gone (it is made afresh at once)."""
         held = self._by_gang.get(gang)
         snapshot = self.state.snapshot
-        if held is None or all(snapshot.index_of(node) is not None for node in held.nodes):
-            return None
-        return self.release(gang)
+        if held is not None and any(snapshot.index_of(node) is None for node in held.nodes):
+            self.release(gang)
+            self._ended.append(Ended(held, "nodes_gone"))
+
+    def consider(self, spec: GangSpec, request: GangRequest, failed: Outcome) -> Outcome:
+        """A gang that found no room (and no victims) and has waited too long may reserve a domain; one that
+        holds a reservation says so. ``failed`` is the cycle's answer so far; returned as it is otherwise."""
+        if failed.code is not Code.UNSCHEDULABLE or not failed.attempt or not self.starving(spec):
+            return failed
+        self.lost_nodes(spec.key)
+        made, _ = self.claim(spec, request)
+        held = self.get(spec.key)
+        if held is None:
+            return failed
+        reserving = reserving_note(self, made) if made is not None else ""
+        return replace(failed, message=f"{failed.message} {holding_note(self, held)}", reserving=reserving)
 
     def expired(self) -> list[DomainReservation]:
         """Reservations held ``maxHoldSeconds`` without their gang binding, released; their domains are
@@ -336,6 +372,7 @@ class Starvation:
         for held in late:
             self.release(held.gang)
             self._tried.setdefault(held.gang, set()).add((held.level, held.domain))
+            self._ended.append(Ended(held, "expired"))
         return late
 
     def next_deadline(self) -> float | None:
@@ -349,10 +386,11 @@ class Starvation:
         self._layouts.clear()
         self._levels.clear()
         self._shadows.clear()
+        self._ended.clear()
 
     # -- what others see ---------------------------------------------------------------------------
 
-    def held_from(self, gang: GangKey | None, priority: int, runtime: float | None) -> list[Held]:
+    def reserved_from(self, gang: GangKey | None, priority: int, runtime: float | None) -> list[ReservedRoom]:
         """The room ``gang`` may not take: on each reservation's nodes, what its gang will take there (as
         nominated room is hidden: free room below it reads as none, and room that frees up later is the
         reservation's too), unless ``gang`` ranks above it by priority, or ``runtime`` (the longest
@@ -369,14 +407,15 @@ class Starvation:
                 continue  # it will have finished before the reservation could start: EASY backfilling
             rows, demand = self._layout(held.gang)
             if len(rows):
-                found.append(Held(held, rows, demand))
+                found.append(ReservedRoom(held, rows, demand))
         return found
 
-    def held_from_wakes(self) -> list[Held]:
-        """The held room that freed capacity must not be counted in when it wakes waiting gangs (it would
+    def reserved_from_wakes(self) -> list[ReservedRoom]:
+        """The reserved room that freed capacity must not be counted in when it wakes waiting gangs (it would
         wake them to fail again): all of it, but for reservations whose shadow time is known, where a
         short enough gang may still backfill."""
-        return [held for held in self.held_from(None, -_NEVER, None) if self.shadow(held.reservation) == float("inf")]
+        reserved = self.reserved_from(None, -_NEVER, None)
+        return [held for held in reserved if self.shadow(held.reservation) == float("inf")]
 
     def touching(self, nodes: set[str]) -> list[GangKey]:
         """Gangs with a reservation on any of ``nodes`` (room freed there may be what they wait for)."""
@@ -521,7 +560,7 @@ def holding_note(starvation: Starvation, held: DomainReservation) -> str:
     )
 
 
-def _room_on(item: Held) -> str:
+def _room_on(item: ReservedRoom) -> str:
     """``room on 3 nodes of rack r3``, ``room on node n7``."""
     reservation = item.reservation
     if reservation.level == HOSTNAME:
@@ -541,7 +580,7 @@ def reserving_note(starvation: Starvation, held: DomainReservation) -> str:
     )
 
 
-def held_back_note(held: list[Held]) -> str:
+def held_back_note(held: list[ReservedRoom]) -> str:
     """Why room the gang could otherwise use is not its: the reservations that keep it, in words."""
     parts = [f"{_room_on(item)} is held for gang {item.reservation.gang}, which has waited too long" for item in held]
     joined = "; ".join(parts)

@@ -1,21 +1,22 @@
 """ClusterState: the single source of truth inside the process (docs/architecture.md).
 
 Informers apply watch events here; the scheduling cycle reads the snapshot and the gang index and
-reserves capacity; the binding cycle confirms or releases what was reserved. Everything runs on one
+*assumes* capacity (takes it for a placement before the watch shows the pods bound); the binding cycle
+confirms or forgets what was assumed. Everything runs on one
 event loop and no method awaits, so each call is atomic with respect to the others.
 
 How a pod's capacity is counted::
 
-                      reserve                  bind succeeded            watch shows nodeName
+                      assume                   bind succeeded            watch shows nodeName
     pending ──────────────────────▶ assumed ─────────────────▶ bound, unconfirmed ──────────────▶ bound
        ▲                              │                           │                               │
-       │ unreserve (permit timeout,   │                           │ not confirmed within          │ deleted or
+       │ forget (permit timeout,      │                           │ not confirmed within          │ deleted or
        │ bind failure, lost node)     ▼                           │ binding.assumeTimeoutSeconds  │ finished
        └───────────────────────────── ◀───────────────────────────┘ (expired)                     ▼
                                                                                                gone
 
     A pod another scheduler binds goes straight from pending to bound when the watch shows it.
-    Placeholders reserved for gang members that do not exist yet are assumed entries without a pod.
+    The room a gang holds for members that do not exist yet (its placeholders) is assumed without a pod.
 
 Invariants:
 
@@ -37,13 +38,23 @@ from typing import Any
 import numpy as np
 import structlog
 
+from scheduler.budgets import Budgets
 from scheduler.clock import Clock
 from scheduler.gangs import GangIndex, GangKey
 from scheduler.gangs.fields import timestamp
 from scheduler.ports.port import DISRUPTION_BUDGETS, NODES, PODS, ApiResource, Change
-from scheduler.preemption.budgets import Budgets
 from scheduler.settings import Settings
-from topology import Assignment, PodShape, Snapshot, SpecError, Topology, node_record, pod_requests
+from topology import (
+    Assignment,
+    GangRequest,
+    Member,
+    PodShape,
+    Snapshot,
+    SpecError,
+    Topology,
+    node_record,
+    pod_requests,
+)
 from topology.running import RunningPods
 
 log = structlog.get_logger("phalanx.state")
@@ -119,7 +130,7 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 
 class ClusterState:
-    """Nodes, pods, group objects and reservations (see the module docstring for the pod states)."""
+    """Nodes, pods, group objects and assumptions (see the module docstring for the pod states)."""
 
     def __init__(self, settings: Settings, clock: Clock) -> None:
         self.settings = settings
@@ -211,7 +222,7 @@ class ClusterState:
             if counted_before and status.get("phase") == "Failed":
                 self._departed(key, previous)  # type: ignore[arg-type]
             if finished:
-                self.unreserve(key)
+                self.forget(key)
         else:
             assumption = self.assumed.pop(key, None)
             if assumption is not None and assumption.node != node:
@@ -372,19 +383,28 @@ class ClusterState:
     def exists(self, pod: str) -> bool:
         return pod in self._pods
 
-    def reserve(self, gang: GangKey, assignments: Iterable[Assignment]) -> None:
+    def unplaced(self, request: GangRequest) -> list[Member]:
+        """The members of ``request`` neither bound nor assumed."""
+        return [member for member in request.members() if self.placed_node(member.key) is None]
+
+    def meets_minimum(self, part: GangRequest) -> bool:
+        """Whether the members already bound or assumed satisfy every minimum of ``part``."""
+        placed = {member.key for member in part.members() if self.placed_node(member.key) is not None}
+        return part.satisfied_by(placed)
+
+    def assume(self, gang: GangKey, assignments: Iterable[Assignment]) -> None:
         """Assume each assignment: its capacity is taken at once for every later placement."""
         for assignment in assignments:
             requests = dict(assignment.shape.requests)
             self.assumed[assignment.pod] = Assumption(assignment.node, requests, gang, assignment.shape)
             self.snapshot.assume(assignment.pod, assignment.node, requests)
 
-    def hold(self, gang: GangKey, key: str, node: str, shape: PodShape, requests: dict[str, int]) -> None:
+    def assume_room(self, gang: GangKey, key: str, node: str, shape: PodShape, requests: dict[str, int]) -> None:
         """Assume room that no pod owns yet (a gang's placeholders on one node, whatever their count)."""
         self.assumed[key] = Assumption(node, requests, gang, shape)
         self.snapshot.assume(key, node, requests)
 
-    def unreserve(self, pod: str) -> None:
+    def forget(self, pod: str) -> None:
         """Release what was assumed for a pod or placeholder (idempotent). A pod the watch already shows
         bound keeps counting: it is bound, whatever happened to our assumption."""
         assumption = self.assumed.pop(pod, None)
@@ -396,11 +416,11 @@ class ClusterState:
         self.snapshot.forget(pod)
         self._freed.add(assumption.node)
 
-    def release_gang(self, gang: GangKey) -> None:
-        """Release what a gang assumed that is not being bound (a placement or reservation given up)."""
+    def forget_gang(self, gang: GangKey) -> None:
+        """Forget what a gang assumed that is not being bound (a placement, or the room it held, given up)."""
         for pod, assumption in list(self.assumed.items()):
             if assumption.gang == gang and assumption.deadline is None:
-                self.unreserve(pod)
+                self.forget(pod)
 
     def binding_done(self, pod: str) -> None:
         """The bind call succeeded: the assumption now waits for the watch, but not forever."""
@@ -433,13 +453,13 @@ class ClusterState:
             log.warning(
                 "assumed pod was never confirmed bound; releasing its capacity", pod=pod, node=self.assumed[pod].node
             )
-            self.unreserve(pod)
+            self.forget(pod)
         return late
 
     def forget_assumptions(self) -> None:
-        """Drop every reservation (on losing leadership: another replica schedules now)."""
+        """Drop every assumption (on losing leadership: another replica schedules now)."""
         for pod in list(self.assumed):
-            self.unreserve(pod)
+            self.forget(pod)
 
     def overcommitted(self, nodes: Iterable[str]) -> list[str]:
         """Nodes among ``nodes`` whose bound and assumed requests exceed allocatable for some resource."""

@@ -14,8 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import structlog
+
 from scheduler.clock import Clock
-from scheduler.gangs import GangKey
+from scheduler.gangs import GangKey, GangSpec, Source
+from scheduler.state import ClusterState
+
+log = structlog.get_logger("phalanx.vacancies")
 
 Requests = tuple[tuple[str, int], ...]
 
@@ -47,6 +52,20 @@ class Vacancies:
         vacancy = Vacancy(gang, priority, pod, node, requests, self.clock.monotonic() + self.grace_seconds)
         self._by_gang.setdefault(gang, []).append(vacancy)
         return vacancy
+
+    def keep(self, state: ClusterState) -> None:
+        """Keep the room of each member of a running gang that left since last asked
+        (``ClusterState.take_departures``) for its replacement."""
+        for departure in state.take_departures():
+            gang = departure.gang
+            spec = state.index.get(gang) if gang is not None else None
+            if not isinstance(spec, GangSpec) or spec.source is Source.POD:
+                continue
+            if not any(state.bound_node(member.key) for member in spec.request.members()):
+                self.filled(spec.key)  # the whole gang is going: nothing to replace
+                continue
+            self.left(spec.key, spec.priority, departure.pod, departure.node, departure.requests)
+            log.info("room kept for a replacement", gang=spec.key, pod=departure.pod, node=departure.node)
 
     def filled(self, gang: GangKey) -> list[Vacancy]:
         """The gang was placed again, or runs no more: its vacancies end."""

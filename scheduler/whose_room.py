@@ -16,26 +16,21 @@ some such room stands.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
 
 import numpy as np
 
 from scheduler.clock import Clock
 from scheduler.gangs import GangKey, GangSpec
-from scheduler.permit import Permit, Placeholder
+from scheduler.permit.holds import Permit, Placeholder
+from scheduler.permit.missing import absent
 from scheduler.preemption.nominations import Requests, hiding
 from scheduler.settings import Settings
 from scheduler.state import ClusterState
 from scheduler.vacancies import Vacancies
-from topology import GangRequest, Infeasible, Placement, Snapshot
+from topology import GangRequest, Infeasible, Placer
 from topology.domains import IntArray
 
-
-class Placer(Protocol):
-    def __call__(self, snapshot: Snapshot, request: GangRequest, *, max_tries: int) -> Placement | Infeasible: ...
-
-
-Held = tuple[IntArray, IntArray]
+Taken = tuple[IntArray, IntArray]
 
 
 class WhoseRoom:
@@ -57,14 +52,14 @@ class WhoseRoom:
         self.clock = clock
 
     def note(
-        self, spec: GangSpec, request: GangRequest, nominated: list[tuple[str, Requests]], held: list[Held]
+        self, spec: GangSpec, request: GangRequest, nominated: list[tuple[str, Requests]], reserved: list[Taken]
     ) -> str:
         """Sentences naming the gangs whose held room would let ``request`` fit (empty when none would).
-        ``nominated`` and ``held`` are the other room the failed placement saw taken: taken here too."""
+        ``nominated`` and ``reserved`` are the other room the failed placement saw taken: taken here too."""
         notes = []
         vacant = self.vacancies.hidden_from(spec.key, spec.priority)
         if vacant:
-            used = self._used(request, nominated, held)
+            used = self._used(request, nominated, reserved)
             if used is not None:
                 notes.extend(self._vacancy_notes(spec.key, spec.priority, used))
         placeholders = self.permit.held_by_others(spec.key)
@@ -74,7 +69,7 @@ class WhoseRoom:
             )
             if given_back is not None:
                 rows, amounts = given_back
-                used = self._used(request, nominated + vacant, [*held, (rows, -amounts)])
+                used = self._used(request, nominated + vacant, [*reserved, (rows, -amounts)])
                 if used is not None:
                     notes.extend(self._placeholder_notes(placeholders, used))
         if not notes:
@@ -82,16 +77,16 @@ class WhoseRoom:
         joined = "; ".join(notes)
         return f" {joined[0].upper()}{joined[1:]}."
 
-    def _used(self, request: GangRequest, hidden: list[tuple[str, Requests]], held: list[Held]) -> set[str] | None:
-        """The nodes a placement uses with only ``hidden`` and ``held`` taken (None when it still fails)."""
+    def _used(self, request: GangRequest, hidden: list[tuple[str, Requests]], taken: list[Taken]) -> set[str] | None:
+        """The nodes a placement uses with only ``hidden`` and ``taken`` taken (None when it still fails)."""
         snapshot = self.state.snapshot
-        with hiding(snapshot, hidden, held):
+        with hiding(snapshot, hidden, taken):
             placed = self.placer(snapshot, request, max_tries=self.settings.placement.max_domain_tries)
         if isinstance(placed, Infeasible):
             return None
         return {assignment.node for assignment in placed.assignments}
 
-    def _rows(self, room: Iterable[tuple[str, Requests]]) -> Held | None:
+    def _rows(self, room: Iterable[tuple[str, Requests]]) -> Taken | None:
         snapshot = self.state.snapshot
         rows, amounts = [], []
         for node, requests in room:
@@ -124,23 +119,13 @@ class WhoseRoom:
             spec = self.state.index.get(owner)
             if not nodes or not isinstance(spec, GangSpec):
                 continue
-            reservation = self.permit.reservation(owner)
-            left = max(0.0, reservation.deadline - now)
+            hold = self.permit.hold_of(owner)
+            left = max(0.0, hold.deadline - now)
             notes.append(
                 f"room on {_nodes(len(nodes))} is held for gang {owner}, which waits for "
-                f"{absent(spec, reservation.missing)} (until they arrive, or {left:.0f} s more)"
+                f"{absent(spec, hold.missing)} (until they arrive, or {left:.0f} s more)"
             )
         return notes
-
-
-def absent(spec: GangSpec, missing: int) -> str:
-    """``missing`` members a gang lacks, in words: not created yet, or held by scheduling gates."""
-    gated = min(spec.gated, missing)
-    if not gated:
-        return f"{missing} member(s) that do not exist yet"
-    if gated == missing:
-        return f"{missing} member(s) held by scheduling gates"
-    return f"{missing} member(s) ({missing - gated} not created yet, {gated} held by scheduling gates)"
 
 
 def _nodes(count: int) -> str:

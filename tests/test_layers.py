@@ -3,11 +3,14 @@
 - ``topology`` is pure: it imports nothing of the scheduler, of Kubernetes or of asyncio;
 - the ports (``scheduler/ports``) import nothing of the engine or the front-ends, and only
   ``scheduler/ports/kube`` talks to Kubernetes through kubernetes_asyncio;
-- the engine (the rest of ``scheduler``) never imports the front-ends (``scheduler/frontends``).
+- the engine (the rest of ``scheduler``) never imports the front-ends (``scheduler/frontends``), and
+  inside it each module imports only modules below it in ``scheduler.ORDER``.
 """
 
 import ast
 from pathlib import Path
+
+from scheduler import ORDER
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEDULER = ROOT / "scheduler"
@@ -97,3 +100,53 @@ def test_the_engine_never_imports_the_front_ends_nor_a_port_but_through_the_prot
 def test_only_the_kube_port_imports_kubernetes_asyncio() -> None:
     outside = [path for path in SCHEDULER.rglob("*.py") if path.relative_to(SCHEDULER).parts[:2] != ("ports", "kube")]
     assert offenders(outside, ("kubernetes_asyncio",)) == {}
+
+
+def engine_name(path: Path) -> str:
+    """``scheduler/preemption/units.py`` -> ``preemption.units``; a package's ``__init__`` is the package."""
+    parts = path.relative_to(SCHEDULER).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def place_in_order(name: str) -> int | None:
+    """Where ``name`` (an engine module, relative to ``scheduler``) stands in ``scheduler.ORDER``: its own
+    entry or its package's; a package split into entries stands where its first one does."""
+    for position, entry in enumerate(ORDER):
+        if name == entry or name.startswith(entry + ".") or entry.startswith(name + "."):
+            return position
+    return None
+
+
+def upward(name: str, imported: set[str]) -> list[str]:
+    """The engine modules among ``imported`` that stand after ``name`` in the order."""
+    mine = place_in_order(name)
+    assert mine is not None, f"{name} is missing from scheduler.ORDER"
+    found = []
+    for module in sorted(imported):
+        if not module.startswith("scheduler.") or room(SCHEDULER / module.split(".")[1]) != "engine":
+            continue
+        target = module.removeprefix("scheduler.")
+        theirs = place_in_order(target)
+        if theirs is None and "." in target:  # ``from scheduler.x import Name`` also reads as ``x.Name``
+            theirs = place_in_order(target.rsplit(".", 1)[0])
+        if theirs is not None and theirs > mine:
+            found.append(target)
+    return found
+
+
+def test_the_engine_imports_only_down_its_order() -> None:
+    """Each engine module imports only modules before it in ``scheduler.ORDER`` (or of its own entry, as
+    the modules of ``gangs``), and every engine module is in the order."""
+    engine = [path for path in SCHEDULER.rglob("*.py") if room(path) == "engine" and path != SCHEDULER / "__init__.py"]
+    modules = {engine_name(path): path for path in engine}
+    assert len(modules) > 20, "no engine modules found: the layout changed"
+    assert sorted(name for name in modules if place_in_order(name) is None) == []
+    found = {name: upward(name, imported_modules(path)) for name, path in modules.items()}
+    assert {name: targets for name, targets in found.items() if targets} == {}
+
+
+def test_the_order_check_finds_an_upward_import_and_allows_a_downward_one() -> None:
+    state, cycle = SCHEDULER / "state.py", SCHEDULER / "cycle.py"
+    assert upward("state", imports_in("from scheduler.cycle import Cycle\n", state)) == ["cycle", "cycle.Cycle"]
+    assert upward("cycle", imports_in("from scheduler.state import ClusterState\n", cycle)) == []
+    assert upward("gangs.index", imports_in("from scheduler.gangs.model import GangKey\n", state)) == []

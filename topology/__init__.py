@@ -9,7 +9,7 @@ from topology.explain import DomainCapacity, capacity_by_domain
 from topology.model import HOSTNAME, NodeRecord, Taint, Topology
 from topology.objects import node_constraints, node_record, pod_shape, unsupported_constraints
 from topology.outcome import Assignment, DomainChoice, HeldRoom, Infeasible, Placement
-from topology.place import DEFAULT_MAX_TRIES, place
+from topology.place import DEFAULT_MAX_TRIES, Placer, place
 from topology.request import (
     ConstraintError,
     GangRequest,
@@ -39,6 +39,7 @@ __all__ = [
     "NodeSelectorRequirement",
     "NodeSelectorTerm",
     "Placement",
+    "Placer",
     "PodShape",
     "QuantityError",
     "Snapshot",

@@ -26,6 +26,7 @@ The snapshot is used as scratch space and restored before returning, whatever th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -106,6 +107,13 @@ class _Part:
 
     def any_waiting(self) -> bool:
         return any(self.waiting(i) for i in range(len(self.shapes)))
+
+
+class Placer(Protocol):
+    """A placement algorithm: :func:`place`, or a baseline the quality benchmark compares it with (called
+    exactly as ``place`` is)."""
+
+    def __call__(self, snapshot: Snapshot, request: GangRequest, *, max_tries: int) -> Placement | Infeasible: ...
 
 
 def place(snapshot: Snapshot, request: GangRequest, *, max_tries: int = DEFAULT_MAX_TRIES) -> Placement | Infeasible:

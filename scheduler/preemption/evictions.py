@@ -17,11 +17,45 @@ Two things keep that promise beside the evictor's retries:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
-from scheduler.gangs import GangError, GangKey, GangSpec, Source
-from scheduler.preemption.evictor import Victim, read_victim_message
+from scheduler.decision import Subject
+from scheduler.gangs import GangError, GangKey, GangSpec, ObjectRef, Source
 from scheduler.preemption.units import evicted_whole
 from scheduler.state import ClusterState
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    pod: str
+    uid: str
+    #: The victim's group object, if its gang has one (its Preempted Event goes there too).
+    group: ObjectRef | None
+
+
+@dataclass(frozen=True, slots=True)
+class EvictJob:
+    preemptor: GangKey
+    victims: tuple[Victim, ...]
+    #: (pod, node) of the preemptor's pods, for ``status.nominatedNodeName`` ("" clears it).
+    nominated: tuple[tuple[str, str], ...]
+    #: Where the room is made ("rack b0-r3"), for the messages.
+    domain: str
+    #: What the preemptor's Events are about (its group object or first pod); told when a victim could
+    #: not be deleted.
+    subject: Subject | None = None
+
+
+def victim_message(scheduler_name: str, preemptor: GangKey | str, domain: str) -> str:
+    """The victim condition's message; it starts with the scheduler's name, as kube-scheduler's does."""
+    return f"{scheduler_name}: preempted by gang {preemptor} to make room in {domain}"
+
+
+def read_victim_message(message: str) -> tuple[str, str]:
+    """The preemptor and the domain a :func:`victim_message` names ("?" for what it does not say)."""
+    _, _, said = message.partition(": preempted by gang ")
+    preemptor, _, domain = said.partition(" to make room in ")
+    return preemptor or "?", domain or "?"
 
 
 class Evictions:

@@ -18,7 +18,6 @@ gone, or replaced by another pod under its name, needs nothing more.
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
@@ -26,13 +25,15 @@ import structlog
 from anyio.abc import TaskStatus
 
 from scheduler.clock import Clock
+from scheduler.decision import Reason
 from scheduler.gangs import GangKey, ObjectRef
 from scheduler.jobs import Jobs
 from scheduler.metrics import Metrics
 from scheduler.ports.errors import Conflict, Invalid, NotFound, PortError, Throttled
 from scheduler.ports.port import PODS, ClusterPort
+from scheduler.preemption.evictions import EvictJob, Victim, victim_message
 from scheduler.ratelimit import TokenBucket
-from scheduler.reporting import Reason, Reporter, Subject, rfc3339
+from scheduler.reporting import Reporter, rfc3339
 from scheduler.state import DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER
 
 log = structlog.get_logger("phalanx.preemption")
@@ -40,39 +41,6 @@ log = structlog.get_logger("phalanx.preemption")
 _FIRST_RETRY, _LAST_RETRY = 0.2, 10.0
 #: What kube-apiserver's validation says when ``nominatedNodeName`` is written on a bound pod.
 _ALREADY_BOUND = "already bound to a node"
-
-
-@dataclass(frozen=True, slots=True)
-class Victim:
-    pod: str
-    uid: str
-    #: The victim's group object, if its gang has one (its Preempted Event goes there too).
-    group: ObjectRef | None
-
-
-@dataclass(frozen=True, slots=True)
-class EvictJob:
-    preemptor: GangKey
-    victims: tuple[Victim, ...]
-    #: (pod, node) of the preemptor's pods, for ``status.nominatedNodeName`` ("" clears it).
-    nominated: tuple[tuple[str, str], ...]
-    #: Where the room is made ("rack b0-r3"), for the messages.
-    domain: str
-    #: What the preemptor's Events are about (its group object or first pod); told when a victim could
-    #: not be deleted.
-    subject: Subject | None = None
-
-
-def victim_message(scheduler_name: str, preemptor: GangKey | str, domain: str) -> str:
-    """The victim condition's message; it starts with the scheduler's name, as kube-scheduler's does."""
-    return f"{scheduler_name}: preempted by gang {preemptor} to make room in {domain}"
-
-
-def read_victim_message(message: str) -> tuple[str, str]:
-    """The preemptor and the domain a :func:`victim_message` names ("?" for what it does not say)."""
-    _, _, said = message.partition(": preempted by gang ")
-    preemptor, _, domain = said.partition(" to make room in ")
-    return preemptor or "?", domain or "?"
 
 
 class Evictor:

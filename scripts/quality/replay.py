@@ -2,10 +2,10 @@
 
 Jobs become PFN gangs (a job of n GPUs is ceil(n/8) pods of up to 8 GPUs, the last one taking the
 remainder). Their pods are applied to the scheduler's :class:`ClusterState` as watch events would be,
-the :class:`SchedulingLoop` syncs and runs its cycles exactly as in a cluster (queue order, backoff,
+the ``SchedulingLoop`` syncs and runs its cycles exactly as in a cluster (queue order, backoff,
 event-driven wake-ups, permit), and the binding cycle is replaced by one that binds at once: what is
 measured is where and when gangs are placed, not the API. The placement algorithm is swapped for
-each baseline through ``SchedulingLoop(placer=...)``.
+each baseline through ``scheduling_loop(placer=...)``.
 
 Time is an event list: arrivals, completions (a gang runs for its duration from the moment its last
 pod is bound) and the queue's backoff expiries; the clock jumps from one to the next.
@@ -22,7 +22,6 @@ import heapq
 import math
 import os
 import random
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -30,16 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.binding import BindJob
 from scheduler.clock import ManualClock
-from scheduler.cycle import SchedulingLoop
-from scheduler.gangs import GangSpec, ObjectRef
+from scheduler.decision import BindJob
+from scheduler.loop import NullRecorder, scheduling_loop
 from scheduler.metrics import Metrics
-from scheduler.permit import Permit
 from scheduler.ports.port import NODES, PODS, Change
 from scheduler.ports.sim.builders import ClusterShape
-from scheduler.queue import GangQueue
-from scheduler.reporting import Reason, Subject, rfc3339
+from scheduler.reporting import rfc3339
 from scheduler.settings import LeaderSettings, QueueSettings, Settings, StarvationSettings
 from scheduler.state import ClusterState
 
@@ -136,30 +132,6 @@ class _ImmediateBinder:
         return jobs
 
 
-class _Silent:
-    """Stands for the reporter: nothing a replay decides is told to anyone."""
-
-    def pending(self, pods: Iterable[str], reason: str, message: str) -> None:
-        pass
-
-    def event(
-        self, subject: Subject | None, reason: Reason, note: str, *, type: str = "Warning", action: str = "Scheduling"
-    ) -> None:
-        pass
-
-    def pod_subject(self, pod: str) -> Subject | None:
-        return None
-
-    def group_subject(self, ref: ObjectRef) -> Subject | None:
-        return None
-
-    def gang(self, objects: Sequence[ObjectRef], pods: Sequence[str]) -> Subject | None:
-        return None
-
-    def group(self, spec: GangSpec, *, scheduled: bool, message: str, waiting: bool = False) -> None:
-        pass
-
-
 @dataclass(slots=True)
 class ReplayResult:
     waits: dict[str, float] = field(default_factory=dict)  # job -> queueing delay (s)
@@ -240,20 +212,18 @@ class Replay:
         self.clock = ManualClock(start=0.0)
         self.state = ClusterState(self.settings, self.clock)
         metrics = Metrics()
-        self.queue = GangQueue(self.settings.queue, self.clock, random.Random(seed))
-        permit = Permit(self.settings.permit, self.clock, random.Random(seed + 1))
         self.binder = _ImmediateBinder()
-        self.scheduler = SchedulingLoop(
+        self.scheduler = scheduling_loop(
             settings=self.settings,
             state=self.state,
-            queue=self.queue,
-            permit=permit,
-            binder=self.binder,
-            reporter=_Silent(),
             clock=self.clock,
+            rng=random.Random(seed),
+            binder=self.binder,
+            reporter=NullRecorder(),
             metrics=metrics,
             placer=placer,
         )
+        self.queue = self.scheduler.queue
         shape = ClusterShape(blocks=size.blocks, racks=size.racks, nodes=size.nodes, gpus=GPUS_PER_NODE)
         for node in shape.node_manifests():
             self.state.apply(NODES, Change("ADDED", node))
@@ -311,7 +281,7 @@ class Replay:
         complete: list[str] = []
         while True:
             self.scheduler.sync()
-            while self.scheduler.cycle():
+            while self.scheduler.step():
                 pass
             jobs = self.binder.take()
             if not jobs:

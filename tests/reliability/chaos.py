@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 
 from scheduler.app import Phalanx
-from scheduler.permit import is_placeholder
+from scheduler.permit.holds import is_placeholder
 from scheduler.ports.sim import MERGE_PATCH, FaultRule, Faults
 from scheduler.ports.sim.faults import VERBS
 from tests.scheduler.support import Cluster, gpu_pod, pfn

@@ -11,17 +11,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from scheduler.binding import BindJob
 from scheduler.clock import ManualClock
-from scheduler.cycle import SchedulingLoop
-from scheduler.gangs import GangSpec, ObjectRef
+from scheduler.decision import BindJob, Reason, Subject
+from scheduler.gangs import ObjectRef
+from scheduler.loop import NullRecorder, scheduling_loop
 from scheduler.metrics import Metrics
-from scheduler.permit import Permit
 from scheduler.ports.port import NODES, PODS, Change
 from scheduler.ports.sim.builders import ClusterShape
-from scheduler.preemption.evictor import EvictJob
-from scheduler.queue import GangQueue
-from scheduler.reporting import Reason, Subject, rfc3339
+from scheduler.preemption.evictions import EvictJob
+from scheduler.reporting import rfc3339
 from scheduler.settings import LeaderSettings, QueueSettings, Settings, StarvationSettings
 from scheduler.state import ClusterState
 
@@ -44,7 +42,9 @@ class Told:
             self.pending[pod] = message
 
 
-class _Recorder:
+class _Recorder(NullRecorder):
+    """Records what the loop told users; pods and group objects stand for their Events' subjects."""
+
     def __init__(self, told: Told) -> None:
         self.told = told
 
@@ -61,14 +61,8 @@ class _Recorder:
     def pod_subject(self, pod: str) -> Subject | None:
         return pod  # type: ignore[return-value]  # the key stands for the pod
 
-    def group_subject(self, ref: ObjectRef) -> Subject | None:
-        return ref  # type: ignore[return-value]
-
     def gang(self, objects: Sequence[ObjectRef], pods: Sequence[str]) -> Subject | None:
         return objects[0] if objects else pods[0] if pods else None  # type: ignore[return-value]
-
-    def group(self, spec: GangSpec, *, scheduled: bool, message: str, waiting: bool = False) -> None:
-        pass
 
 
 class _Evictor:
@@ -107,21 +101,20 @@ class Loop:
         self.settings = config or settings()
         self.clock = ManualClock()
         self.state = ClusterState(self.settings, self.clock)
-        self.queue = GangQueue(self.settings.queue, self.clock, random.Random(0))
         self.told = Told()
         self.binder = _Binder()
         self.evictor = _Evictor()
-        self.loop = SchedulingLoop(
+        self.loop = scheduling_loop(
             settings=self.settings,
             state=self.state,
-            queue=self.queue,
-            permit=Permit(self.settings.permit, self.clock, random.Random(1)),
+            clock=self.clock,
+            rng=random.Random(0),
             binder=self.binder,
             reporter=_Recorder(self.told),
-            clock=self.clock,
             metrics=Metrics(),
             evictor=self.evictor if preemption else None,
         )
+        self.queue = self.loop.queue
         self.pods: dict[str, dict[str, Any]] = {}
         self.bound_at: dict[str, float] = {}  # pod -> when it was bound (monotonic)
         self._runs: dict[str, float] = {}  # pod -> how long it runs once bound
@@ -181,7 +174,7 @@ class Loop:
         """Run cycles until nothing more happens now, binding what the loop placed."""
         while True:
             self.loop.sync()
-            while self.loop.cycle():
+            while self.loop.step():
                 pass
             jobs, self.binder.jobs = self.binder.jobs, []
             if not jobs:

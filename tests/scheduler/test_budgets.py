@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler.budgets import Budgets
 from scheduler.ports.port import Change
-from scheduler.preemption.budgets import Budgets
 
 
 def pdb(name: str, selector: dict[str, Any] | None, allowed: int | None) -> dict[str, Any]:

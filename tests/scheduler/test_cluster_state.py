@@ -28,7 +28,7 @@ def gpus_taken(state: ClusterState) -> int:
 
 def test_a_bind_the_watch_never_confirms_releases_its_room_after_the_assume_timeout() -> None:
     state, clock = state_with_nodes("n0", "n1")
-    state.reserve(GANG, [Assignment(pod="team/a", node="n0", shape=SHAPE)])
+    state.assume(GANG, [Assignment(pod="team/a", node="n0", shape=SHAPE)])
     clock.advance(100)  # in flight (no deadline yet): held however long the bind takes
     assert state.expire() == [] and state.next_expiry() is None
     state.binding_done("team/a")
@@ -43,7 +43,7 @@ def test_a_bind_the_watch_never_confirms_releases_its_room_after_the_assume_time
 
 def test_a_confirmed_bind_never_expires_and_only_the_late_one_of_two_does() -> None:
     state, clock = state_with_nodes("n0", "n1")
-    state.reserve(GANG, [Assignment(pod=f"team/w{i}", node=f"n{i}", shape=SHAPE) for i in range(2)])
+    state.assume(GANG, [Assignment(pod=f"team/w{i}", node=f"n{i}", shape=SHAPE) for i in range(2)])
     state.binding_done("team/w0")
     clock.advance(1)
     state.binding_done("team/w1")

@@ -14,7 +14,8 @@ from scheduler.metrics import Metrics
 from scheduler.ports.errors import Conflict, Forbidden, Invalid, Throttled, Unavailable
 from scheduler.ports.port import ApiResource
 from scheduler.preemption import evictor as module
-from scheduler.preemption.evictor import EvictJob, Evictor, Victim
+from scheduler.preemption.evictions import EvictJob, Victim
+from scheduler.preemption.evictor import Evictor
 from scheduler.ratelimit import TokenBucket
 
 GROUP = ObjectRef("scheduling.x-k8s.io", "PodGroup", "team", "sweep")

@@ -3,7 +3,8 @@
 import random
 
 from scheduler.clock import ManualClock
-from scheduler.queue import GangQueue, Wake
+from scheduler.decision import Wake
+from scheduler.queue import GangQueue
 from scheduler.settings import QueueSettings
 from topology import PodShape
 

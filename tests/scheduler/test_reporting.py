@@ -6,13 +6,14 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from scheduler.clock import ManualClock
+from scheduler.decision import Subject
 from scheduler.gangs import GangKey, GangSpec, ObjectRef, Source, Timeout
 from scheduler.metrics import Metrics
 from scheduler.ports.port import ApiResource
 from scheduler.ports.sim import Store
 from scheduler.ports.sim.adapter import SimCluster
 from scheduler.ratelimit import TokenBucket
-from scheduler.reporting import Reporter, Subject, clip_bytes, event_name
+from scheduler.reporting import Reporter, clip_bytes, event_name
 from scheduler.settings import ReportingSettings
 from scheduler.state import ClusterState
 from tests.scheduler.support import FAST

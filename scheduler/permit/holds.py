@@ -1,19 +1,19 @@
 """Permit: gangs that wait, holding room for members that have not been created yet.
 
 PFN's semantics, improved: a gang whose present members fit but which has fewer members than its
-minimum holds a *reservation*: its present members are assumed where they fit, and placeholders shaped
-like their siblings are assumed for the missing ones. Every later placement sees that capacity as
+minimum *holds* room (a :class:`Hold`): its present members are assumed where they fit, and placeholders
+shaped like their siblings are assumed for the missing ones. Every later placement sees that capacity as
 taken. When a missing member arrives it takes a placeholder's place (same shape, same node) and, once
 none is missing, the gang is permitted and bound whole. If the gang's timeout (plus a jitter drawn
 once per attempt) passes first, everything it held is released and it goes back to the queue.
 
-Permit owns the reservations and answers with values: which placeholder each arrival takes
+Permit owns the holds and answers with values: which placeholder each arrival takes
 (:meth:`Permit.arrive`), which keys a released gang held (:meth:`Permit.release`). The scheduling cycle
-applies those answers to ClusterState, the one place capacity is counted.
+applies those answers to ClusterState, the one place capacity is counted (``stage.py``).
 
 Placeholders may hold at most ``permit.maxReservedShare`` of the cluster's allocatable (per
 resource): waiting gangs cannot take the whole cluster and starve or deadlock each other. A gang whose
-reservation timed out *cools down* before it may hold room again: its own timeout, doubled at each timeout
+hold timed out *cools down* before it may hold room again: its own timeout, doubled at each timeout
 in a row (jittered, at most ``permit.maxCooldownSeconds``), so that a gang whose missing members never come
 (a PodGroup larger than its Job) holds room for a shrinking share of the time, not forever.
 """
@@ -100,7 +100,7 @@ class Move:
 
 
 @dataclass(slots=True)
-class Reservation:
+class Hold:
     """Room a waiting gang holds: placeholders by key, until ``deadline``."""
 
     gang: GangKey
@@ -117,13 +117,13 @@ class Permit:
         self.settings = settings
         self.clock = clock
         self.rng = rng or random.Random(0)
-        self.waiting: dict[GangKey, Reservation] = {}
+        self.waiting: dict[GangKey, Hold] = {}
         #: Timeouts in a row of each gang that has not bound since (forgotten when it binds or goes).
         self.timeouts: dict[GangKey, int] = {}
         self._cooling: dict[GangKey, float] = {}  # gang -> when it may hold room again (monotonic)
 
-    def hold(self, spec: GangSpec, rooms: Iterable[HeldRoom]) -> Reservation:
-        """Start a reservation for the room placement held (one placeholder per leaf and node); the
+    def hold(self, spec: GangSpec, rooms: Iterable[HeldRoom]) -> Hold:
+        """Hold the room placement set aside (one placeholder per leaf and node); the
         deadline is the gang's timeout plus a jitter drawn now."""
         placeholders: dict[str, Placeholder] = {}
         for room in rooms:
@@ -131,33 +131,33 @@ class Permit:
             count = room.count + (placeholders[key].count if key in placeholders else 0)
             placeholders[key] = Placeholder(room.part, room.node, room.shape, count)
         timeout = spec.timeout.seconds + self.rng.uniform(0, spec.timeout.jitter_seconds)
-        reservation = Reservation(
+        hold = Hold(
             gang=spec.key,
             deadline=self.clock.monotonic() + timeout,
             placeholders=placeholders,
         )
-        self.waiting[spec.key] = reservation
-        return reservation
+        self.waiting[spec.key] = hold
+        return hold
 
     def __len__(self) -> int:
         return len(self.waiting)
 
     def holds(self, gang: GangKey) -> bool:
-        """Whether the gang holds a reservation (it waits for members)."""
+        """Whether the gang holds room (it waits for members)."""
         return gang in self.waiting
 
-    def reservation(self, gang: GangKey) -> Reservation:
+    def hold_of(self, gang: GangKey) -> Hold:
         return self.waiting[gang]
 
     def arrive(self, gang: GangKey, arrivals: Iterable[tuple[str, str, PodShape]]) -> list[Move] | None:
         """Members that arrived, as (pod, leaf, shape), each take a placeholder of their leaf and shape, in
         the order placement filled them. None, changing nothing, when one of them matches none: the
-        gang is not what the reservation was made for, and must be placed again."""
-        reservation = self.waiting[gang]
+        gang is not what the hold was made for, and must be placed again."""
+        hold = self.waiting[gang]
         slots: dict[tuple[str, PodShape], list[str]] = {}
-        for key, held in reversed(reservation.placeholders.items()):  # reversed: taken from the end
+        for key, held in reversed(hold.placeholders.items()):  # reversed: taken from the end
             slots.setdefault((held.leaf, held.shape), []).append(key)
-        left = {key: held.count for key, held in reservation.placeholders.items()}
+        left = {key: held.count for key, held in hold.placeholders.items()}
         taken: list[tuple[str, str, PodShape]] = []
         for pod, leaf, shape in arrivals:
             keys = slots.get((leaf, shape), [])
@@ -169,22 +169,22 @@ class Permit:
             taken.append((keys[-1], pod, shape))
         moves = []
         for key, pod, shape in taken:
-            held = reservation.placeholders[key]
+            held = hold.placeholders[key]
             remaining = replace(held, count=held.count - 1) if held.count > 1 else None
             if remaining is None:
-                del reservation.placeholders[key]
+                del hold.placeholders[key]
             else:
-                reservation.placeholders[key] = remaining
+                hold.placeholders[key] = remaining
             moves.append(Move(placeholder=key, member=pod, node=held.node, shape=shape, left=remaining))
         return moves
 
     def release(self, gang: GangKey) -> list[str]:
-        """End a gang's reservation (complete, timed out or void); returns the placeholder keys it held."""
-        reservation = self.waiting.pop(gang, None)
-        return list(reservation.placeholders) if reservation is not None else []
+        """End a gang's hold (complete, timed out or void); returns the placeholder keys it held."""
+        hold = self.waiting.pop(gang, None)
+        return list(hold.placeholders) if hold is not None else []
 
     def release_all(self) -> list[str]:
-        """End every reservation, and forget every cool-down (on losing leadership: the next lead starts
+        """End every hold, and forget every cool-down (on losing leadership: the next lead starts
         afresh); returns the placeholder keys they held."""
         self.timeouts.clear()
         self._cooling.clear()
@@ -193,16 +193,16 @@ class Permit:
     def held_by_others(self, gang: GangKey) -> dict[GangKey, list[Placeholder]]:
         """The placeholders of every waiting gang but ``gang``."""
         return {
-            other: list(reservation.placeholders.values())
-            for other, reservation in self.waiting.items()
-            if other != gang and reservation.placeholders
+            other: list(hold.placeholders.values())
+            for other, hold in self.waiting.items()
+            if other != gang and hold.placeholders
         }
 
     def held(self) -> dict[str, int]:
         """Requests held by placeholders of all waiting gangs, per resource."""
         total: dict[str, int] = {}
-        for reservation in self.waiting.values():
-            for placeholder in reservation.placeholders.values():
+        for hold in self.waiting.values():
+            for placeholder in hold.placeholders.values():
                 for name, amount in placeholder.requests.items():
                     total[name] = total.get(name, 0) + amount
         return total
@@ -217,12 +217,12 @@ class Permit:
             if name != "pods"
         )
 
-    def expired(self) -> list[Reservation]:
+    def expired(self) -> list[Hold]:
         now = self.clock.monotonic()
-        return [reservation for reservation in self.waiting.values() if reservation.deadline <= now]
+        return [hold for hold in self.waiting.values() if hold.deadline <= now]
 
     def timed_out(self, gang: GangKey, timeout_seconds: float) -> float:
-        """The gang's reservation timed out (release it separately): it cools down before it may hold room
+        """The gang's hold timed out (release it separately): it cools down before it may hold room
         again. Returns the seconds it cools down."""
         count = self.timeouts.get(gang, 0) + 1
         self.timeouts[gang] = count
@@ -254,6 +254,6 @@ class Permit:
         self._cooling.pop(gang, None)
 
     def next_deadline(self) -> float | None:
-        """When the next reservation times out or cool-down ends."""
-        deadlines = [reservation.deadline for reservation in self.waiting.values()]
+        """When the next hold times out or cool-down ends."""
+        deadlines = [hold.deadline for hold in self.waiting.values()]
         return min((*deadlines, *self._cooling.values()), default=None)

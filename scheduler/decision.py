@@ -1,20 +1,67 @@
 """What one scheduling cycle decided about one gang, as a value (kube-scheduler's ``ScheduleResult`` and
-``Status``, for gangs).
+``Status``, for gangs), and the words it is told in.
 
-The cycle computes an :class:`Outcome`; one place (``SchedulingLoop._record``) turns it into everything
-outside the cycle: the queue's next move, metrics, the log, pod conditions, Events and group status.
+The cycle computes an :class:`Outcome`; one place (``Cycle.record``) turns it into everything outside the
+cycle: the queue's next move, metrics, the log, pod conditions, Events and group status. Everything here is
+a value the stages return and the writers read, so this module sits at the bottom of the engine.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 
-from scheduler.binding import BindJob
-from scheduler.queue import Wake
-from scheduler.reporting import Reason
-from scheduler.starvation import DomainReservation
+from scheduler.gangs import GangKey
+from topology import PodShape
 from topology.preemption import Victims
+
+#: The ``PodScheduled=False`` condition's reasons: room is missing (cluster-autoscaler acts on it), the
+#: gang's definition must be fixed, or the gang waits for members (room would not help it).
+UNSCHEDULABLE = "Unschedulable"
+SCHEDULER_ERROR = "SchedulerError"
+GANG_WAITING = "GangWaiting"
+
+
+class Reason(StrEnum):
+    """Reasons of the Events Phalanx writes (what ``kubectl get events`` shows in its REASON column)."""
+
+    SCHEDULED = "Scheduled"  # Normal, on each pod bound (kube-scheduler's word)
+    FAILED_SCHEDULING = "FailedScheduling"  # Warning: no room now (kube-scheduler's word)
+    GANG_WAITING = "GangWaiting"  # Normal: the gang waits for members (not created, or gated)
+    GANG_TIMEOUT = "GangTimeout"  # Warning: it waited for members longer than its timeout; its room is released
+    INVALID_GANG = "InvalidGang"  # Warning: the gang's definition must be fixed
+    FAILED_BINDING = "FailedBinding"  # Warning: the API server refused a bind
+    PREEMPTING = "Preempting"  # Normal, on the preemptor gang: which pods of which gangs it evicts, and where
+    PREEMPTED = "Preempted"  # Normal, on each victim and its group object (kube-scheduler's word)
+    FAILED_PREEMPTION = "FailedPreemption"  # Warning, on the preemptor: a victim could not be deleted
+    RESERVING = "Reserving"  # Normal, on a gang that waited too long: the domain whose freeing room it reserves
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """What an Event is about."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """What could make a failed gang fit: node changes, and room for one of these shapes."""
+
+    nodes: bool = True
+    shapes: frozenset[PodShape] = frozenset()
+    pods: int = 1  # members still to place: how much freed room the gang needs
+
+
+@dataclass(frozen=True, slots=True)
+class BindJob:
+    gang: GangKey
+    pods: tuple[tuple[str, str], ...]  # (pod, node)
+    created: float  # the gang's first creation (wall seconds), for end-to-end latency
 
 
 class Code(Enum):
@@ -61,8 +108,12 @@ class Outcome:
     job: BindJob | None = None
     #: PREEMPTING: whom to evict, and where the gang goes once they are gone.
     victims: Victims | None = None
-    #: UNSCHEDULABLE: the domain reservation this decision made for the gang (it has waited too long).
-    reserved: DomainReservation | None = None
+    #: UNSCHEDULABLE: the gang has waited too long and this decision reserved a domain for it; what its
+    #: Reserving Event says.
+    reserving: str = ""
+    #: The preemption post-filter's result, for ``phalanx_preemption_attempts_total`` (empty when it was not
+    #: asked, or did not consider preempting): preempted, not_allowed or no_victims.
+    preemption: str = ""
     #: SCHEDULED with extras left over: the gang is tried again for them.
     extras_wait: bool = False
     placement_ms: float = 0.0

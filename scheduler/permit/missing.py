@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from scheduler.gangs import GangSpec
 from topology import GangRequest
 
 
@@ -72,3 +73,21 @@ def split_unknown(request: GangRequest) -> tuple[GangRequest | None, list[Shortf
 def describe(shortfalls: list[Shortfall]) -> str:
     """``4 pods of infer/llm/prefill (subgroup 2 of 2), 2 pods of infer/llm/decode``."""
     return ", ".join(f"{item.pods} pod{'s' if item.pods != 1 else ''} of {item.part}" for item in shortfalls)
+
+
+def absent(spec: GangSpec, missing: int) -> str:
+    """``missing`` members a gang lacks, in words: not created yet, or held by scheduling gates."""
+    gated = min(spec.gated, missing)
+    if not gated:
+        return f"{missing} member(s) that do not exist yet"
+    if gated == missing:
+        return f"{missing} member(s) held by scheduling gates"
+    return f"{missing} member(s) ({missing - gated} not created yet, {gated} held by scheduling gates)"
+
+
+def gated(spec: GangSpec) -> str:
+    """`` 3 of 4 members are held by scheduling gates: example.com/quota.`` (empty when none is)."""
+    if not spec.gated:
+        return ""
+    total = sum(1 for _ in spec.request.members()) + spec.gated
+    return f" {spec.gated} of {total} members are held by scheduling gates: {', '.join(spec.gates)}."

@@ -1,0 +1,262 @@
+"""The scheduling loop: cluster news folded into the queue, then cycles, then a wait for the next news.
+
+:meth:`SchedulingLoop.run` interleaves cycles (``cycle.py``) with the informers and the binder: it folds
+cluster news into the queue (gangs changed, capacity freed, nodes changed), expires what must expire
+(holds, nominations, vacancies, domain reservations), runs a batch of cycles, and yields.
+
+:func:`scheduling_loop` builds it; the process (``app.py``), the tests and the replay benchmark all build
+it here, each with its own binder, evictor and recorder (``NullRecorder`` tells nobody anything).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+import anyio
+import numpy as np
+import structlog
+from anyio.abc import TaskStatus
+
+from scheduler.clock import Clock
+from scheduler.cycle import Cycle, DecisionRecorder, EvictionSink, JobSink
+from scheduler.decision import Code, Outcome, Reason, Subject, Wake
+from scheduler.gangs import GangKey, GangSpec, ObjectRef
+from scheduler.metrics import Metrics
+from scheduler.permit.holds import Permit
+from scheduler.preemption.nominations import hiding
+from scheduler.queue import GangQueue
+from scheduler.settings import Settings
+from scheduler.state import ClusterState
+from topology import Placer, PodShape, place
+from topology.fit import pods_per_node, shape_fit
+
+log = structlog.get_logger("phalanx.cycle")
+
+#: Cycles run back to back before the loop yields to informers and binders.
+BATCH = 64
+
+
+class SchedulingLoop:
+    def __init__(self, cycle: Cycle) -> None:
+        self.cycle = cycle
+        self.state = cycle.state
+        self.queue = cycle.queue
+        self.permit = cycle.permit
+        self.metrics = cycle.metrics
+        self.clock = cycle.clock
+        self.vacancies = cycle.vacancies
+        self.starvation = cycle.starvation
+        self.preemption = cycle.preemption
+        self.nominations = cycle.preemption.nominations
+        self._poke = anyio.Event()
+        self._held_labels: set[str] = set()
+        self._reservation_levels: set[str] = set()
+
+    @property
+    def cycles(self) -> int:
+        return self.cycle.count
+
+    def poke(self) -> None:
+        """Something changed (informers call this after applying events): run soon."""
+        self._poke.set()
+
+    def step(self) -> bool:
+        """Run one cycle for the best ready gang; False when none is ready."""
+        return self.cycle.once()
+
+    def place_again(self, gang: GangKey, why: str) -> None:
+        """The binder gives a gang back because the cluster changed under it: place it again now."""
+        self.nominations.resume(gang)
+        self.cycle.requeue(gang)
+        self.poke()
+
+    def bind_refused(self, gang: GangKey, why: str) -> None:
+        """The API server refused to bind the gang's members: a failed attempt like any other. The gang backs
+        off (a change to its pods or to the nodes wakes it sooner), never placed again at once."""
+        spec = self.state.index.get(gang)
+        self.nominations.resume(gang)
+        self.cycle.requeue(gang)
+        if isinstance(spec, GangSpec) and gang in self.queue:
+            refused = f"binding refused: {why}"
+            outcome = Outcome(code=Code.UNSCHEDULABLE, message=refused, wake=Wake(nodes=True), reported=True)
+            self.cycle.record(spec, outcome)
+        self.poke()  # the loop may be idle until a later deadline: this backoff ends sooner
+
+    def requeue_all(self) -> None:
+        """Put every known gang that needs anything in the queue (on becoming the leader)."""
+        for key in list(self.state.index.results()):
+            self.cycle.requeue(key)
+
+    def lost_lead(self) -> None:
+        """Another replica schedules now: everything decided but not written is dropped. A new leader
+        evaluates every gang afresh from what the API says; victims already terminating are not chosen
+        again, and the marks tell it which evictions were begun."""
+        self.preemption.clear()
+        self.vacancies.clear()  # a new leader keeps no room it did not see left
+        self.starvation.clear()  # a new leader rebuilds reservations from the same state
+        self.permit.release_all()
+        self.state.forget_assumptions()
+
+    # -- folding cluster news into the queue ------------------------------------------------------
+
+    def sync(self) -> None:
+        state, queue, cycle = self.state, self.queue, self.cycle
+        self.starvation.refresh()
+        for key in state.index.take_changed():
+            cycle.requeue(key)
+        state.expire()
+        for hold in self.permit.expired():
+            timed_out = cycle.permitting.timed_out(hold)
+            spec = state.index.get(hold.gang)
+            if timed_out is not None and isinstance(spec, GangSpec):
+                cycle.record(spec, timed_out)
+        for gang in self.permit.cooled():
+            cycle.requeue(gang)
+        self.vacancies.keep(state)
+        for nomination in self.nominations.expired():
+            log.info("nomination timed out; the gang is evaluated again", gang=nomination.gang)
+            spec = state.index.get(nomination.gang)
+            if isinstance(spec, GangSpec):
+                cycle.clear_stale(spec.key, spec.pods)
+                queue.add(spec.key, spec.priority, spec.created)
+        self._finish_evictions()
+        self.starvation.expired()
+        cycle.reservations_ended()
+        freed, nodes_changed = state.take_signals()
+        freed |= {vacancy.node for vacancy in self.vacancies.expired()}  # kept for a replacement that never came
+        if nodes_changed:
+            queue.wake_nodes()
+        if freed:
+            for gang in self.starvation.touching(freed):
+                queue.wake(gang)
+            held = self.starvation.reserved_from_wakes()
+            with hiding(state.snapshot, [], [(item.rows, item.amounts) for item in held]):
+                queue.wake_capacity(lambda shape: self._room(shape, freed))
+            if held:  # gangs of higher priority than a reservation are not held back by it
+                above = min(item.reservation.priority for item in held)
+                queue.wake_capacity(lambda shape: self._room(shape, freed), above=above)
+        self._gauges()
+
+    def _finish_evictions(self) -> None:
+        """Hand the evictor the evictions an earlier leader began and did not finish."""
+        evictor = self.cycle.evictor
+        if evictor is None:
+            return
+        for job in self.preemption.unfinished():
+            self.metrics.preemption_resumed.inc(len(job.victims))
+            spec = self.state.index.get(job.preemptor)
+            subject = self.cycle.reporter.gang(spec.objects, spec.pods) if isinstance(spec, GangSpec) else None
+            evictor.submit(replace(job, subject=subject))
+
+    def _room(self, shape: PodShape, nodes: Iterable[str]) -> int:
+        """Pods of ``shape`` the given nodes can take now."""
+        snapshot = self.state.snapshot
+        rows = np.array([row for row in (snapshot.index_of(name) for name in nodes) if row is not None], dtype=np.int64)
+        if not len(rows):
+            return 0
+        return int(pods_per_node(snapshot.free, shape_fit(snapshot, shape), rows).sum())
+
+    def _gauges(self) -> None:
+        for name, count in self.queue.depth().items():
+            self.metrics.queue_depth.labels(name).set(count)
+        self.metrics.waiting_gangs.set(len(self.permit))
+        levels: dict[str, int] = dict.fromkeys(self._reservation_levels, 0)  # a level with none left reads 0
+        for reservation in self.starvation.standing():
+            level = reservation.level or "cluster"
+            levels[level] = levels.get(level, 0) + 1
+        for level, count in levels.items():
+            self.metrics.starvation_reservations.labels(level).set(count)
+        self._reservation_levels |= levels.keys()
+        held = self.permit.held()
+        for name in self._held_labels - held.keys():
+            self.metrics.reserved.labels(name).set(0)  # a resource no longer held reads 0, not its last value
+        for name, amount in held.items():
+            # Base units, as the metric's help says: cores for cpu (held internally in millicores).
+            self.metrics.reserved.labels(name).set(amount / 1000 if name == "cpu" else amount)
+        self._held_labels |= held.keys()
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            self.sync()
+            done = 0
+            while done < BATCH and self.step():
+                done += 1
+            if done:
+                await anyio.sleep(0)  # let informers and binders run between batches
+                continue
+            await self._idle()
+
+    async def _idle(self) -> None:
+        """Wait for a poke, or for the next moment something is due (a backoff, a permit timeout)."""
+        due = (
+            self.queue.next_ready(),
+            self.permit.next_deadline(),
+            self.state.next_expiry(),
+            self.nominations.next_deadline(),
+            self.starvation.next_deadline(),
+            self.vacancies.next_deadline(),
+        )
+        deadlines = [d for d in due if d is not None]
+        timeout = max(0.0, min(deadlines) - self.clock.monotonic()) if deadlines else 5.0
+        if not self._poke.is_set():
+            with anyio.move_on_after(timeout):
+                await self._poke.wait()
+        self._poke = anyio.Event()
+
+
+def scheduling_loop(
+    *,
+    settings: Settings,
+    state: ClusterState,
+    clock: Clock,
+    rng: random.Random,
+    binder: JobSink,
+    reporter: DecisionRecorder,
+    metrics: Metrics,
+    evictor: EvictionSink | None = None,
+    placer: Placer = place,
+) -> SchedulingLoop:
+    """The loop over ``state``, its queue and permit drawing their jitter from ``rng``. ``placer`` is the
+    placement algorithm (``topology.place``, or a baseline the replay compares it with). Without an
+    ``evictor`` nothing is preempted (the replay has no API to evict through)."""
+    queue = GangQueue(settings.queue, clock, random.Random(rng.random()))
+    permit = Permit(settings.permit, clock, random.Random(rng.random()))
+    cycle = Cycle(
+        settings=settings,
+        state=state,
+        queue=queue,
+        permit=permit,
+        binder=binder,
+        reporter=reporter,
+        clock=clock,
+        metrics=metrics,
+        placer=placer,
+        evictor=evictor,
+    )
+    return SchedulingLoop(cycle)
+
+
+class NullRecorder:
+    """A recorder that tells nobody anything (a replay's decisions are measured, not told)."""
+
+    def pending(self, pods: Iterable[str], reason: str, message: str) -> None:
+        pass
+
+    def event(
+        self, subject: Subject | None, reason: Reason, note: str, *, type: str = "Warning", action: str = "Scheduling"
+    ) -> None:
+        pass
+
+    def pod_subject(self, pod: str) -> Subject | None:
+        return None
+
+    def gang(self, objects: Sequence[ObjectRef], pods: Sequence[str]) -> Subject | None:
+        return None
+
+    def group(self, spec: GangSpec, *, scheduled: bool, message: str, waiting: bool = False) -> None:
+        pass
