@@ -1,4 +1,4 @@
-"""Phalanx's scheduler process, in three rooms (``tests/test_layers.py`` keeps them apart).
+"""Phalanx's scheduler process, in four rooms (``tests/test_layers.py`` keeps them apart).
 
 ``ports/`` — how a cluster is reached: ``port`` (the protocol the engine speaks, plain JSON objects),
 ``errors``, ``kube/`` (kubernetes_asyncio to a real API server), ``sim/`` (the in-memory emulator, also
@@ -20,9 +20,12 @@ The engine — everything else at this level. Data flows through it in this orde
 
 Imports go the other way, from the top of :data:`ORDER` down.
 
-``frontends/`` — the ``phalanx`` command (``cli``) and what it runs: ``simulation``, ``dryrun``,
-``explain``, ``sandbox`` (serve), their output (``render``, ``plot``), ``samples``, and the
-``invariants`` checker the tests and benchmarks share. The engine never imports them.
+``simulation/`` — the simulated world around the scheduler in ``simulate`` and ``dry-run``: controllers,
+kubelet, the driver that moves the simulated clock and its report, and the ``oracle`` of invariants the
+tests and benchmarks share. It reads the engine; the engine and the ports never import it.
+
+``frontends/`` — the ``phalanx`` command (``cli``) and what it runs: ``dryrun``, ``explain``, ``sandbox``
+(serve), their output (``render``, ``plot``) and ``samples``. The engine never imports them.
 """
 
 #: The engine's modules from the bottom up: each imports only modules listed before it (a package stands

@@ -17,7 +17,7 @@ from typing import Any, get_type_hints
 
 import yaml
 
-from scheduler.gangs.settings import GangSettings, SettingsError
+from scheduler.gangs.gang_settings import GangSettings, SettingsError
 
 DEFAULT_LEVELS = ("topology.kubernetes.io/zone", "example.com/block", "example.com/rack", "kubernetes.io/hostname")
 

@@ -49,8 +49,8 @@ from scheduler.state import ClusterState
 from topology import HOSTNAME, GangRequest, PodShape, Snapshot
 from topology.domains import FloatArray, IntArray
 from topology.drain import DrainPlan, Level, choose_drain, minimum_shapes
-from topology.explain import short_name
 from topology.fit import cumsum_by_group
+from topology.reasons import short_name
 
 Requests = tuple[tuple[str, int], ...]
 _NEVER = np.iinfo(np.int64).max

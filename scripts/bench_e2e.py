@@ -45,12 +45,12 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.app import Phalanx
-from scheduler.frontends.invariants import InvariantMonitor
 from scheduler.logs import configure
 from scheduler.ports.kube import KubeCluster
 from scheduler.ports.sim import ClusterShape, Store, load
 from scheduler.ports.sim.adapter import SimCluster
 from scheduler.settings import BindingSettings, LeaderSettings, ReportingSettings, Settings
+from scheduler.simulation.oracle import InvariantMonitor
 
 LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
 SETTINGS = Settings(
@@ -142,7 +142,7 @@ async def sim_8pod(n_nodes: int, n_gangs: int) -> dict[str, float]:
 @asynccontextmanager
 async def sim_server(*args: str):  # type: ignore[no-untyped-def]
     process = subprocess.Popen(
-        [sys.executable, "-m", "scheduler.ports.sim.serve", *args], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "scheduler.ports.sim.apiserver", *args], stdout=subprocess.PIPE, text=True
     )
     try:
         assert process.stdout is not None

@@ -28,10 +28,10 @@ from benchinfo import machine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scheduler.frontends.simulation import Simulation
 from scheduler.logs import configure
 from scheduler.ports.sim import ClusterShape
 from scheduler.settings import Settings
+from scheduler.simulation.driver import Simulation
 
 LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
 PFN = "gang-scheduling.preferred.jp/gang"

@@ -39,13 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scheduler.ports.sim import ClusterShape  # noqa: E402
-from tests.integration.controlplane import (  # noqa: E402
-    HOW_TO_GET,
-    ControlPlane,
-    assets_dir,
-    dying_with_parent,
-    free_port,
-)
+from scripts.controlplane import HOW_TO_GET, ControlPlane, assets_dir, dying_with_parent, free_port  # noqa: E402
 
 NODES = "blocks=1,racks=8,nodes=32,gpus=8"  # 256 nodes of 8 GPUs
 PODS = 1000

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.integration.controlplane import HOW_TO_GET, ControlPlane, assets_dir
+from scripts.controlplane import HOW_TO_GET, ControlPlane, assets_dir
 from tests.integration.support import install
 
 settings.register_profile(

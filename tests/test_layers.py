@@ -55,7 +55,7 @@ def test_the_import_reader_sees_relative_and_dynamic_imports() -> None:
 
 def room(path: Path) -> str:
     parts = path.relative_to(SCHEDULER).parts
-    return parts[0] if parts[0] in ("ports", "frontends") else "engine"
+    return parts[0] if parts[0] in ("ports", "simulation", "frontends") else "engine"
 
 
 def offenders(paths: list[Path], forbidden: tuple[str, ...]) -> dict[str, list[str]]:
@@ -89,12 +89,37 @@ def test_the_ports_import_nothing_of_the_engine_or_the_front_ends() -> None:
     assert ports, "no port modules found: the layout changed"
 
 
-def test_the_engine_never_imports_the_front_ends_nor_a_port_but_through_the_protocol() -> None:
+def test_the_engine_never_imports_the_front_ends_the_simulated_world_nor_a_port_but_through_the_protocol() -> None:
     """The engine speaks ``ports.port`` (and ``ports.errors``): which cluster is behind it, the real one or
     the emulator, is the front-ends' choice (``app`` is given a port)."""
     engine = [path for path in SCHEDULER.rglob("*.py") if room(path) == "engine"]
     assert len(engine) > 10, "no engine modules found: the layout changed"
-    assert offenders(engine, ("scheduler.frontends", "scheduler.ports.sim", "scheduler.ports.kube")) == {}
+    forbidden = ("scheduler.frontends", "scheduler.simulation", "scheduler.ports.sim", "scheduler.ports.kube")
+    assert offenders(engine, forbidden) == {}
+
+
+def test_the_simulated_world_never_imports_the_front_ends_nor_the_real_cluster_s_port() -> None:
+    simulation = [path for path in SCHEDULER.rglob("*.py") if room(path) == "simulation"]
+    assert len(simulation) > 5, "no simulation modules found: the layout changed"
+    assert offenders(simulation, ("scheduler.frontends", "scheduler.ports.kube", "kubernetes_asyncio")) == {}
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    """A name says which module it is: ``errors.py`` in three rooms said nothing."""
+    modules = [*SCHEDULER.rglob("*.py"), *(ROOT / "topology").rglob("*.py")]
+    seen: dict[str, list[str]] = {}
+    for path in modules:
+        if path.name != "__init__.py":
+            seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert len(seen) > 50, "no modules found: the layout changed"
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def test_no_script_imports_the_tests() -> None:
+    """Benchmarks and tools stand on their own: what both need lives in ``scripts/`` or the package."""
+    scripts = list((ROOT / "scripts").rglob("*.py"))
+    assert scripts, "no scripts found: the layout changed"
+    assert offenders(scripts, ("tests",)) == {}
 
 
 def test_only_the_kube_port_imports_kubernetes_asyncio() -> None:

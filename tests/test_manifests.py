@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from scheduler.gangs.sources import SOURCES, SourceApi
 from scheduler.ports.sim import Faults
 from scheduler.settings import LeaderSettings, Settings, load_settings
 from tests.gangs.support import EXAMPLES
@@ -219,6 +220,40 @@ def test_the_crds_deployed_are_the_ones_the_emulator_serves_and_the_real_suite_i
     assert documents(MANIFESTS / deployed_file) == documents(
         ROOT / "scheduler" / "ports" / "sim" / "crds" / served_file
     )
+
+
+def test_rbac_grants_each_gang_source_exactly_what_its_row_in_the_sources_table_needs() -> None:
+    """Adding a source is a row in ``gangs/sources.py``: the role must grant what the row says, no more."""
+    groups = {api.group for api in SOURCES}
+    given = {(group, resource, verb) for verb, group, resource in granted() if group in groups}
+    needed = set().union(*(api.rbac() for api in SOURCES))
+    assert given == needed, sorted(given ^ needed)
+
+
+def test_the_rbac_a_row_needs_follows_its_status() -> None:
+    plain = SourceApi(group="g", kind="K", plural="ks", versions=("v1",), role=SOURCES[0].role)
+    with_status = replace(plain, status=lambda status: {})
+    assert plain.rbac() == {("g", "ks", "list"), ("g", "ks", "watch")}
+    assert with_status.rbac() - plain.rbac() == {("g", "ks/status", "patch")}
+    assert replace(with_status, status_in_object=True).rbac() - plain.rbac() == {("g", "ks", "patch")}
+
+
+@pytest.mark.parametrize("api", [api for api in SOURCES if api.crd], ids=lambda api: f"{api.kind}.{api.group}")
+def test_each_source_s_crd_defines_the_group_kind_versions_and_status_its_row_says(api: SourceApi) -> None:
+    assert api.crd is not None
+    (crd,) = documents(ROOT / "scheduler" / "ports" / "sim" / "crds" / api.crd)
+    spec = crd["spec"]
+    assert (spec["group"], spec["names"]["kind"], spec["names"]["plural"]) == (api.group, api.kind, api.plural)
+    assert (spec["scope"] == "Namespaced") == api.namespaced
+    served = {version["name"]: version for version in spec["versions"] if version["served"]}
+    assert set(api.versions) <= set(served)
+    for name in api.versions:
+        assert ("status" in (served[name].get("subresources") or {})) == (not api.status_in_object)
+
+
+def test_every_crd_the_emulator_serves_belongs_to_a_row_of_the_sources_table() -> None:
+    served = {path.name for path in (ROOT / "scheduler" / "ports" / "sim" / "crds").glob("*.yaml")}
+    assert served == {api.crd for api in SOURCES if api.crd}
 
 
 def test_the_readme_stands_alone_every_file_it_names_is_in_the_repository() -> None:

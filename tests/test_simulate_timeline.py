@@ -12,10 +12,10 @@ import yaml
 
 from scheduler.frontends.cli import main
 from scheduler.frontends.plot import plot
-from scheduler.frontends.simulation import Simulation
-from scheduler.frontends.timeline import clock_text, parse_seconds, scheduled
 from scheduler.ports.sim import ManifestError
 from scheduler.settings import Settings
+from scheduler.simulation.driver import Simulation
+from scheduler.simulation.timeline import clock_text, parse_seconds, scheduled
 from tests.sim.workloads import LEVELS, RUN_SECONDS, bare_pod, gang, job, pods, simulate
 
 FULL = "blocks=1,racks=1,nodes=4,gpus=8"

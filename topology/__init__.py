@@ -4,12 +4,12 @@ Build a :class:`Snapshot` from node records and the pods on them, describe a gan
 :class:`GangRequest` tree, and call :func:`place`. Nothing here talks to Kubernetes or awaits.
 """
 
-from topology.errors import SpecError
-from topology.explain import DomainCapacity, capacity_by_domain
-from topology.model import HOSTNAME, NodeRecord, Taint, Topology
+from topology.nodes import HOSTNAME, NodeRecord, Taint, Topology
 from topology.objects import node_constraints, node_record, pod_shape, unsupported_constraints
 from topology.outcome import Assignment, DomainChoice, HeldRoom, Infeasible, Placement
 from topology.place import DEFAULT_MAX_TRIES, Placer, place
+from topology.quantities import QuantityError, parse_quantity, pod_requests
+from topology.reasons import DomainCapacity, capacity_by_domain
 from topology.request import (
     ConstraintError,
     GangRequest,
@@ -20,8 +20,8 @@ from topology.request import (
     PodShape,
     Toleration,
 )
-from topology.resources import QuantityError, parse_quantity, pod_requests
 from topology.snapshot import Snapshot
+from topology.spec_error import SpecError
 
 __all__ = [
     "DEFAULT_MAX_TRIES",

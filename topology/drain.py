@@ -24,8 +24,8 @@ import numpy as np
 
 from topology.domains import FloatArray, IntArray
 from topology.fit import cumsum_by_group, pods_per_node, shape_fit
+from topology.quantities import PODS
 from topology.request import GangRequest, PodShape
-from topology.resources import PODS
 from topology.snapshot import Snapshot
 
 #: The level a domain belongs to: a node label key, or None for the whole cluster.

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from topology.domains import BoolArray, IntArray, LabelColumn
-from topology.model import UNSCHEDULABLE_TAINT
+from topology.nodes import UNSCHEDULABLE_TAINT
 from topology.request import NodeConstraints, NodeSelectorRequirement, NodeSelectorTerm
 from topology.snapshot import Snapshot
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from topology.errors import SpecError
-from topology.model import NodeRecord, Taint
+from topology.nodes import NodeRecord, Taint
+from topology.quantities import pod_requests, resource_list
 from topology.request import (
     ConstraintError,
     NodeConstraints,
@@ -20,7 +20,7 @@ from topology.request import (
     PodShape,
     Toleration,
 )
-from topology.resources import pod_requests, resource_list
+from topology.spec_error import SpecError
 
 _TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _TOLERATION_EFFECTS = ("", *_TAINT_EFFECTS)

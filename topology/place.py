@@ -32,10 +32,10 @@ import numpy as np
 
 from topology import exact
 from topology.domains import BoolArray, Domains, FloatArray, IdArray, IntArray
-from topology.explain import node_limit, node_reasons, plural, short_name
 from topology.fit import ShapeFit, domain_totals, shape_fit
-from topology.model import HOSTNAME
+from topology.nodes import HOSTNAME
 from topology.outcome import Assignment, DomainChoice, HeldRoom, Infeasible, Placement
+from topology.reasons import node_limit, node_reasons, plural, short_name
 from topology.request import GangRequest, PodShape
 from topology.snapshot import Snapshot
 from topology.trial import Trial

@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from topology.domains import Domains, IntArray
-from topology.explain import plural, short_name
 from topology.fit import FIT_CAP, ShapeFit, cumsum_by_group, domain_totals, pods_per_node, shape_fit
 from topology.outcome import Infeasible, Placement
 from topology.place import DEFAULT_MAX_TRIES, place
+from topology.reasons import plural, short_name
 from topology.request import GangRequest, PodShape
 from topology.snapshot import Snapshot
 

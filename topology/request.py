@@ -20,7 +20,7 @@ from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from topology.model import Taint
+from topology.nodes import Taint
 
 Operator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
 OPERATORS: Final = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")

@@ -32,8 +32,8 @@ import numpy as np
 import numpy.typing as npt
 
 from topology.domains import Domains, IdArray, IntArray, LabelColumn
-from topology.model import NOT_READY_TAINT, NodeRecord, Taint, Topology
-from topology.resources import merge_names
+from topology.nodes import NOT_READY_TAINT, NodeRecord, Taint, Topology
+from topology.quantities import merge_names
 
 if TYPE_CHECKING:
     from topology.outcome import Placement

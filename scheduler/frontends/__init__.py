@@ -1,4 +1,3 @@
 """The front-ends: the ``phalanx`` command (``cli``) and what its sub-commands run (``simulate``,
-``dry-run``, ``explain``, ``serve``), with their output (``render``, ``plot``), the embedded samples,
-and the invariant checker the tests and benchmarks share. They use the engine and the ports; nothing
-of the engine uses them."""
+``dry-run``, ``explain``, ``serve``), with their output (``render``, ``plot``) and the embedded samples.
+They use the engine, the simulated world and the ports; nothing of the engine uses them."""

@@ -27,15 +27,15 @@ from scheduler.frontends.plot import INSTALL_HINT, PlotError, plot
 from scheduler.frontends.render import Progress, table
 from scheduler.frontends.samples import default_cluster, default_workload
 from scheduler.frontends.sandbox import Sandbox, serve
-from scheduler.frontends.simulation import Simulation
-from scheduler.frontends.timeline import Scheduled, parse_seconds, scheduled
 from scheduler.gangs import SettingsError
 from scheduler.logs import LEVELS, configure
 from scheduler.ports.errors import PortError
 from scheduler.ports.kube import KubeCluster, KubeConfigError, connect
 from scheduler.ports.sim.builders import ClusterShape, ManifestError, read_manifest_file
-from scheduler.ports.sim.controllers import EXPANDED
 from scheduler.settings import Settings, load_settings
+from scheduler.simulation.controllers import EXPANDED
+from scheduler.simulation.driver import Simulation
+from scheduler.simulation.timeline import Scheduled, parse_seconds, scheduled
 
 EXIT_USAGE, EXIT_CLUSTER = 2, 1
 #: What a shell reports for a command killed by SIGPIPE (128 + 13), as `phalanx simulate | head` ends.

@@ -14,11 +14,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduler.app import choose_resources
-from scheduler.frontends.simulation import Report, Simulation
 from scheduler.ports.kube import KubeCluster, connect
 from scheduler.ports.kube.readonly import read_only
 from scheduler.ports.port import ClusterPort
 from scheduler.settings import Settings
+from scheduler.simulation.driver import Simulation
+from scheduler.simulation.report import Report
 
 _FINISHED = frozenset({"Succeeded", "Failed"})
 

@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from scheduler.frontends.dryrun import ClusterCopy
-from scheduler.frontends.simulation import BOUND, GangReport, Report, Simulation
 from scheduler.gangs import GangError, GangSpec
 from scheduler.settings import Settings
+from scheduler.simulation.driver import Simulation
+from scheduler.simulation.report import BOUND, GangReport, Report
 from topology import (
     HOSTNAME,
     DomainCapacity,
@@ -26,7 +27,7 @@ from topology import (
     node_record,
     pod_requests,
 )
-from topology.explain import short_name
+from topology.reasons import short_name
 
 #: Domains listed per table; the roomiest come first.
 ROWS = 10

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from scheduler.frontends.simulation import Report
+from scheduler.simulation.report import Report
 
 INSTALL_HINT = "--plot needs matplotlib: pip install 'phalanx-scheduler[plot]'"
 

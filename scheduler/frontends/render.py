@@ -8,9 +8,9 @@ import textwrap
 from collections.abc import Iterable, Mapping
 from typing import TextIO
 
-from scheduler.frontends.simulation import BOUND, Report
-from scheduler.frontends.timeline import clock_text
-from topology.explain import short_name
+from scheduler.simulation.report import BOUND, Report
+from scheduler.simulation.timeline import clock_text
+from topology.reasons import short_name
 
 #: Largest cluster drawn as a text map; beyond it the map would not fit a screen.
 MAP_NODES = 256

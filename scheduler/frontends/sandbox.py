@@ -31,10 +31,10 @@ import yaml
 from scheduler.app import Phalanx
 from scheduler.ports.kube import KubeCluster, client_for
 from scheduler.ports.sim.builders import ManifestError, load
-from scheduler.ports.sim.controllers import Api, Controllers, WorkloadError
 from scheduler.ports.sim.http import SimServer
 from scheduler.ports.sim.store import Store
 from scheduler.settings import LeaderSettings, Settings
+from scheduler.simulation.controllers import Api, Controllers, WorkloadError
 
 #: Namespaces every cluster starts with.
 NAMESPACES = ("default", "kube-system", "kube-public")

@@ -5,6 +5,7 @@ Feed a :class:`GangIndex` pod and group-object events; it answers with :class:`G
 exactly what to fix.
 """
 
+from scheduler.gangs.gang_settings import GangSettings, SettingsError
 from scheduler.gangs.index import GangIndex
 from scheduler.gangs.model import (
     GangError,
@@ -19,7 +20,6 @@ from scheduler.gangs.model import (
     gang_key,
 )
 from scheduler.gangs.precheck import beyond_cluster, min_resources_problem
-from scheduler.gangs.settings import GangSettings, SettingsError
 
 __all__ = [
     "GangError",

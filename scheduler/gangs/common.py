@@ -7,9 +7,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from scheduler.gangs.fields import SpecProblem, present, topology_key
+from scheduler.gangs.gang_settings import GangSettings
 from scheduler.gangs.model import ObjectRef, Timeout
 from scheduler.gangs.pods import TOPOLOGY_PREFERRED, TOPOLOGY_REQUIRED, PodInfo
-from scheduler.gangs.settings import GangSettings
 from topology import GangRequest, Member, PodShape, SpecError, pod_shape, unsupported_constraints
 
 

@@ -12,12 +12,12 @@ from typing import Any
 
 from scheduler.gangs.common import Context, Part, earliest, member_topology, topology
 from scheduler.gangs.fields import SpecProblem
+from scheduler.gangs.gang_settings import GangSettings
 from scheduler.gangs.groups import GroupObject, Role
 from scheduler.gangs.membership import SIMPLE, MembershipIndex
 from scheduler.gangs.model import GangError, GangKey, GangResult, GangSpec, ObjectRef, Problem, Source
 from scheduler.gangs.pfn import compile_pfn
 from scheduler.gangs.pods import PodInfo
-from scheduler.gangs.settings import GangSettings
 from scheduler.gangs.sources import ROOT_SOURCE, compiler
 from scheduler.gangs.upstream import compile_workload_gang, composite_minimum, composite_topology
 from topology import GangRequest

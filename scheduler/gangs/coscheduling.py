@@ -16,7 +16,7 @@ from scheduler.gangs.fields import SpecProblem, integer
 from scheduler.gangs.groups import GroupObject, GroupStatus
 from scheduler.gangs.pods import PodInfo
 from topology import GangRequest, QuantityError
-from topology.resources import resource_list
+from topology.quantities import resource_list
 
 
 def compile_scheduler_plugins(group: GroupObject, pods: Sequence[PodInfo], context: Context) -> Part:

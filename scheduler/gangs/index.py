@@ -13,11 +13,11 @@ from typing import Any
 
 from scheduler.gangs.common import Context
 from scheduler.gangs.compiler import GangCompiler
+from scheduler.gangs.gang_settings import GangSettings
 from scheduler.gangs.groups import GroupObject
 from scheduler.gangs.membership import MembershipIndex
 from scheduler.gangs.model import GangKey, GangResult, ObjectRef
 from scheduler.gangs.pods import PodInfo
-from scheduler.gangs.settings import GangSettings
 
 
 class GangIndex:

@@ -23,10 +23,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from scheduler.gangs.common import Context
+from scheduler.gangs.gang_settings import GangSettings
 from scheduler.gangs.groups import GroupObject, Role
 from scheduler.gangs.model import GangKey, ObjectRef, PodKey, Source, gang_key
 from scheduler.gangs.pods import PodInfo, read_pod
-from scheduler.gangs.settings import GangSettings
 from scheduler.gangs.sources import ROOT_SOURCE, read_group
 
 #: Sources whose gangs have no group object: a gang per PFN name, per 1.35 workload replica, per plain pod.

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.gangs.fields import SpecProblem, child, missing, timestamp
+from scheduler.gangs.gang_settings import GangSettings
 from scheduler.gangs.model import ObjectRef, PodKey, Source, pod_key
-from scheduler.gangs.settings import GangSettings
 
 SCHEDULER_PLUGINS_GROUP = "scheduling.x-k8s.io"
 SCHEDULER_PLUGINS_LABEL = "scheduling.x-k8s.io/pod-group"

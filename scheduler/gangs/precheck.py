@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from topology import GangRequest, Infeasible, PodShape, Snapshot
-from topology.explain import node_limit, node_reasons
 from topology.fit import shape_fit
+from topology.reasons import node_limit, node_reasons
 
 
 def min_resources_problem(

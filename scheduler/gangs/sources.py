@@ -4,7 +4,9 @@ Five unrelated CRDs are called ``PodGroup``: an object is recognised by API grou
 nowhere else; objects of any other group or version are not gang sources and are ignored. The APIs the
 scheduler watches (each in order of preference: the first version the server serves is used), the kinds
 the gang index reads, the source a hierarchy's root gives its gang, and the status each source writes
-are all derived from :data:`SOURCES`. Adding a source is a row here plus its module in ``gangs/``.
+are all derived from :data:`SOURCES`, and so are the RBAC rules the scheduler needs for them
+(:meth:`SourceApi.rbac`; ``manifests/rbac.yaml`` is checked against them) and the CRD each is published
+by (checked against the file). Adding a source is a row here plus its module in ``gangs/``.
 """
 
 from __future__ import annotations
@@ -41,6 +43,17 @@ class SourceApi:
     status: StatusPatch | None = None
     #: Its published CRD keeps status in the object (no status subresource): written through the object.
     status_in_object: bool = False
+    #: The file of its CRD, as its project publishes it, in ``scheduler/ports/sim/crds/`` (the emulator
+    #: serves it, the real-server suite installs it); None for an API built into kube-apiserver.
+    crd: str | None = None
+
+    def rbac(self) -> set[tuple[str, str, str]]:
+        """(API group, resource, verb) the scheduler needs: list and watch its objects, and patch the
+        status it writes (through the object itself when the CRD has no status subresource)."""
+        rules = {(self.group, self.plural, "list"), (self.group, self.plural, "watch")}
+        if self.status is not None:
+            rules.add((self.group, self.plural if self.status_in_object else f"{self.plural}/status", "patch"))
+        return rules
 
 
 def _plugins(group: GroupObject, pods: Sequence[PodInfo], context: Context, _: Mapping[ObjectRef, GroupObject]) -> Part:
@@ -69,6 +82,7 @@ SOURCES: tuple[SourceApi, ...] = (
         source=Source.SCHEDULER_PLUGINS,
         compile=_plugins,
         status=coscheduling.status_patch,
+        crd="podgroups.scheduling.x-k8s.io.yaml",
     ),
     SourceApi(
         group=VOLCANO_GROUP,
@@ -80,6 +94,7 @@ SOURCES: tuple[SourceApi, ...] = (
         compile=_volcano,
         status=volcano.status_patch,
         status_in_object=True,
+        crd="podgroups.scheduling.volcano.sh.yaml",
     ),
     SourceApi(
         group=UPSTREAM_GROUP,
@@ -115,6 +130,7 @@ SOURCES: tuple[SourceApi, ...] = (
         role=Role.COMPOSITE,
         source=Source.PHALANX,
         status=upstream.status_patch,
+        crd="compositepodgroups.scheduling.phalanx.dev.yaml",
     ),
 )
 

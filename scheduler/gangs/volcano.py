@@ -28,13 +28,13 @@ from typing import Any
 
 from scheduler.gangs.common import Context, Part, Placement, annotated, member_topology, topology
 from scheduler.gangs.fields import SpecProblem, child, integer, items, label_selector, mapping, missing, string
+from scheduler.gangs.gang_settings import GangSettings
 from scheduler.gangs.groups import GroupObject, GroupStatus
 from scheduler.gangs.model import ObjectRef
 from scheduler.gangs.pods import VOLCANO_TASK_ANNOTATION, PodInfo
-from scheduler.gangs.settings import GangSettings
 from topology import GangRequest, QuantityError
-from topology.explain import short_name
-from topology.resources import resource_list
+from topology.quantities import resource_list
+from topology.reasons import short_name
 
 
 def compile_volcano(group: GroupObject, pods: Sequence[PodInfo], context: Context) -> Part:

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from scheduler.ports.sim import ClusterShape, SimServer, Store, load
+from scripts.controlplane import ControlPlane
 from tests.conftest import ASSETS, REAL
-from tests.integration.controlplane import ControlPlane
 from tests.integration.support import SHAPE
 
 SERVERS = ["emulator", REAL] if ASSETS else ["emulator"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.controlplane import ControlPlane
+from scripts.controlplane import ControlPlane
 from tests.integration.support import (
     PHALANX_USER,
     PhalanxProcess,

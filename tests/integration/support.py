@@ -19,11 +19,11 @@ from urllib.parse import quote
 
 import yaml
 
-from scheduler.frontends.invariants import InvariantMonitor
 from scheduler.gangs import GangSettings
 from scheduler.ports.sim import ClusterShape, Store, load
 from scheduler.ports.sim.schema import crd_documents
-from tests.integration.controlplane import ControlPlane, ControlPlaneError, dying_with_parent, free_port
+from scheduler.simulation.oracle import InvariantMonitor
+from scripts.controlplane import ControlPlane, ControlPlaneError, dying_with_parent, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from tests.integration.controlplane import assets_dir
+from scripts.controlplane import assets_dir
 from tests.integration.support import ROOT
 
 

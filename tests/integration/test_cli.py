@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.integration.controlplane import ControlPlane
+from scripts.controlplane import ControlPlane
 from tests.integration.support import ROOT, PhalanxProcess, ensure_namespace, requests_by
 from tests.scheduler.support import gpu_pod, pfn
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.integration.controlplane import ControlPlane, collection_path
+from scripts.controlplane import ControlPlane, collection_path
 from tests.integration.support import SHAPE, PhalanxProcess, bound, ensure_namespace, eventually, get, pods
 from tests.sim.test_controllers import RACK, apps, jobset, pytorch_job, train_job, training_runtime
 from tests.sim.workloads import gang, job, lws, simulate

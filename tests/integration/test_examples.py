@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.ports.sim import read_manifest_file
-from tests.integration.controlplane import ControlPlane
+from scripts.controlplane import ControlPlane
 from tests.integration.support import PhalanxProcess, bound, ensure_namespace, eventually, pods
 from tests.test_examples_simulate import EXAMPLES, PLACEMENT, PREEMPTED
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.integration.controlplane import ControlPlane
+from scripts.controlplane import ControlPlane
 from tests.integration.support import (
     PHALANX_USER,
     PhalanxProcess,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.controlplane import ControlPlane
+from scripts.controlplane import ControlPlane
 from tests.integration.support import (
     PhalanxProcess,
     bound,

@@ -6,8 +6,8 @@ import json
 import signal
 from pathlib import Path
 
+from scripts.controlplane import ControlPlane
 from tests.integration.conftest import FAST
-from tests.integration.controlplane import ControlPlane
 from tests.integration.support import (
     PhalanxProcess,
     bound,

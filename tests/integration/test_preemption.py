@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from scripts.controlplane import ControlPlane
 from tests.integration.conftest import FAST
-from tests.integration.controlplane import ControlPlane
 from tests.integration.support import (
     PHALANX_USER,
     PhalanxProcess,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
+from scripts.controlplane import ControlPlane
 from tests.integration.conftest import FAST
-from tests.integration.controlplane import ControlPlane
 from tests.integration.support import (
     MANIFESTS,
     PhalanxProcess,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.integration.controlplane import ControlPlane
+from scripts.controlplane import ControlPlane
 from tests.integration.support import (
     PhalanxProcess,
     bound,

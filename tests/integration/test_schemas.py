@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.gangs.upstream import FIELDS_READ
-from tests.integration.controlplane import ControlPlane
+from scripts.controlplane import ControlPlane
 
 GROUP = "scheduling.k8s.io"
 

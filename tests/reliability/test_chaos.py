@@ -22,7 +22,7 @@ from tests.reliability.chaos import (
     settle,
     watch_trouble,
 )
-from tests.scheduler.invariants import check_invariants
+from tests.scheduler.checks import check_invariants
 from tests.scheduler.support import FAST, cluster, eventually, phalanx
 
 SHAPE = "blocks=1,racks=2,nodes=4,gpus=8"  # 64 GPUs: the gangs below ask for more, so some must wait

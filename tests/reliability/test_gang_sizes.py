@@ -15,7 +15,7 @@ import yaml
 
 from scheduler.frontends.cli import main
 from scheduler.frontends.samples import pfn_gang
-from tests.scheduler.invariants import check_invariants
+from tests.scheduler.checks import check_invariants
 from tests.scheduler.support import FAST, cluster, eventually, gpu_pod, pfn, phalanx
 
 SIZES = [10**9, 2**63 - 1, 2**63]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from scheduler.gangs import GangError, Problem
 from tests.reliability.chaos import settle
-from tests.scheduler.invariants import check_invariants
+from tests.scheduler.checks import check_invariants
 from tests.scheduler.support import cluster, gpu_pod, pfn, phalanx
 
 PFN = "gang-scheduling.preferred.jp/gang"

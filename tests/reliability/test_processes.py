@@ -17,7 +17,7 @@ from scheduler.ports.kube import KubeCluster
 from scheduler.ports.sim import FaultRule, Faults
 from scheduler.settings import BindingSettings, Settings
 from tests.reliability.chaos import Gangs, create, preemptions, priority_classes, settle
-from tests.scheduler.invariants import check_invariants
+from tests.scheduler.checks import check_invariants
 from tests.scheduler.support import FAST, Cluster, cluster, elected, eventually, gpu_pod, pfn, phalanx
 
 LEASE_SECONDS = 1.5

@@ -1,6 +1,7 @@
 """The scheduling loop alone, on a simulated clock: pods go into ClusterState as watch events would, binds
-land at once (with the kubelet's startTime), and what the loop tells users is recorded. For rules that
-play out over minutes and hours of cluster time (starvation, backfill), in milliseconds and exactly."""
+land at once (with the kubelet's startTime), and what the loop decides (each ``Outcome``) and tells users
+is recorded. For the cycle's decisions, and for rules that play out over minutes and hours of cluster time
+(holds, starvation, backfill), in milliseconds and exactly."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduler.clock import ManualClock
-from scheduler.decision import BindJob, Reason, Subject
-from scheduler.gangs import ObjectRef
+from scheduler.decision import BindJob, Outcome, Reason, Subject
+from scheduler.gangs import GangError, GangSpec, ObjectRef
 from scheduler.loop import NullRecorder, scheduling_loop
 from scheduler.metrics import Metrics
 from scheduler.ports.port import NODES, PODS, Change
@@ -115,6 +116,15 @@ class Loop:
             evictor=self.evictor if preemption else None,
         )
         self.queue = self.loop.queue
+        #: Every decision the cycle recorded, in order: (gang, its Outcome).
+        self.decisions: list[tuple[str, Outcome]] = []
+        record = self.loop.cycle.record
+
+        def recorded(gang: GangSpec | GangError, outcome: Outcome) -> None:
+            self.decisions.append((str(gang.key), outcome))
+            record(gang, outcome)
+
+        self.loop.cycle.record = recorded  # type: ignore[method-assign]
         self.pods: dict[str, dict[str, Any]] = {}
         self.bound_at: dict[str, float] = {}  # pod -> when it was bound (monotonic)
         self._runs: dict[str, float] = {}  # pod -> how long it runs once bound
@@ -134,17 +144,24 @@ class Loop:
         node: str | None = None,
         runs: float | None = None,
         preempts: bool = True,
+        annotations: dict[str, str] | None = None,
+        cpu: str | None = None,
+        **extra: Any,
     ) -> str:
         """A pod of ``gpus`` GPUs (of a PFN gang ``(name, size)``), created now; ``node``: already running
-        there (bound by someone else, started now); ``runs``: it finishes this long after it is bound."""
-        annotations = {f"{PFN}-name": gang[0], f"{PFN}-size": str(gang[1])} if gang else {}
+        there (bound by someone else, started now); ``runs``: it finishes this long after it is bound; ``extra``:
+        more fields of its spec (``schedulingGates``, ``terminationGracePeriodSeconds``)."""
+        annotations = {**({f"{PFN}-name": gang[0], f"{PFN}-size": str(gang[1])} if gang else {}), **(annotations or {})}
         if rack:
             annotations["scheduling.phalanx.dev/topology-required"] = RACK
         spec: dict[str, Any] = {
             "schedulerName": "phalanx" if node is None else "default-scheduler",
             "priority": priority,
             "containers": [{"name": "main", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}],
+            **extra,
         }
+        if cpu is not None:
+            spec["containers"][0]["resources"]["requests"]["cpu"] = cpu
         if deadline is not None:
             spec["activeDeadlineSeconds"] = math.ceil(deadline)
         if not preempts:
@@ -213,11 +230,22 @@ class Loop:
             if not due:
                 return
 
+    def outcomes(self, gang: str) -> list[Outcome]:
+        """The decisions recorded about ``gang`` (its key, ``pfn:ml/name``), in order."""
+        return [outcome for key, outcome in self.decisions if key == gang]
+
     def fail(self, pod: str) -> None:
         """The pod's containers failed (``status.phase: Failed``): it stays, its room is free."""
         obj = self.pods[pod]
         obj["status"] = {**obj.get("status", {}), "phase": "Failed"}
         self.state.apply(PODS, Change("MODIFIED", obj))
+
+    def terminate(self, *pods: str) -> None:
+        """The pods are marked for deletion (their grace period runs; they are not gone yet)."""
+        for pod in pods:
+            obj = self.pods[pod]
+            obj["metadata"] = {**obj["metadata"], "deletionTimestamp": rfc3339(self.clock.wall())}
+            self.state.apply(PODS, Change("MODIFIED", obj))
 
     def finish(self, *pods: str) -> None:
         for pod in pods:

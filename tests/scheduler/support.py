@@ -16,8 +16,7 @@ import yaml
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.app import Phalanx
-from scheduler.frontends.invariants import InvariantMonitor
-from scheduler.gangs.settings import GangSettings
+from scheduler.gangs.gang_settings import GangSettings
 from scheduler.ports.kube import KubeCluster
 from scheduler.ports.sim import ClusterShape, Faults, SimServer, Store, load, read_manifest_file
 from scheduler.settings import (
@@ -29,6 +28,7 @@ from scheduler.settings import (
     ServerSettings,
     Settings,
 )
+from scheduler.simulation.oracle import InvariantMonitor
 
 FAST = Settings(
     queue=QueueSettings(initial_backoff_seconds=0.05, max_backoff_seconds=0.5),

@@ -6,7 +6,7 @@ import anyio
 
 from scheduler.ports.sim import FaultRule, Faults
 from scheduler.settings import BindingSettings, PermitSettings
-from tests.scheduler.invariants import check_invariants
+from tests.scheduler.checks import check_invariants
 from tests.scheduler.support import FAST, cluster, eventually, gpu_pod, pfn, phalanx
 
 

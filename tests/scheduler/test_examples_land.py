@@ -1,7 +1,7 @@
 """Gangs of every source land where their definition says, end to end."""
 
 from tests.gangs.support import EXAMPLES
-from tests.scheduler.invariants import check_invariants
+from tests.scheduler.checks import check_invariants
 from tests.scheduler.support import cluster, create_manifests, eventually, gpu_pod, labels_of, phalanx
 
 RACK, BLOCK = "example.com/rack", "example.com/block"

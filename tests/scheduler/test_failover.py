@@ -6,7 +6,7 @@ from dataclasses import replace
 from scheduler.app import Phalanx
 from scheduler.ports.sim import FaultRule, Faults
 from scheduler.settings import BindingSettings
-from tests.scheduler.invariants import check_invariants
+from tests.scheduler.checks import check_invariants
 from tests.scheduler.support import FAST, cluster, elected, eventually, gpu_pod, pfn, phalanx
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.ports.sim import MERGE_PATCH
-from tests.scheduler.invariants import check_invariants
+from tests.scheduler.checks import check_invariants
 from tests.scheduler.support import WAKES_ONLY, Cluster, cluster, eventually, gpu_pod, labels_of, pfn, phalanx
 
 QUOTA = [{"name": "example.com/quota"}]

@@ -180,3 +180,43 @@ def test_the_replacement_grace_is_a_setting_and_zero_keeps_nothing() -> None:
     deployment = loop.submit("web-0", 8)
     loop.settle()
     assert deployment in loop.bound()
+
+
+def held(loop: Loop, resource: str) -> float | None:
+    """``phalanx_reserved{resource}`` as the loop publishes it (at each sync)."""
+    loop.loop.sync()
+    return loop.loop.metrics.registry.get_sample_value("phalanx_reserved", {"resource": resource})
+
+
+def test_a_partial_gang_times_out_and_releases_the_room_it_held_to_the_next_gang() -> None:
+    loop = Loop(racks=1, nodes=4)
+    timeout = {"gang-scheduling.preferred.jp/gang-schedule-timeout-seconds": "1"}
+    for i in range(3):
+        loop.submit(f"train-{i}", 8, gang=("train", 4), cpu="2", annotations=timeout)
+    loop.settle()
+    assert (held(loop, "nvidia.com/gpu"), held(loop, "cpu")) == (8, 2)  # cores, the base unit its help names
+    others = [loop.submit(f"other-{i}", 8, gang=("other", 2)) for i in range(2)]
+    loop.settle()
+    assert not set(others) & set(loop.bound())  # one node is free, the other held
+    loop.run_until(loop.loop.permit.next_deadline() or 0.0)
+    note, *_ = [note for reason, note in loop.told.events if reason == "GangTimeout"]
+    assert note.startswith("Gang pfn:ml/train timed out waiting for 1 member(s) that do not exist yet")
+    loop.advance(2)  # the other gang's backoff: the released room woke it already, or wakes it now
+    assert set(others) <= set(loop.bound())
+    assert (held(loop, "nvidia.com/gpu"), held(loop, "cpu")) == (0, 0)
+
+
+def test_running_out_of_time_while_members_are_gated_is_waiting_not_unschedulable() -> None:
+    loop = Loop(racks=2, nodes=4)
+    timeout = {"gang-scheduling.preferred.jp/gang-schedule-timeout-seconds": "1"}
+    loop.submit("g-0", 8, gang=("g", 4), annotations=timeout)
+    for i in range(1, 4):
+        loop.submit(f"g-{i}", 8, gang=("g", 4), annotations=timeout, schedulingGates=[{"name": "example.com/quota"}])
+    loop.settle()
+    loop.run_until(loop.loop.permit.next_deadline() or 0.0)
+    timed_out = loop.outcomes("pfn:ml/g")[-1]
+    assert timed_out.message.startswith("Gang pfn:ml/g timed out waiting for 3 member(s) held by scheduling gates")
+    assert timed_out.condition == "GangWaiting"  # not Unschedulable: room would not help
+    assert not [event for event in loop.told.events if event[0] == "FailedScheduling"]
+    attempts = loop.loop.metrics.registry.get_sample_value
+    assert not attempts("phalanx_schedule_attempts_total", {"result": "unschedulable"})  # no attempt failed

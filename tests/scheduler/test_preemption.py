@@ -9,7 +9,7 @@ import pytest
 from scheduler.ports.sim import MERGE_PATCH, FaultRule, Faults
 from scheduler.ports.sim.builders import node_manifest
 from scheduler.preemption import evictor
-from tests.scheduler.invariants import check_invariants
+from tests.scheduler.checks import check_invariants
 from tests.scheduler.support import Cluster, cluster, eventually, gpu_pod, pfn, phalanx
 
 RACK = "example.com/rack"
@@ -148,32 +148,6 @@ async def test_the_surplus_of_an_elastic_gang_goes_first_and_its_minimum_stays()
         await eventually(lambda: {"team/prod-0", "team/prod-1"} <= set(where.bound()), what="the preemptor bound")
         elastic = [key for key in where.bound() if key.startswith("team/elastic")]
         assert len(elastic) == 2  # exactly its minimum is left running
-        check_invariants(where)
-
-
-async def test_a_victim_that_never_terminates_lets_the_nomination_time_out_and_is_not_chosen_again() -> None:
-    async with cluster(nodes=two_racks(), graceful=True) as where, phalanx(where) as app:
-        app.scheduler.nominations.timeout_seconds = 0.5  # and twice the victims' one-second grace: 2 s
-        classes(where)
-        await fill_with_batch(where, terminationGracePeriodSeconds=1)
-        where.create(member("prod-0", "prod", 1, "production", rack=True))
-        first = await eventually(lambda: terminating(where), what="a victim marked for deletion")
-        assert len(first) == 2  # a whole gang, though one pod's room would do
-
-        def preemptions() -> float | None:
-            return app.metrics.registry.get_sample_value("phalanx_preemption_attempts_total", {"result": "preempted"})
-
-        # The first victims never go; after the nomination's timeout the gang is evaluated again, and the
-        # pods still terminating are not chosen a second time: the other batch gang is.
-        await eventually(lambda: preemptions() == 2, what="a second preemption after the timeout")
-        everyone = {f"team/batch-{gang}-{i}" for gang in "ab" for i in range(2)}
-
-        await eventually(
-            lambda: terminating(where) == everyone, what=lambda: f"both gangs marked, not only {terminating(where)}"
-        )
-        for victim in everyone:
-            where.finish_termination(victim)
-        await eventually(lambda: "team/prod-0" in where.bound(), what="the preemptor bound at last")
         check_invariants(where)
 
 

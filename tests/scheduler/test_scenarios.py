@@ -4,7 +4,7 @@ import pytest
 
 from scheduler import informers
 from scheduler.ports.sim.builders import node_manifest
-from tests.scheduler.invariants import check_invariants
+from tests.scheduler.checks import check_invariants
 from tests.scheduler.support import WAKES_ONLY, cluster, eventually, gpu_pod, pfn, phalanx
 
 
@@ -46,33 +46,6 @@ async def test_a_partial_gang_holds_room_and_binds_when_its_last_member_arrives(
         where.create(gpu_pod("w3", annotations=pfn("train", 4)))
         bound = await eventually(lambda: len(where.bound()) == 4 and where.bound(), what="the gang bound")
         assert set(bound) == {f"team/w{i}" for i in range(4)}
-        check_invariants(where)
-
-
-async def test_a_partial_gang_times_out_and_releases_the_room_it_held() -> None:
-    async with cluster(nodes=[capacity_node(f"n{i}") for i in range(4)]) as where, phalanx(where) as app:
-        for i in range(3):
-            member = gpu_pod(f"w{i}", annotations=pfn("train", 4, timeout=1))
-            member["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "2"
-            where.create(member)
-        await eventually(lambda: app.permit.waiting, what="a reservation")
-
-        def reserved(resource: str) -> float | None:
-            return app.metrics.registry.get_sample_value("phalanx_reserved", {"resource": resource})
-
-        await eventually(lambda: reserved("nvidia.com/gpu") == 8, what="the held GPUs on /metrics")
-        assert reserved("cpu") == 2  # cores, the base unit its help names
-        for i in range(2):
-            where.create(gpu_pod(f"other-{i}", annotations=pfn("other", 2)))
-        timeout = await eventually(lambda: where.events("GangTimeout"), what="GangTimeout Event")
-        assert timeout[0]["note"].startswith(
-            "Gang pfn:team/train timed out waiting for 1 member(s) that do not exist yet"
-        )
-        await eventually(
-            lambda: {"team/other-0", "team/other-1"} <= set(where.bound()),
-            what="the other gang bound in the released room",
-        )
-        await eventually(lambda: reserved("nvidia.com/gpu") == 0 and reserved("cpu") == 0, what="nothing held")
         check_invariants(where)
 
 

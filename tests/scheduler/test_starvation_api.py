@@ -10,9 +10,9 @@ from typing import Any
 
 from scheduler.frontends.plot import plot
 from scheduler.frontends.render import table
-from scheduler.frontends.simulation import Simulation
 from scheduler.ports.sim.builders import node_manifest
 from scheduler.settings import StarvationSettings
+from scheduler.simulation.driver import Simulation
 from tests.scheduler.support import FAST, LEVELS, Cluster, cluster, eventually, gpu_pod, pfn, phalanx
 
 RACK = "example.com/rack"

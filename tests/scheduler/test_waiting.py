@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.ports.sim import read_manifest_file
-from tests.scheduler.invariants import check_invariants
+from tests.scheduler.checks import check_invariants
 from tests.scheduler.support import cluster, eventually, gpu_pod, pfn, phalanx
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "volcano" / "kthena-prefill-decode.yaml"

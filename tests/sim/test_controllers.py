@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from scheduler.frontends.simulation import Simulation
 from scheduler.ports.sim import ManifestError
 from scheduler.settings import Settings
+from scheduler.simulation.driver import Simulation
 from tests.sim.workloads import (
     LEVELS,
     RUN_SECONDS,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from scheduler.frontends.invariants import InvariantMonitor
 from scheduler.gangs import GangKey
-from scheduler.gangs.settings import GangSettings
+from scheduler.gangs.gang_settings import GangSettings
 from scheduler.ports.sim import ClusterShape, Store, load
+from scheduler.simulation.oracle import InvariantMonitor
 from scheduler.state import Assumption
 from tests.scheduler.support import LEVELS, gpu_pod, pfn
 

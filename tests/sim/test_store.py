@@ -3,8 +3,8 @@
 import anyio
 import pytest
 
-from scheduler.ports.sim.errors import ApiError
 from scheduler.ports.sim.selectors import selector
+from scheduler.ports.sim.status import ApiError
 from scheduler.ports.sim.store import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, Store
 from tests.sim.support import lease, pod, store, without
 

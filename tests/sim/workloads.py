@@ -6,11 +6,12 @@ from typing import Any
 
 import anyio
 
-from scheduler.frontends.invariants import InvariantMonitor
-from scheduler.frontends.simulation import Report, Simulation
-from scheduler.gangs.settings import GangSettings
+from scheduler.gangs.gang_settings import GangSettings
 from scheduler.ports.sim import ClusterShape, Store
 from scheduler.settings import Settings
+from scheduler.simulation.driver import Simulation
+from scheduler.simulation.oracle import InvariantMonitor
+from scheduler.simulation.report import Report
 
 LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
 PFN = "gang-scheduling.preferred.jp/gang"

@@ -5,7 +5,7 @@ from fractions import Fraction
 import pytest
 
 from topology import QuantityError, SpecError, parse_quantity, pod_requests
-from topology.resources import MAX_AMOUNT, to_base_units
+from topology.quantities import MAX_AMOUNT, to_base_units
 
 KI, MI, GI, TI = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 INT64_MAX = (1 << 63) - 1

@@ -6,10 +6,10 @@ is tested against, with injected faults.
 """
 
 from scheduler.ports.sim.builders import ClusterShape, ManifestError, load, read_manifest_file, read_manifests
-from scheduler.ports.sim.errors import ApiError
 from scheduler.ports.sim.faults import FaultRule, Faults
 from scheduler.ports.sim.http import SimServer
 from scheduler.ports.sim.resources import Catalog, Resource
+from scheduler.ports.sim.status import ApiError
 from scheduler.ports.sim.store import MERGE_PATCH, STRATEGIC_MERGE_PATCH, Store, Watch, WatchEvent
 
 __all__ = [

@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 
 from scheduler.ports.errors import from_status
 from scheduler.ports.port import OPENED, ApiResource, Change, Listing
-from scheduler.ports.sim.errors import ApiError
 from scheduler.ports.sim.resources import Resource
+from scheduler.ports.sim.status import ApiError
 from scheduler.ports.sim.store import MERGE_PATCH, STRATEGIC_MERGE_PATCH, Store
 
 T = TypeVar("T")

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from scheduler.ports.sim.errors import ApiError
+from scheduler.ports.sim.status import ApiError
 from scheduler.ports.sim.store import Store
 from topology import QuantityError, parse_quantity
 

@@ -15,7 +15,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from scheduler.ports.sim.errors import ApiError
+from scheduler.ports.sim.status import ApiError
 
 VERBS = frozenset({"get", "list", "watch", "create", "update", "patch", "delete", "bind"})
 

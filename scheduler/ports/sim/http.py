@@ -28,11 +28,11 @@ from typing import Any
 from aiohttp import web
 
 from scheduler.ports.sim import media, openapi
-from scheduler.ports.sim.errors import ApiError
 from scheduler.ports.sim.faults import Faults
 from scheduler.ports.sim.resources import Resource
 from scheduler.ports.sim.schema import unknown_fields
 from scheduler.ports.sim.selectors import Selector, selector
+from scheduler.ports.sim.status import ApiError
 from scheduler.ports.sim.store import MERGE_PATCH, Store, Watch
 from scheduler.ports.sim.tables import table
 from scheduler.ports.sim.validation import strict, unknown_pod_fields

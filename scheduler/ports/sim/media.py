@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from scheduler.ports.sim.errors import ApiError
 from scheduler.ports.sim.protobuf import NotANamespace, read_namespace
+from scheduler.ports.sim.status import ApiError
 
 JSON = "application/json"
 YAML = "application/yaml"

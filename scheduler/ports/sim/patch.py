@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.ports.sim.errors import ApiError
+from scheduler.ports.sim.status import ApiError
 
 #: List fields merged by key in strategic merge patch (the ones in Kubernetes' core types and our CRDs).
 MERGE_KEYS = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from scheduler.ports.sim.errors import ApiError
+from scheduler.ports.sim.status import ApiError
 
 MAGIC = b"k8s\x00"
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.ports.sim.errors import ApiError
+from scheduler.ports.sim.status import ApiError
 
 _META = ("metadata.name", "metadata.namespace")
 _OBJECT_REFERENCE = ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")

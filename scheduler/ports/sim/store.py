@@ -48,12 +48,12 @@ from typing import Any
 
 import anyio
 
-from scheduler.ports.sim.errors import ApiError, already_exists, conflict, not_found
 from scheduler.ports.sim.events import to_core, to_modern
 from scheduler.ports.sim.patch import json_patch, merge_patch, strategic_merge_patch
 from scheduler.ports.sim.resources import Catalog, Resource
 from scheduler.ports.sim.schema import structural, validate
 from scheduler.ports.sim.selectors import Selector
+from scheduler.ports.sim.status import ApiError, already_exists, conflict, not_found
 from scheduler.ports.sim.validation import (
     admit_pod,
     bad,
@@ -63,7 +63,7 @@ from scheduler.ports.sim.validation import (
     pod_status_causes,
     pod_update_causes,
 )
-from topology.resources import parse_quantity
+from topology.quantities import parse_quantity
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # namespace ("" when cluster-scoped), name

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.ports.sim.errors import ApiError
+from scheduler.ports.sim.status import ApiError
 
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -283,7 +283,7 @@ def admit_pod(pod: Mapping[str, Any], parse: Any) -> tuple[dict[str, Any], str, 
     ``status.qosClass``, and what is wrong with it (no containers; a GPU or other extended resource
     without a limit, or with a request that differs from it). A quantity that does not parse is the
     server's 400: it cannot decode the pod. ``parse`` compares quantities written differently
-    (``topology.resources.parse_quantity``)."""
+    (``topology.quantities.parse_quantity``)."""
     spec = pod.get("spec") or {}
     causes: list[Cause] = [] if spec.get("containers") else [required("spec.containers")]
     asks = False  # any request or limit at all (else BestEffort)

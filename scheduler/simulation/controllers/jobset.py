@@ -22,7 +22,8 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from scheduler.ports.sim.controllers.base import (
+from scheduler.ports.sim.store import Obj
+from scheduler.simulation.controllers.base import (
     Api,
     Controller,
     Manifest,
@@ -34,8 +35,7 @@ from scheduler.ports.sim.controllers.base import (
     name_of,
     ready,
 )
-from scheduler.ports.sim.controllers.batch import JobController
-from scheduler.ports.sim.store import Obj
+from scheduler.simulation.controllers.batch import JobController
 
 PREFIX = "jobset.sigs.k8s.io/"
 EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"

@@ -20,13 +20,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.ports.sim.errors import ApiError
+from scheduler.gangs.pods import FINISHED_PHASES
+from scheduler.ports.sim.status import ApiError
 from scheduler.ports.sim.store import Obj, Store
 from topology import SpecError, pod_requests
 
 Manifest = dict[str, Any]
 _SAFE = "bcdfghjklmnpqrstvwxz2456789"
-_ENDED = frozenset({"Succeeded", "Failed"})
 
 
 class WorkloadError(ValueError):
@@ -231,7 +231,7 @@ def pod_from(
 
 
 def ended(pod: Mapping[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in _ENDED
+    return (pod.get("status") or {}).get("phase") in FINISHED_PHASES
 
 
 def active(pod: Mapping[str, Any]) -> bool:

@@ -23,8 +23,10 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from scheduler.ports.sim.controllers.apps import StatefulSetController
-from scheduler.ports.sim.controllers.base import (
+from scheduler.gangs.pods import VOLCANO_GROUP_ANNOTATION
+from scheduler.ports.sim.store import Obj
+from scheduler.simulation.controllers.apps import StatefulSetController
+from scheduler.simulation.controllers.base import (
     Api,
     Controller,
     Manifest,
@@ -39,7 +41,6 @@ from scheduler.ports.sim.controllers.base import (
     template_hash,
     template_of,
 )
-from scheduler.ports.sim.store import Obj
 
 PREFIX = "leaderworkerset.sigs.k8s.io/"
 NAME, GROUP_INDEX, WORKER_INDEX = f"{PREFIX}name", f"{PREFIX}group-index", f"{PREFIX}worker-index"
@@ -49,7 +50,6 @@ SUBGROUP_INDEX, SUBGROUP_KEY = f"{PREFIX}subgroup-index", f"{PREFIX}subgroup-key
 SUBGROUP_SIZE, SUBGROUP_TYPE = f"{PREFIX}subgroup-size", f"{PREFIX}subgroup-policy-type"
 #: LeaderWorkerSet annotations its pods inherit.
 EXCLUSIVE, SUBGROUP_EXCLUSIVE = f"{PREFIX}exclusive-topology", f"{PREFIX}subgroup-exclusive-topology"
-VOLCANO_GROUP = "scheduling.k8s.io/group-name"
 VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
 
 
@@ -157,9 +157,9 @@ class LeaderWorkerSetController(Controller):
         annotations.update(self._inherited(EXCLUSIVE, SUBGROUP_EXCLUSIVE))
         if self.subgroup_size is not None:
             annotations[SUBGROUP_SIZE] = str(self.subgroup_size)
-        gang = (leader["metadata"].get("annotations") or {}).get(VOLCANO_GROUP)
+        gang = (leader["metadata"].get("annotations") or {}).get(VOLCANO_GROUP_ANNOTATION)
         if gang:
-            annotations[VOLCANO_GROUP] = gang
+            annotations[VOLCANO_GROUP_ANNOTATION] = gang
         return _with_metadata(self.worker_template, labels, annotations)
 
     def _leader_pod(self, group: int, pod: Manifest) -> Manifest:
@@ -167,7 +167,7 @@ class LeaderWorkerSetController(Controller):
         labels = {GROUP_INDEX: str(group), GROUP_KEY: _sha1(f"{self.namespace}/{name}")}
         if self.subgroup_size is not None and self.subgroup_type != "LeaderExcluded":
             labels.update({SUBGROUP_INDEX: "0", SUBGROUP_KEY: _sha1(f"{name}/0")})
-        annotations = {VOLCANO_GROUP: f"{self.name}-{group}-{self.revision}"} if self.gangs else {}
+        annotations = {VOLCANO_GROUP_ANNOTATION: f"{self.name}-{group}-{self.revision}"} if self.gangs else {}
         spec = {"subdomain": name} if self.unique_subdomains else {}
         return self._with_variables(_decorated(pod, labels, annotations, spec), name, worker=0)
 
@@ -205,7 +205,7 @@ class LeaderWorkerSetController(Controller):
             "apiVersion": "scheduling.volcano.sh/v1beta1",
             "kind": "PodGroup",
             "metadata": {
-                "name": leader["metadata"]["annotations"][VOLCANO_GROUP],
+                "name": leader["metadata"]["annotations"][VOLCANO_GROUP_ANNOTATION],
                 "namespace": self.namespace,
                 "labels": {NAME: self.name, GROUP_INDEX: labels[GROUP_INDEX], REVISION: labels[REVISION]},
                 "ownerReferences": [owner("v1", "Pod", leader["metadata"]["name"], leader["metadata"]["uid"])],

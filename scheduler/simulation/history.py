@@ -11,10 +11,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.gangs.pods import FINISHED_PHASES
 from scheduler.ports.sim.store import Obj, Store
 from topology import SpecError, pod_requests
-
-_ENDED = frozenset({"Succeeded", "Failed"})
 
 
 @dataclass(slots=True)
@@ -54,7 +53,7 @@ class History:
             record = self.pods[key] = PodHistory(created=now, gpus=pod_gpus(obj), scheduler=scheduler)
             self._created.append(key)
             node = (obj.get("spec") or {}).get("nodeName")
-            if node and (obj.get("status") or {}).get("phase") not in _ENDED:
+            if node and (obj.get("status") or {}).get("phase") not in FINISHED_PHASES:
                 record.node = node  # already running when loaded
                 self._use(now, record.gpus)
             return
@@ -66,8 +65,8 @@ class History:
             self._use(now, record.gpus)
             running = True
         phase = (obj.get("status") or {}).get("phase")
-        if running and (kind == "DELETED" or phase in _ENDED):
-            record.ended, record.phase = now, phase if phase in _ENDED else "Deleted"
+        if running and (kind == "DELETED" or phase in FINISHED_PHASES):
+            record.ended, record.phase = now, phase if phase in FINISHED_PHASES else "Deleted"
             self._use(now, -record.gpus)
 
     def _use(self, now: float, gpus: int) -> None:

@@ -1,4 +1,4 @@
-"""The end-of-scenario check: the cluster's monitor (``scheduler.frontends.invariants``) saw nothing wrong at any
+"""The end-of-scenario check: the cluster's monitor (``scheduler.simulation.oracle``) saw nothing wrong at any
 bind, and no gang is bound below its minimum now (gangs whose members the test deleted excepted)."""
 
 from __future__ import annotations

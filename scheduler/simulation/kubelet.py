@@ -20,12 +20,12 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from scheduler.ports.sim.errors import ApiError
+from scheduler.gangs.pods import FINISHED_PHASES
+from scheduler.ports.sim.status import ApiError
 from scheduler.ports.sim.store import MERGE_PATCH, Obj, Store
 
 #: How long a pod's work takes, in seconds, for ``phalanx simulate`` (the README documents it).
 RUN_SECONDS = "simulate.phalanx.dev/run-seconds"
-_ENDED = frozenset({"Succeeded", "Failed"})
 
 Key = tuple[str, str]
 
@@ -109,7 +109,11 @@ class Kubelets:
         while self._ends and self._ends[0][0] <= now:
             _, key, uid, phase = heapq.heappop(self._ends)
             pod = self._current(key)
-            if pod is None or pod["metadata"].get("uid") != uid or (pod.get("status") or {}).get("phase") in _ENDED:
+            if (
+                pod is None
+                or pod["metadata"].get("uid") != uid
+                or (pod.get("status") or {}).get("phase") in FINISHED_PHASES
+            ):
                 continue
             status: dict[str, Any] = {"phase": phase}
             if phase == "Failed":

@@ -14,12 +14,12 @@ permit and binder as in a cluster, and the run ends when the system is quiet:
   A gang holds a reservation for missing members once and times out once; when the only reservations
   left are second ones, waiting longer would only repeat what happened.
 
-What people deploy is expanded as its controllers would (:mod:`scheduler.ports.sim.controllers`): a Job,
+What people deploy is expanded as its controllers would (:mod:`scheduler.simulation.controllers`): a Job,
 JobSet, LeaderWorkerSet, PyTorchJob, TrainJob, Deployment or StatefulSet becomes its pods and group
 objects, and its controller goes on acting as pods change (a Job starts its next pod when one succeeds).
 Workloads may arrive later (``add_objects(at=...)``); bound pods start at once and end when their
 ``activeDeadlineSeconds`` or their ``simulate.phalanx.dev/run-seconds`` have passed
-(:mod:`scheduler.ports.sim.kubelet`). Time moves to each of these moments in turn, up to ``until``
+(:mod:`scheduler.simulation.kubelet`). Time moves to each of these moments in turn, up to ``until``
 seconds after the start.
 
 The result says, per pod and per gang, what was bound where and when, and why the rest is pending.
@@ -32,158 +32,41 @@ import heapq
 import random
 import time
 from collections.abc import Callable, Container, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
 
 from scheduler.app import Phalanx
 from scheduler.clock import ManualClock
-from scheduler.frontends.history import History, pod_gpus
 from scheduler.gangs import GangError, GangKey, GangSpec, Problem
+from scheduler.gangs.pods import FINISHED_PHASES
 from scheduler.ports.sim.adapter import SimCluster
 from scheduler.ports.sim.builders import ManifestError, load
-from scheduler.ports.sim.controllers import Api, Controller, Controllers, WorkloadError
-from scheduler.ports.sim.errors import ApiError
-from scheduler.ports.sim.kubelet import RUN_SECONDS, AnnotationError, Kubelets, run_seconds
+from scheduler.ports.sim.status import ApiError
 from scheduler.ports.sim.store import Store
 from scheduler.settings import LeaderSettings, Settings
+from scheduler.simulation.controllers import Api, Controller, Controllers, WorkloadError
+from scheduler.simulation.history import History, pod_gpus
+from scheduler.simulation.kubelet import RUN_SECONDS, AnnotationError, Kubelets, run_seconds
+from scheduler.simulation.report import (
+    BOUND,
+    DELETED,
+    FAILED,
+    FINISHED,
+    INVALID,
+    PARTIAL,
+    PENDING,
+    GangReport,
+    Report,
+    ReservationReport,
+)
 from scheduler.starvation import holds_words
 from topology import HOSTNAME
 
-#: States of a gang in a report.
-BOUND, PARTIAL, PENDING, INVALID = "Bound", "Partial", "Pending", "Invalid"
-#: ... and of a gang whose pods have ended (all succeeded, or not) or are gone.
-FINISHED, FAILED, DELETED = "Finished", "Failed", "Deleted"
-_FINISHED = frozenset({"Succeeded", "Failed"})
 #: How far the clock may go when nothing says stop sooner (a Deployment whose pods have deadlines would
 #: make new ones for ever).
 DEFAULT_UNTIL = 30 * 86400.0
-
-
-@dataclass(frozen=True, slots=True)
-class GangReport:
-    key: str
-    state: str
-    bound: int
-    min: int
-    domains: dict[str, str]
-    reason: str
-    #: Seconds after the start: its first pod created, its minimum bound, its last pod ended.
-    arrived: float | None = None
-    bound_at: float | None = None
-    finished_at: float | None = None
-
-    @property
-    def wait(self) -> float | None:
-        """Seconds from arrival until its minimum was bound."""
-        return None if self.bound_at is None or self.arrived is None else max(0.0, self.bound_at - self.arrived)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "state": self.state,
-            "bound": self.bound,
-            "min": self.min,
-            "domains": self.domains,
-            "reason": self.reason,
-            "arrived": _rounded(self.arrived),
-            "bound_at": _rounded(self.bound_at),
-            "finished_at": _rounded(self.finished_at),
-            "wait_seconds": _rounded(self.wait),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class ReservationReport:
-    """A domain held for a gang that waited too long (``starvation`` settings) when the run ended."""
-
-    gang: str
-    level: str | None
-    domain: str
-    nodes: tuple[str, ...]
-    #: In words: ``holds rack b0-r1 for its 32 GPUs; 20 GPUs there are still in use``.
-    holds: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"gang": self.gang, "level": self.level, "domain": self.domain, "nodes": list(self.nodes),
-                "holds": self.holds}  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class Report:
-    """What a run did: pods it bound (pod -> node), Phalanx's pods left pending (pod -> why), gangs."""
-
-    bound: dict[str, str]
-    pending: dict[str, str]
-    gangs: list[GangReport]
-    nodes: int
-    pods_bound: int
-    gpu_allocation: float
-    seconds: float
-    timed_out: bool = False
-    #: The node each pod of the cluster runs on after the run (for maps and plots), and GPUs per node.
-    placement: dict[str, str] = field(default_factory=dict, repr=False)
-    node_gpus: dict[str, int] = field(default_factory=dict, repr=False)
-    node_labels: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
-    pod_gpus: dict[str, int] = field(default_factory=dict, repr=False)
-    #: The gang of each of Phalanx's pods, and each gang's compiled definition (or what is wrong with it).
-    gang_of: dict[str, str] = field(default_factory=dict, repr=False)
-    results: dict[str, GangSpec | GangError] = field(default_factory=dict, repr=False)
-    #: Pods this run preempted, and the gang each made room for; and the gang each belonged to (if any).
-    preempted: dict[str, str] = field(default_factory=dict)
-    victim_gangs: dict[str, str] = field(default_factory=dict, repr=False)
-    #: Domains held for gangs that waited too long, when the run ended.
-    reservations: list[ReservationReport] = field(default_factory=list)
-    #: One line per workload object that was not simulated, and why.
-    refused: list[str] = field(default_factory=list)
-    #: Seconds the simulated clock went on; whether anything arrived or ended after the start (then the
-    #: report speaks of times); whether it stopped at ``until`` with more still to happen.
-    simulated_seconds: float = 0.0
-    timeline: bool = False
-    until_reached: bool = False
-    #: Objects still due to arrive when the run ended (after ``until``).
-    not_arrived: int = 0
-    #: (seconds, GPUs in use) at every change, and the cluster's GPUs.
-    usage: list[tuple[float, int]] = field(default_factory=list, repr=False)
-    total_gpus: int = 0
-
-    @property
-    def peak_gpu_allocation(self) -> float:
-        return max((gpus for _, gpus in self.usage), default=0) / self.total_gpus if self.total_gpus else 0.0
-
-    @property
-    def reserved_nodes(self) -> dict[str, str]:
-        """Node -> the gang whose reservation holds it."""
-        return {node: held.gang for held in self.reservations for node in held.nodes}
-
-    def to_json(self) -> dict[str, Any]:
-        """The documented ``--output json`` shape (README, "phalanx simulate")."""
-        return {
-            "bound": dict(sorted(self.bound.items())),
-            "pending": dict(sorted(self.pending.items())),
-            "gangs": [gang.to_json() for gang in self.gangs],
-            "preempted": dict(sorted(self.preempted.items())),
-            "reservations": [held.to_json() for held in self.reservations],
-            "refused": list(self.refused),
-            "gpu_allocation_over_time": [
-                [round(at, 3), round(gpus / self.total_gpus, 4) if self.total_gpus else 0.0] for at, gpus in self.usage
-            ],
-            "stats": {
-                "nodes": self.nodes,
-                "pods_bound": self.pods_bound,
-                "gpu_allocation": round(self.gpu_allocation, 4),
-                "peak_gpu_allocation": round(self.peak_gpu_allocation, 4),
-                "simulated_seconds": round(self.simulated_seconds, 3),
-                "until_reached": self.until_reached,
-                "not_arrived": self.not_arrived,
-                "seconds": round(self.seconds, 3),
-            },
-        }
-
-
-def _rounded(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds, 3)
 
 
 def simulation_settings(settings: Settings) -> Settings:
@@ -467,7 +350,7 @@ class Simulation:
         for pod in self._pods():
             key, spec = _key(pod), pod.get("spec") or {}
             node = spec.get("nodeName")
-            if (pod.get("status") or {}).get("phase") in _FINISHED:
+            if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
                 continue
             if node:
                 placement[key] = node

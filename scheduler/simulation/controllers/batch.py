@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scheduler.ports.sim.controllers.base import (
+from scheduler.ports.sim.store import Obj
+from scheduler.simulation.controllers.base import (
     Api,
     Controller,
     Manifest,
@@ -36,7 +37,6 @@ from scheduler.ports.sim.controllers.base import (
     pod_from,
     template_of,
 )
-from scheduler.ports.sim.store import Obj
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 JOB_NAME = "batch.kubernetes.io/job-name"

@@ -10,19 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from scheduler.ports.sim.controllers.apps import DeploymentController, StatefulSetController
-from scheduler.ports.sim.controllers.base import Api, Controller, Manifest, WorkloadError
-from scheduler.ports.sim.controllers.batch import JobController
-from scheduler.ports.sim.controllers.jobset import JobSetController
-from scheduler.ports.sim.controllers.kubeflow import (
+from scheduler.ports.sim.store import Obj
+from scheduler.simulation.controllers.apps import DeploymentController, StatefulSetController
+from scheduler.simulation.controllers.base import Api, Controller, Manifest, WorkloadError
+from scheduler.simulation.controllers.batch import JobController
+from scheduler.simulation.controllers.jobset import JobSetController
+from scheduler.simulation.controllers.kubeflow import (
     RUNTIME_KINDS,
     TRAINER,
     PyTorchJobController,
     Runtimes,
     TrainJobController,
 )
-from scheduler.ports.sim.controllers.lws import LeaderWorkerSetController
-from scheduler.ports.sim.store import Obj
+from scheduler.simulation.controllers.lws import LeaderWorkerSetController
 
 __all__ = ["EXPANDED", "Api", "Controller", "Controllers", "WorkloadError"]
 

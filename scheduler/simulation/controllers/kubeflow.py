@@ -23,7 +23,8 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from scheduler.ports.sim.controllers.base import (
+from scheduler.gangs.pods import SCHEDULER_PLUGINS_LABEL, VOLCANO_GROUP_ANNOTATION
+from scheduler.simulation.controllers.base import (
     Api,
     Controller,
     Manifest,
@@ -37,11 +38,9 @@ from scheduler.ports.sim.controllers.base import (
     pod_from,
     template_of,
 )
-from scheduler.ports.sim.controllers.jobset import JobSetController
+from scheduler.simulation.controllers.jobset import JobSetController
 
 OPERATOR = "training.kubeflow.org/"
-PLUGINS_GROUP = "scheduling.x-k8s.io/pod-group"
-VOLCANO_GROUP = "scheduling.k8s.io/group-name"
 TRAINER = "trainer.kubeflow.org/v1alpha1"
 ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
@@ -94,7 +93,7 @@ class PyTorchJobController(Controller):
                 if kind == "Master":
                     labels[f"{OPERATOR}job-role"] = "master"
                 if self.gangs:
-                    labels[PLUGINS_GROUP] = self.name
+                    labels[SCHEDULER_PLUGINS_LABEL] = self.name
                 name = f"{self.name}-{kind.lower()}-{index}"
                 api.create(
                     pod_from(
@@ -186,7 +185,7 @@ class TrainJobController(Controller):
             for replicated in jobset_spec.get("replicatedJobs") or []:
                 pod = _pod_template(replicated)
                 key = "labels" if self.group_kind == "coscheduling" else "annotations"
-                group_key = PLUGINS_GROUP if self.group_kind == "coscheduling" else VOLCANO_GROUP
+                group_key = SCHEDULER_PLUGINS_LABEL if self.group_kind == "coscheduling" else VOLCANO_GROUP_ANNOTATION
                 pod["metadata"] = {
                     **pod.get("metadata", {}),
                     key: {**(pod.get("metadata", {}).get(key) or {}), group_key: self.name},

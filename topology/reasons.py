@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from topology.fit import ShapeFit, domain_totals, pods_per_node, shape_fit
-from topology.model import HOSTNAME
+from topology.nodes import HOSTNAME
+from topology.quantities import PODS
 from topology.request import PodShape
-from topology.resources import PODS
 from topology.snapshot import Snapshot
 
 TOO_MANY_PODS = "Too many pods"

@@ -32,20 +32,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.app import Phalanx
-from scheduler.frontends.simulation import Simulation
 from scheduler.gangs import GangIndex, GangKey, GangSettings, GangSpec
 from scheduler.gangs.groups import Role
 from scheduler.gangs.model import PodKey
+from scheduler.gangs.pods import FINISHED_PHASES
 from scheduler.gangs.sources import SOURCES
 from scheduler.ports.sim.store import Obj, Store
 from scheduler.settings import Settings
+from scheduler.simulation.driver import Simulation
 from topology import node_record, pod_requests
 
 PODS = ("", "pods")
 NODES = ("", "nodes")
 #: Kinds of the gang sources' group objects (from the sources' table).
 GROUP_KINDS = frozenset(api.kind for api in SOURCES if api.role is not Role.PRIORITY_CLASS)
-_FINISHED = frozenset({"Succeeded", "Failed"})
 
 
 def _key(obj: Mapping[str, Any]) -> str:
@@ -69,7 +69,7 @@ def _disruption(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 def _counts(obj: Mapping[str, Any]) -> bool:
     """Whether a bound pod still takes room on its node."""
-    return (obj.get("status") or {}).get("phase") not in _FINISHED
+    return (obj.get("status") or {}).get("phase") not in FINISHED_PHASES
 
 
 @dataclass

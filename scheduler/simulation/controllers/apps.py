@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from scheduler.ports.sim.controllers.base import (
+from scheduler.ports.sim.store import Obj
+from scheduler.simulation.controllers.base import (
     Api,
     Controller,
     Manifest,
@@ -33,7 +34,6 @@ from scheduler.ports.sim.controllers.base import (
     template_hash,
     template_of,
 )
-from scheduler.ports.sim.store import Obj
 
 POD_TEMPLATE_HASH = "pod-template-hash"
 REVISION_HASH = "controller-revision-hash"

@@ -1,5 +1,6 @@
-"""A reservation follows its gang: it never binds a gang below its minimum when the gang changed while it
-waited, it says what it waits for in a gang's own terms, and running out its time is still waiting."""
+"""Room held for missing members follows its gang: it never binds a gang below its minimum when the gang
+changed while it waited, and it says what it waits for in the gang's own terms (running out its time while
+members are gated is still waiting: ``test_held_room.py``)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,10 @@ from typing import Any
 
 from scheduler.app import Phalanx
 from scheduler.ports.sim import MERGE_PATCH
-from tests.scheduler.invariants import check_invariants
+from tests.scheduler.checks import check_invariants
 from tests.scheduler.support import Cluster, cluster, eventually, gpu_pod, pfn, phalanx
 
 GROUP = "scheduling.x-k8s.io/pod-group"
-QUOTA = [{"name": "example.com/quota"}]
 TOPOLOGY = [{"name": "kueue.x-k8s.io/topology"}]
 
 
@@ -72,22 +72,6 @@ async def test_a_minimum_lowered_while_the_gang_waits_binds_it_at_once() -> None
         await eventually(lambda: len(where.bound()) == 3, what="the three bound without waiting out the timeout")
         assert not app.permit.waiting and not [key for key in app.state.assumed if key.startswith("~placeholder")]
         check_invariants(where)
-
-
-async def test_running_out_of_time_while_members_are_gated_is_still_waiting() -> None:
-    async with cluster("blocks=1,racks=2,nodes=4,gpus=8") as where, phalanx(where) as app:
-        where.create(gpu_pod("g-0", annotations=pfn("g", 4, timeout=1)))
-        for i in range(1, 4):
-            where.create(gpu_pod(f"g-{i}", annotations=pfn("g", 4, timeout=1), schedulingGates=QUOTA))
-        timeout = await eventually(lambda: where.events("GangTimeout"), what="the timeout's Event")
-        assert timeout[0]["note"].startswith(
-            "Gang pfn:team/g timed out waiting for 3 member(s) held by scheduling gates"
-        )
-        condition = where.condition("team/g-0")
-        assert condition is not None and condition["reason"] == "GangWaiting"  # not Unschedulable: room would not help
-        assert not where.events("FailedScheduling")
-        attempts = app.metrics.registry.get_sample_value
-        assert not attempts("phalanx_schedule_attempts_total", {"result": "unschedulable"})  # no attempt failed
 
 
 async def test_members_released_with_their_own_hosts_one_by_one_wait_rather_than_look_impossible() -> None:

@@ -1,4 +1,7 @@
-"""Serve a SimCluster over HTTP from its own process: ``python -m scheduler.ports.sim.serve``.
+"""The emulator as an API server process of its own: ``python -m scheduler.ports.sim.apiserver``.
+
+(``phalanx serve``, in ``frontends/sandbox.py``, is another thing: the sandbox for people with kubectl,
+the emulator and Phalanx in one process.)
 
 Prints one line, ``serving http://127.0.0.1:<port>``, once it listens, then serves until interrupted.
 Used by benchmarks that keep the API server off the scheduler's process (and core), and handy for
@@ -65,7 +68,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scheduler.ports.sim.serve", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m scheduler.ports.sim.apiserver", description=__doc__)
     parser.add_argument("--shape", default="", help="a compact cluster, e.g. blocks=2,racks=4,nodes=8,gpus=8")
     parser.add_argument("--manifests", action="append", default=[], metavar="FILE", help="objects to load (repeatable)")
     parser.add_argument("--bound-pods", type=int, default=0, help="running pods of another scheduler to preload")

@@ -22,7 +22,7 @@ from fractions import Fraction
 from math import ceil
 from typing import Any, Final
 
-from topology.errors import SpecError
+from topology.spec_error import SpecError
 
 CPU: Final = "cpu"
 MEMORY: Final = "memory"
