@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import structlog
@@ -53,12 +53,12 @@ from scheduler.permit.holds import Permit, with_placeholders
 from scheduler.permit.missing import absent, gated, split_unknown
 from scheduler.permit.stage import PermitStage
 from scheduler.preemption.evictions import EvictJob
-from scheduler.preemption.nominations import hiding
+from scheduler.preemption.nominations import Requests, hiding
 from scheduler.preemption.planner import preempting_note, victims_by_reason
 from scheduler.preemption.postfilter import Preemption
 from scheduler.queue import GangQueue
 from scheduler.settings import Settings
-from scheduler.starvation import Starvation, held_back_note, runtime_bound
+from scheduler.starvation import ReservedRoom, Starvation, held_back_note, runtime_bound
 from scheduler.state import ClusterState
 from scheduler.vacancies import Vacancies
 from scheduler.whose_room import WhoseRoom
@@ -179,24 +179,44 @@ class Cycle:
         # A gang that waits for members cannot promise when it ends: it starts when the last one arrives.
         runtime = None if missing else runtime_bound(spec, self.state)
         reserved = self.starvation.reserved_from(spec.key, spec.priority, runtime) if len(self.starvation) else []
-        reserved_rooms = [(item.rows, item.amounts) for item in reserved]
+        seen = _Hidden(
+            nominated=self.preemption.nominations.hidden_from(self.state, spec.key, spec.priority),
+            kept=self.vacancies.hidden_from(spec.key, spec.priority),
+            reserved=reserved,
+            reserved_rooms=[(item.rows, item.amounts) for item in reserved],
+        )
         problem = min_resources_problem(spec.key, spec.min_resources, self.state.snapshot)
         if problem is not None:
             # No search can succeed, but room can still be made: by preemption, or by a reservation for a
             # gang that has waited too long (the training-operator's and LWS's groups all declare minResources).
             failed = Outcome(code=Code.UNSCHEDULABLE, message=problem, pods=pods, each_pod=True, wake=wake)
-            return failed if missing else self._post_filter(spec, request, failed, reserved_rooms)
+            return failed if missing else self._post_filter(spec, request, failed, seen.reserved_rooms)
         started = time.perf_counter()
-        nominated = self.preemption.nominations.hidden_from(self.state, spec.key, spec.priority)
-        kept = self.vacancies.hidden_from(spec.key, spec.priority)
-        with hiding(self.state.snapshot, nominated + kept, reserved_rooms):
+        with hiding(self.state.snapshot, seen.nominated + seen.kept, seen.reserved_rooms):
             placed = self.placer(self.state.snapshot, request, max_tries=self.settings.placement.max_domain_tries)
         placement_ms = round((time.perf_counter() - started) * 1000, 3)
-        self.metrics.placement_duration.observe(placement_ms / 1000)
+        outcome = self._placed(
+            spec, request, placed, pods=pods, missing=missing, wake=wake, seen=seen, placement_ms=placement_ms
+        )
+        return replace(outcome, placement_ms=placement_ms)
+
+    def _placed(
+        self,
+        spec: GangSpec,
+        request: GangRequest,
+        placed: Placement | Infeasible,
+        *,
+        pods: tuple[str, ...],
+        missing: int,
+        wake: Wake,
+        seen: _Hidden,
+        placement_ms: float,
+    ) -> Outcome:
+        """What follows the placement: assume it, or say why it failed and go through the post-filters."""
         if not isinstance(placed, Infeasible):
             assumed = self._assume(spec, placed, pods, wake, placement_ms)
             if assumed.code is Code.UNSCHEDULABLE and self.evictor is not None and not missing and request.is_leaf:
-                return self.preemption.for_extras(spec, request, assumed, held=reserved_rooms)
+                return self.preemption.for_extras(spec, request, assumed, held=seen.reserved_rooms)
             return assumed
         if missing:
             waits = self.permitting.existing_fit(spec, request, placed, missing)
@@ -206,15 +226,13 @@ class Cycle:
         if missing:  # the room was sought for members that do not exist yet, too: say so
             message += f" It also waits for {absent(spec, missing)}.{gated(spec)}"
         if placed.unresolvable:
-            return Outcome(code=Code.UNRESOLVABLE, message=message, pods=pods, each_pod=True, placement_ms=placement_ms)
-        if reserved:
-            message += held_back_note(reserved)
-        if kept or len(self.permit):
-            message += self.whose_room.note(spec, request, nominated, reserved_rooms)
-        failed = Outcome(
-            code=Code.UNSCHEDULABLE, message=message, pods=pods, each_pod=True, wake=wake, placement_ms=placement_ms
-        )
-        return failed if missing else self._post_filter(spec, request, failed, reserved_rooms)
+            return Outcome(code=Code.UNRESOLVABLE, message=message, pods=pods, each_pod=True)
+        if seen.reserved:
+            message += held_back_note(seen.reserved)
+        if seen.kept or len(self.permit):
+            message += self.whose_room.note(spec, request, seen.nominated, seen.reserved_rooms)
+        failed = Outcome(code=Code.UNSCHEDULABLE, message=message, pods=pods, each_pod=True, wake=wake)
+        return failed if missing else self._post_filter(spec, request, failed, seen.reserved_rooms)
 
     def _post_filter(
         self, spec: GangSpec, request: GangRequest, failed: Outcome, reserved: list[tuple[IntArray, IntArray]]
@@ -256,7 +274,6 @@ class Cycle:
             job=job,
             wake=wake,
             extras_wait=bool(placed.unplaced),
-            placement_ms=placement_ms,
         )
 
     def _pinned(self, request: GangRequest) -> GangRequest:
@@ -296,6 +313,8 @@ class Cycle:
         key, code = gang.key, outcome.code
         if outcome.attempt:
             self.metrics.attempts.labels(code.value if code is not Code.UNRESOLVABLE else "unschedulable").inc()
+        if outcome.placement_ms:
+            self.metrics.placement_duration.observe(outcome.placement_ms / 1000)
         if outcome.preemption:
             self.metrics.preemption_attempts.labels(outcome.preemption).inc()
         if code in (Code.PLACED, Code.SCHEDULED):
@@ -421,6 +440,17 @@ class Cycle:
                 following = self.starvation.next_in_line(held.level)
                 if following is not None:
                     self.queue.wake(following)
+
+
+@dataclass(frozen=True, slots=True)
+class _Hidden:
+    """The room a placement sees taken for others: nominated to preemptors, kept for replacements (vacancies),
+    reserved for starving gangs (and each reservation's rows and amounts)."""
+
+    nominated: list[tuple[str, Requests]]
+    kept: list[tuple[str, Requests]]
+    reserved: list[ReservedRoom]
+    reserved_rooms: list[tuple[IntArray, IntArray]]
 
 
 #: The Event reason of each code, unless the outcome names another.

@@ -53,7 +53,7 @@ from topology import (
     SpecError,
     Topology,
     node_record,
-    pod_requests,
+    pod_demand,
 )
 from topology.running import RunningPods
 
@@ -288,7 +288,7 @@ class ClusterState:
     def _requests(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """The pod's effective request, one shared dict per distinct request (most pods repeat a few)."""
         try:
-            requests = pod_requests(obj)
+            requests = pod_demand(obj)
         except SpecError:
             requests = {"pods": 1}  # the API rejects such pods; if one exists anyway it still takes a slot
         key = tuple(sorted(requests.items()))

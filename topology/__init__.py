@@ -4,6 +4,7 @@ Build a :class:`Snapshot` from node records and the pods on them, describe a gan
 :class:`GangRequest` tree, and call :func:`place`. Nothing here talks to Kubernetes or awaits.
 """
 
+from topology.kinds import KINDS, ResourceKind, node_supply, pod_demand
 from topology.nodes import HOSTNAME, NodeRecord, Taint, Topology
 from topology.objects import node_constraints, node_record, pod_shape, unsupported_constraints
 from topology.outcome import Assignment, DomainChoice, HeldRoom, Infeasible, Placement
@@ -26,6 +27,7 @@ from topology.spec_error import SpecError
 __all__ = [
     "DEFAULT_MAX_TRIES",
     "HOSTNAME",
+    "KINDS",
     "Assignment",
     "ConstraintError",
     "DomainCapacity",
@@ -42,6 +44,7 @@ __all__ = [
     "Placer",
     "PodShape",
     "QuantityError",
+    "ResourceKind",
     "Snapshot",
     "SpecError",
     "Taint",
@@ -50,8 +53,10 @@ __all__ = [
     "capacity_by_domain",
     "node_constraints",
     "node_record",
+    "node_supply",
     "parse_quantity",
     "place",
+    "pod_demand",
     "pod_requests",
     "pod_shape",
     "unsupported_constraints",

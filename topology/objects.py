@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from topology.kinds import KINDS, ResourceKind, node_supply, pod_demand, unsupported_by_kinds
 from topology.nodes import NodeRecord, Taint
-from topology.quantities import pod_requests, resource_list
 from topology.request import (
     ConstraintError,
     NodeConstraints,
@@ -58,7 +58,7 @@ def _string_map(value: object, field: str) -> dict[str, str]:
     return dict(mapping)
 
 
-def node_record(node: Mapping[str, Any]) -> NodeRecord:
+def node_record(node: Mapping[str, Any], kinds: tuple[ResourceKind, ...] = KINDS) -> NodeRecord:
     """A Node object as a :class:`NodeRecord`.
 
     Allocatable falls back to capacity when a node reports none. A node is Ready only when its
@@ -70,8 +70,6 @@ def node_record(node: Mapping[str, Any]) -> NodeRecord:
         raise SpecError("metadata.name", metadata.get("name"), "a node needs a name")
     spec = _mapping(node.get("spec"), "spec")
     status = _mapping(node.get("status"), "status")
-    allocatable_field = "status.allocatable" if status.get("allocatable") is not None else "status.capacity"
-    allocatable = resource_list(status.get(allocatable_field.split(".")[1]), field=allocatable_field)
     taints = []
     for i, raw in enumerate(_list(spec.get("taints"), "spec.taints")):
         where = f"spec.taints[{i}]"
@@ -93,7 +91,7 @@ def node_record(node: Mapping[str, Any]) -> NodeRecord:
     return NodeRecord(
         name=name,
         labels=_string_map(metadata.get("labels"), "metadata.labels"),
-        allocatable=allocatable,
+        allocatable=node_supply(node, kinds),
         taints=tuple(taints),
         unschedulable=spec.get("unschedulable") is True,
         ready=ready,
@@ -176,12 +174,14 @@ def node_constraints(pod: Mapping[str, Any]) -> NodeConstraints:
     )
 
 
-def pod_shape(pod: Mapping[str, Any]) -> PodShape:
+def pod_shape(pod: Mapping[str, Any], kinds: tuple[ResourceKind, ...] = KINDS) -> PodShape:
     """A pod's effective request and node constraints: what placement needs of it."""
-    return PodShape.of(pod_requests(pod), node_constraints(pod))
+    return PodShape.of(pod_demand(pod, kinds), node_constraints(pod))
 
 
-def unsupported_constraints(pod: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+def unsupported_constraints(
+    pod: Mapping[str, Any], kinds: tuple[ResourceKind, ...] = KINDS
+) -> tuple[tuple[str, str], ...]:
     """Hard constraints of the pod that Phalanx does not implement, as ``(field, what it asks)`` pairs.
 
     The scheduler refuses such pods with an Event rather than placing them as if the constraint were
@@ -205,8 +205,7 @@ def unsupported_constraints(pod: Mapping[str, Any]) -> tuple[tuple[str, str], ..
                     "topology spread constraints with whenUnsatisfiable: DoNotSchedule",
                 )
             )
-    if spec.get("resourceClaims"):
-        found.append(("spec.resourceClaims", "dynamic resource allocation (resource claims)"))
+    found.extend(unsupported_by_kinds(pod, kinds))  # what a kind of resource cannot place yet (topology/kinds.py)
     for key in ("containers", "initContainers"):
         for i, container in enumerate(_list(spec.get(key), f"spec.{key}")):
             ports = _list(_mapping(container, f"spec.{key}[{i}]").get("ports"), f"spec.{key}[{i}].ports")

@@ -25,7 +25,7 @@ from topology import (
     Topology,
     capacity_by_domain,
     node_record,
-    pod_requests,
+    pod_demand,
 )
 from topology.reasons import short_name
 
@@ -309,7 +309,7 @@ def _snapshot_now(copy: ClusterCopy, settings: Settings) -> Snapshot:
         if obj.get("kind") != "Pod" or not spec.get("nodeName") or status.get("phase") in _FINISHED:
             continue
         try:
-            snapshot.assume("/".join(_ns_name(obj)), spec["nodeName"], pod_requests(obj))
+            snapshot.assume("/".join(_ns_name(obj)), spec["nodeName"], pod_demand(obj))
         except (SpecError, KeyError):
             continue
     return snapshot

@@ -13,7 +13,7 @@ from typing import Any
 
 from scheduler.gangs.pods import FINISHED_PHASES
 from scheduler.ports.sim.store import Obj, Store
-from topology import SpecError, pod_requests
+from topology import SpecError, pod_demand
 
 
 @dataclass(slots=True)
@@ -116,7 +116,7 @@ class History:
 def pod_gpus(pod: Mapping[str, Any]) -> int:
     """GPUs a pod requests: every extended resource named ``<vendor>/gpu``."""
     try:
-        requests = pod_requests(pod)
+        requests = pod_demand(pod)
     except SpecError:
         return 0
     return sum(amount for name, amount in requests.items() if name.endswith("/gpu"))

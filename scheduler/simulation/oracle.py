@@ -40,7 +40,7 @@ from scheduler.gangs.sources import SOURCES
 from scheduler.ports.sim.store import Obj, Store
 from scheduler.settings import Settings
 from scheduler.simulation.driver import Simulation
-from topology import node_record, pod_requests
+from topology import node_record, pod_demand
 
 PODS = ("", "pods")
 NODES = ("", "nodes")
@@ -252,7 +252,7 @@ class InvariantMonitor:
         self._ever_bound.setdefault(uid, node)
         if not _counts(pod):
             return
-        requests = pod_requests(pod)
+        requests = pod_demand(pod)
         self._bound[key] = (uid, node, requests)
         self._used.setdefault(node, Counter()).update(requests)
         if ours:
@@ -294,7 +294,7 @@ class InvariantMonitor:
             waiting.pop(key, None)
         node = (pod.get("status") or {}).get("nominatedNodeName")
         if not deleted and node and _node_of(pod) is None and _counts(pod):
-            self._nominated.setdefault(str(node), {})[key] = pod_requests(pod)
+            self._nominated.setdefault(str(node), {})[key] = pod_demand(pod)
         if deleted:
             self._priority.pop(key, None)
 

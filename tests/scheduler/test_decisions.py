@@ -29,7 +29,7 @@ def test_a_gang_that_fits_is_scheduled_whole_then_found_placed_once_bound() -> N
     assert first.code is Code.SCHEDULED and first.job is not None
     assert sorted(pod for pod, _ in first.job.pods) == sorted(pods)
     assert len({loop.bound()[pod].rsplit("-", 1)[0] for pod in pods}) == 1  # one rack
-    assert not first.extras_wait and first.attempt
+    assert not first.extras_wait and first.attempt and first.placement_ms > 0
     assert codes(rest) in ([], [Code.PLACED])
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from scheduler.gangs.pods import FINISHED_PHASES
 from scheduler.ports.sim.status import ApiError
 from scheduler.ports.sim.store import Obj, Store
-from topology import SpecError, pod_requests
+from topology import SpecError, pod_demand
 
 Manifest = dict[str, Any]
 _SAFE = "bcdfghjklmnpqrstvwxz2456789"
@@ -254,7 +254,7 @@ def min_resources(templates: Iterable[tuple[Mapping[str, Any], int]]) -> dict[st
     total: dict[str, int] = {}
     for template, pods in templates:
         try:
-            requests = pod_requests(template)
+            requests = pod_demand(template)
         except SpecError:
             continue
         for resource, amount in requests.items():
