@@ -8,9 +8,9 @@ Started in this order, each reporting readiness before the next starts:
 3. one informer per watched resource, each started once its first list is applied;
 4. leader election; while leading: the binding cycle, the reporter and the scheduling loop.
 
-Losing the lease cancels the leader's tasks at once and drops every reservation (the new leader starts
-from what the API says); the informers keep running. Cancelling the whole group (SIGTERM) releases the
-lease on the way out.
+Losing the lease cancels the leader's tasks at once and drops everything assumed, held, kept or reserved
+(the new leader starts from what the API says); the informers keep running. Cancelling the whole group
+(SIGTERM) releases the lease on the way out.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ A permitted gang arrives as a :class:`BindJob`. For each job:
 
 1. Before binding, and again right before each request is sent (with the latest state), the nodes are
    checked: if another scheduler used one meanwhile (its bound and assumed requests now exceed
-   allocatable), or a member is gone, that pod is not bound; the gang's unbound reservations are
-   released and it is placed again (around any member already bound).
+   allocatable), or a member is gone, that pod is not bound; what the gang assumed and did not bind
+   is forgotten and it is placed again (around any member already bound).
 2. The first pod is bound alone. If the API refuses it for a reason that is not transient (RBAC, an
    admission webhook, a pod the server will not bind yet), nothing of the gang is bound, and the gang
    backs off with an Event, like any failed attempt: a refusal that will not change by itself is never

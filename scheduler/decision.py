@@ -71,7 +71,7 @@ class Code(Enum):
     #: the gang; if extras did not fit, it backs off and is tried again for them.
     SCHEDULED = "scheduled"
     #: Waits for members (not created yet, or gated), holding room for them or not: out of the queue
-    #: until the gang changes (a member arrives) or its reservation times out.
+    #: until the gang changes (a member arrives) or its hold times out.
     WAIT = "waiting"
     #: No room now: backs off, and is woken early by room freed for one of its shapes or a node change.
     UNSCHEDULABLE = "unschedulable"
@@ -95,7 +95,7 @@ class Outcome:
     message: str = ""
     #: The pods the decision is about (their condition says ``message``); empty for SCHEDULED.
     pods: tuple[str, ...] = ()
-    #: The Event's reason, when not the code's own (a timed-out reservation says GangTimeout).
+    #: The Event's reason, when not the code's own (a hold that timed out says GangTimeout).
     reason: Reason | None = None
     #: The PodScheduled condition's reason, when not the code's own: a gang that backs off only because it
     #: lacks members says GangWaiting, not Unschedulable (which cluster-autoscaler acts on).
@@ -121,5 +121,5 @@ class Outcome:
     #: metrics and the log follow.
     reported: bool = False
     #: Whether it counts as a scheduling attempt (``phalanx_schedule_attempts_total``): a waiting gang
-    #: whose members arrive one by one, or whose reservation times out, has made no new attempt.
+    #: whose members arrive one by one, or whose hold times out, has made no new attempt.
     attempt: bool = True

@@ -41,7 +41,9 @@ class Metrics:
             ["resource"],
             registry=r,
         )
-        self.waiting_gangs = Gauge("phalanx_waiting_gangs", "Gangs holding a reservation", registry=r)
+        self.waiting_gangs = Gauge(
+            "phalanx_waiting_gangs", "Gangs holding room for members that do not exist yet", registry=r
+        )
         self.leader = Gauge("phalanx_leader", "1 while this instance holds the leader lease", registry=r)
         self.api_writes = Counter("phalanx_api_writes", "Writes to the API by kind", ["kind"], registry=r)
         self.api_write_errors = Counter(

@@ -42,7 +42,7 @@ class PermitSettings:
     """At most this share of the cluster's allocatable (per resource) may be held for members of
     waiting gangs that do not exist yet, so that waiting gangs cannot starve or deadlock the rest."""
     max_cooldown_seconds: float = 600.0
-    """A gang whose reservation timed out may hold room again only after its timeout, doubled at each
+    """A gang whose hold timed out may hold room again only after its timeout, doubled at each
     timeout in a row, and never later than this."""
     replacement_grace_seconds: float = 60.0
     """A member of a running gang that fails or is deleted (not preempted) leaves its room to its

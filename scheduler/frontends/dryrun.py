@@ -3,7 +3,7 @@
 The cluster's nodes, pods and group objects are read through a client that refuses every write
 (:mod:`scheduler.ports.kube.readonly`), copied into a SimCluster, and one pass of the real scheduler runs
 there: every pending gang is tried once, in queue order, each seeing the room the ones before it took.
-No virtual time passes, so reservations do not time out. The report covers the gangs that had a
+No virtual time passes, so held room does not time out. The report covers the gangs that had a
 pending member when the cluster was read.
 """
 

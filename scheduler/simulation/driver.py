@@ -6,13 +6,13 @@ permit and binder as in a cluster, and the run ends when the system is quiet:
 
 - every task waits (informers on their watches, the loop on its next poke), so every event has been
   applied and every gang that could be tried has been;
-- then time is moved on, on a virtual clock, to the next moment something is due: a reservation that
+- then time is moved on, on a virtual clock, to the next moment something is due: a hold that
   times out (its room goes to other gangs), a bind the watch never confirmed, or a preempted pod whose
   grace period ends (the simulated kubelet then deletes it, as a real one does once its containers stop).
   Backoffs are not worth waiting for here: in a closed cluster every event that could help a failed gang
   wakes it at once.
-  A gang holds a reservation for missing members once and times out once; when the only reservations
-  left are second ones, waiting longer would only repeat what happened.
+  A gang holds room for missing members once and times out once; when the only holds left are second
+  ones, waiting longer would only repeat what happened.
 
 What people deploy is expanded as its controllers would (:mod:`scheduler.simulation.controllers`): a Job,
 JobSet, LeaderWorkerSet, PyTorchJob, TrainJob, Deployment or StatefulSet becomes its pods and group
