@@ -18,9 +18,9 @@ The engine — everything else at this level. Data flows through it in this orde
    and group status: each a task of its own, off the cycle;
 7. ``leader``, ``health``, ``metrics``, ``settings``, ``app`` (which builds it all).
 
-Imports go the other way, from the top of :data:`ORDER` down.
+Imports follow :data:`ORDER` instead: each module imports only modules listed before it.
 
-``simulation/`` — the simulated world around the scheduler in ``simulate`` and ``dry-run``: controllers,
+``simulation/`` — the simulated world around the scheduler in ``simulate``, ``dry-run`` and ``serve``: controllers,
 kubelet, the driver that moves the simulated clock and its report, and the ``oracle`` of invariants the
 tests and benchmarks share. It reads the engine; the engine and the ports never import it.
 
@@ -42,6 +42,7 @@ ORDER = (
     "settings",
     "decision",
     # what the cluster is
+    "devices",
     "budgets",
     "state",
     "informers",

@@ -32,7 +32,7 @@ from scheduler.leader import LeaderElector
 from scheduler.loop import scheduling_loop
 from scheduler.metrics import Metrics
 from scheduler.ports.errors import PortError
-from scheduler.ports.port import DISRUPTION_BUDGETS, NODES, PODS, ApiResource, ClusterPort
+from scheduler.ports.port import DISRUPTION_BUDGETS, DRA, NODES, PODS, ApiResource, ClusterPort
 from scheduler.preemption.evictor import Evictor
 from scheduler.ratelimit import TokenBucket
 from scheduler.reporting import Reporter
@@ -54,11 +54,11 @@ def choose_resources(served: set[tuple[str, str, str]]) -> tuple[list[ApiResourc
     resource says whether the server has its status subresource (a CRD may be installed without one)."""
     chosen = [PODS, NODES]
     missing = []
-    budgets = DISRUPTION_BUDGETS
-    if (budgets.group, budgets.version, budgets.plural) in served:
-        chosen.append(budgets)  # preemption prefers victims no budget protects
-    else:
-        missing.append(f"{budgets.plural}.{budgets.group}")
+    for extra in (DISRUPTION_BUDGETS, *DRA):  # budgets: preemption prefers victims no budget protects
+        if (extra.group, extra.version, extra.plural) in served:
+            chosen.append(extra)
+        else:
+            missing.append(f"{extra.plural}.{extra.group}")
     for candidates in OPTIONAL:
         found = next((r for r in candidates if (r.group, r.version, r.plural) in served), None)
         if found is None:
@@ -122,7 +122,8 @@ class Phalanx:
             settings=settings,
             state=self.state,
             clock=self.clock,
-            rng=self.rng,
+            queue_rng=random.Random(self.rng.random()),
+            permit_rng=random.Random(self.rng.random()),
             binder=self.binder,
             reporter=self.reporter,
             metrics=self.metrics,

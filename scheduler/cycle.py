@@ -13,9 +13,10 @@ snapshot), a pipeline of stages that each return a value:
    handed to the binder; a gang that does not fit goes through the post-filters: preemption
    (``preemption/postfilter.py``), then a domain reservation if it has waited too long (``starvation.py``).
 
-The answer is an :class:`Outcome`, and :meth:`Cycle.record` is the one place it leaves the cycle: queue
-moves, metrics, the log, pod conditions, Events, group status, and the writes handed to the binder and
-the evictor.
+The answer is an :class:`Outcome`, and :meth:`Cycle.record` is the one place a decision leaves the cycle:
+queue moves, metrics, the log, pod conditions, Events, group status, and the writes handed to the binder
+and the evictor. (News that is no decision, folded in by the loop's ``sync``, may hand the evictor work
+too: evictions an earlier leader began, nominations that timed out.)
 """
 
 from __future__ import annotations

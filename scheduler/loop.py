@@ -214,18 +214,20 @@ def scheduling_loop(
     settings: Settings,
     state: ClusterState,
     clock: Clock,
-    rng: random.Random,
+    queue_rng: random.Random,
+    permit_rng: random.Random,
     binder: JobSink,
     reporter: DecisionRecorder,
     metrics: Metrics,
     evictor: EvictionSink | None = None,
     placer: Placer = place,
 ) -> SchedulingLoop:
-    """The loop over ``state``, its queue and permit drawing their jitter from ``rng``. ``placer`` is the
+    """The loop over ``state``, its queue and permit drawing their jitter from their own generators (so
+    that a seeded run, as the replay's, draws the same whatever else draws). ``placer`` is the
     placement algorithm (``topology.place``, or a baseline the replay compares it with). Without an
     ``evictor`` nothing is preempted (the replay has no API to evict through)."""
-    queue = GangQueue(settings.queue, clock, random.Random(rng.random()))
-    permit = Permit(settings.permit, clock, random.Random(rng.random()))
+    queue = GangQueue(settings.queue, clock, queue_rng)
+    permit = Permit(settings.permit, clock, permit_rng)
     cycle = Cycle(
         settings=settings,
         state=state,

@@ -28,8 +28,9 @@ still does not fit, it may *reserve* a domain (EASY backfilling, with a gang for
 Not to be confused with the room a gang *holds* for members that do not exist yet (``permit/``), nor with
 room the cycle *assumes* for a placement (``state.py``).
 
-Every reservation that ends, and why, is kept in :meth:`Starvation.take_ended` for the loop to count,
-log and act on (the gang next in line is woken), whichever rule ended it.
+Every reservation that ends, and why, is kept in :meth:`Starvation.take_ended`, whichever rule ended it;
+the cycle counts and logs each (``Cycle.reservations_ended``), wakes a gang whose reservation expired or
+was displaced, and wakes the gang next in line at the level of one that ended for any other reason.
 """
 
 from __future__ import annotations

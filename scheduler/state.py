@@ -40,9 +40,10 @@ import structlog
 
 from scheduler.budgets import Budgets
 from scheduler.clock import Clock
+from scheduler.devices.inventory import Devices
 from scheduler.gangs import GangIndex, GangKey
 from scheduler.gangs.fields import timestamp
-from scheduler.ports.port import DISRUPTION_BUDGETS, NODES, PODS, ApiResource, Change
+from scheduler.ports.port import DISRUPTION_BUDGETS, DRA_GROUP, NODES, PODS, ApiResource, Change
 from scheduler.settings import Settings
 from topology import (
     Assignment,
@@ -151,6 +152,8 @@ class ClusterState:
         #: Kept from the watch, so that an eviction an earlier leader began is finished by the next one.
         self.marked_victims: dict[str, str] = {}
         self.budgets = Budgets()
+        #: Dynamic Resource Allocation: device classes, the devices drivers publish, and claims.
+        self.devices = Devices()
         self._interned: dict[tuple[tuple[str, int], ...], dict[str, int]] = {}
         self._groups: dict[ApiResource, set[tuple[str, str]]] = {}
         self.unreadable_nodes: dict[str, str] = {}
@@ -171,6 +174,8 @@ class ClusterState:
             self._apply_node(change)
         elif _same_api(resource, DISRUPTION_BUDGETS):
             self.budgets.apply(change)
+        elif resource.group == DRA_GROUP:
+            self.devices.apply(resource, change.type, change.object)
         else:
             self._apply_group(resource, change)
 
@@ -190,6 +195,8 @@ class ClusterState:
             known = {("", name) for name in self.snapshot.names} | {("", name) for name in self.unreadable_nodes}
         elif _same_api(resource, DISRUPTION_BUDGETS):
             known = self.budgets.known()
+        elif resource.group == DRA_GROUP:
+            known = self.devices.known(resource)
         else:
             known = set(self._groups.get(resource, set()))
         for namespace, name in known - listed:

@@ -323,7 +323,8 @@ def collection_path(obj: Mapping[str, Any], plural: str | None = None) -> str:
     return f"{base}/{plural}"
 
 
-_PLURALS = {"PriorityClass": "priorityclasses", "Policy": "policies"}
+_PLURALS = {"PriorityClass": "priorityclasses", "Policy": "policies", "DeviceClass": "deviceclasses"}
 _CLUSTER_SCOPED = frozenset(
-    {"Namespace", "Node", "PriorityClass", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
-)
+    {"Namespace", "Node", "PriorityClass", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+     "DeviceClass", "ResourceSlice"}
+)  # fmt: skip

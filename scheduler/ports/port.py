@@ -40,6 +40,13 @@ LEASES = ApiResource("coordination.k8s.io", "v1", "leases", "Lease")
 #: Events are written through the core API: it takes eventTime and firstTimestamp/lastTimestamp together.
 CORE_EVENTS = ApiResource("", "v1", "events", "Event")
 DISRUPTION_BUDGETS = ApiResource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
+#: Dynamic Resource Allocation (GA since Kubernetes 1.34): the devices drivers publish and who claims them.
+DRA_GROUP = "resource.k8s.io"
+DEVICE_CLASSES = ApiResource(DRA_GROUP, "v1", "deviceclasses", "DeviceClass", namespaced=False)
+RESOURCE_SLICES = ApiResource(DRA_GROUP, "v1", "resourceslices", "ResourceSlice", namespaced=False)
+RESOURCE_CLAIMS = ApiResource(DRA_GROUP, "v1", "resourceclaims", "ResourceClaim")
+RESOURCE_CLAIM_TEMPLATES = ApiResource(DRA_GROUP, "v1", "resourceclaimtemplates", "ResourceClaimTemplate")
+DRA = (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS, RESOURCE_CLAIM_TEMPLATES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,7 +66,7 @@ class Preemption:
                 )
                 return Outcome(code=Code.UNSCHEDULABLE, message=message, pods=pods, wake=wake, attempt=False)
             log.info("nomination dropped: the room its victims freed is not enough any more", gang=spec.key)
-            self.nominations.drop(spec.key)  # the cycle's record clears the pods' nominatedNodeName
+            self.nominations.drop(spec.key)  # its pods' nominatedNodeName is cleared by record, or by begin
         found = self.planner.plan(spec, request, held)
         if isinstance(found, NoVictims):
             result = ""
@@ -89,9 +89,12 @@ class Preemption:
 
     def begin(self, spec: GangSpec, victims: Victims) -> EvictJob:
         """The gang preempts: it is nominated to the room, and its victims are in the ledger, from now on.
-        Returns the evictor's job (its Events' subject left to the cycle)."""
+        Returns the evictor's job (its Events' subject left to the cycle): the victims, and each pending
+        pod's ``nominatedNodeName``, the new node or cleared for a pod an earlier nomination named that this
+        one does not (one job, so the two writes cannot cross)."""
         pods = victims.pods
         going = frozenset(pod.key for pod in pods)
+        leftover = self.stale(spec.key, spec.pods)  # a nomination dropped in post_filter left these named
         self.nominations.nominate(
             spec.key,
             spec.priority,
@@ -103,7 +106,10 @@ class Preemption:
         evict = tuple(self.evictions.victim(pod.key) for pod in pods)
         self.evictions.begin(evict)
         log.info("preempting", gang=spec.key, domain=victims.domain, victims=len(pods), by_gang=victims.by_gang())
-        return EvictJob(spec.key, evict, tuple(victims.placement.nodes().items()), victims.domain)
+        nominated = dict(victims.placement.nodes())
+        self._clearing.difference_update(nominated)  # named again: not being cleared
+        cleared = tuple((pod, "") for pod in leftover if pod not in nominated)
+        return EvictJob(spec.key, evict, (*nominated.items(), *cleared), victims.domain)
 
     def stale(self, gang: GangKey, pods: Iterable[str]) -> tuple[str, ...]:
         """Pending pods of a gang that holds no nomination (any more) whose ``nominatedNodeName`` must be

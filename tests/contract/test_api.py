@@ -610,3 +610,20 @@ async def test_a_status_patch_naming_another_uid_is_refused_so_a_replaced_pod_is
                         {"metadata": {"uid": created["metadata"]["uid"]}, "status": {"conditions": [condition]}},
                         content_type="application/strategic-merge-patch+json")  # fmt: skip
     assert [c["type"] for c in same["status"]["conditions"]].count("DisruptionTarget") == 1
+
+
+DRA = {"group": "resource.k8s.io", "version": "v1"}
+
+
+async def test_dynamic_resource_allocation_is_served_with_a_status_only_for_claims(api: Api) -> None:
+    served = names(await api.ok("GET", "/apis/resource.k8s.io/v1"))
+    wanted = {"deviceclasses", "resourceslices", "resourceclaims", "resourceclaims/status", "resourceclaimtemplates"}
+    assert wanted <= served
+    assert not {"deviceclasses/status", "resourceslices/status", "resourceclaimtemplates/status"} & served
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "gpus"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
+             "status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}]}}  # fmt: skip
+    created = await api.ok("POST", api.path("resourceclaims", **DRA), claim)
+    assert not created.get("status")  # status is the status subresource's
+    assert created["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1  # defaulted, as the API defaults
+    assert created["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] == "ExactCount"

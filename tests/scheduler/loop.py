@@ -34,6 +34,8 @@ class Told:
     """What the loop told users: each pod's pending message, and the Events (reason, note)."""
 
     pending: dict[str, str] = field(default_factory=dict)
+    #: Each pod's PodScheduled=False reason (Unschedulable, GangWaiting, SchedulerError).
+    conditions: dict[str, str] = field(default_factory=dict)
     events: list[tuple[str, str]] = field(default_factory=list)
     #: (reason, what the Event is about: a pod's key or a group object), for each Event with a subject.
     about: list[tuple[str, object]] = field(default_factory=list)
@@ -41,6 +43,7 @@ class Told:
     def pending_message(self, pods: Iterable[str], reason: str, message: str) -> None:
         for pod in pods:
             self.pending[pod] = message
+            self.conditions[pod] = reason
 
 
 class _Recorder(NullRecorder):
@@ -109,7 +112,8 @@ class Loop:
             settings=self.settings,
             state=self.state,
             clock=self.clock,
-            rng=random.Random(0),
+            queue_rng=random.Random(0),
+            permit_rng=random.Random(1),
             binder=self.binder,
             reporter=_Recorder(self.told),
             metrics=Metrics(),

@@ -197,7 +197,7 @@ def test_a_partial_gang_times_out_and_releases_the_room_it_held_to_the_next_gang
     assert (held(loop, "nvidia.com/gpu"), held(loop, "cpu")) == (8, 2)  # cores, the base unit its help names
     others = [loop.submit(f"other-{i}", 8, gang=("other", 2)) for i in range(2)]
     loop.settle()
-    assert not set(others) & set(loop.bound())  # one node is free, the other held
+    assert not set(others) & set(loop.bound())  # three members and one member's held room take all four nodes
     loop.run_until(loop.loop.permit.next_deadline() or 0.0)
     note, *_ = [note for reason, note in loop.told.events if reason == "GangTimeout"]
     assert note.startswith("Gang pfn:ml/train timed out waiting for 1 member(s) that do not exist yet")
@@ -217,6 +217,7 @@ def test_running_out_of_time_while_members_are_gated_is_waiting_not_unschedulabl
     timed_out = loop.outcomes("pfn:ml/g")[-1]
     assert timed_out.message.startswith("Gang pfn:ml/g timed out waiting for 3 member(s) held by scheduling gates")
     assert timed_out.condition == "GangWaiting"  # not Unschedulable: room would not help
+    assert loop.told.conditions["ml/g-0"] == "GangWaiting"  # the reason its PodScheduled condition is given
     assert not [event for event in loop.told.events if event[0] == "FailedScheduling"]
     attempts = loop.loop.metrics.registry.get_sample_value
     assert not attempts("phalanx_schedule_attempts_total", {"result": "unschedulable"})  # no attempt failed

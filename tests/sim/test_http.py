@@ -133,7 +133,8 @@ async def test_discovery_lists_exactly_the_enabled_apis() -> None:
     async with served(sim) as (_, api):
         groups = await client.ApisApi(api).get_api_versions()
         names = {group.name for group in groups.groups}
-        assert names == {"coordination.k8s.io", "events.k8s.io", "policy", "scheduling.k8s.io", "scheduling.x-k8s.io"}
+        expected = {"coordination.k8s.io", "events.k8s.io", "policy", "resource.k8s.io", "scheduling.k8s.io"}
+        assert names == expected | {"scheduling.x-k8s.io"}
         scheduling = next(group for group in groups.groups if group.name == "scheduling.k8s.io")
         assert scheduling.preferred_version.version == "v1"
         assert [version.version for version in scheduling.versions] == [

@@ -70,6 +70,10 @@ _BUILT_IN: tuple[Resource, ...] = (
     Resource("scheduling.k8s.io", "v1alpha3", "compositepodgroups", "CompositePodGroup", subresources=STATUS),
     Resource("scheduling.k8s.io", "v1beta1", "workloads", "Workload"),
     Resource("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", subresources=STATUS),
+    Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False),
+    Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", namespaced=False),
+    Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", subresources=STATUS),
+    Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate"),
 )
 
 #: scheduler-plugins' and Volcano's PodGroup, Phalanx's CompositePodGroup: as their CRDs define them.

@@ -48,6 +48,7 @@ from typing import Any
 
 import anyio
 
+from scheduler.ports.sim.dra import default_claim_spec, default_template_spec
 from scheduler.ports.sim.events import to_core, to_modern
 from scheduler.ports.sim.patch import json_patch, merge_patch, strategic_merge_patch
 from scheduler.ports.sim.resources import Catalog, Resource
@@ -397,6 +398,10 @@ class Store:
             obj = {**obj, "spec": self._admit_priority(name, obj["spec"])}
         elif resource.storage == ("scheduling.k8s.io", "podgroups") and resource.version == "v1alpha2":
             obj = {**obj, "spec": self._admit_pod_group(name, obj.get("spec") or {})}
+        elif resource.storage == ("resource.k8s.io", "resourceclaims"):
+            obj = {**obj, "spec": default_claim_spec(obj.get("spec") or {})}
+        elif resource.storage == ("resource.k8s.io", "resourceclaimtemplates"):
+            obj = {**obj, "spec": default_template_spec(obj.get("spec") or {})}
         key = self._key(resource, namespace, name)
         table = self._table(resource)
         if key in table:

@@ -1,0 +1,209 @@
+"""DeviceClasses, ResourceClaims and the claims a pod names (``resource.k8s.io/v1``), as values.
+
+A pod's ``spec.resourceClaims`` names each claim directly (``resourceClaimName``) or through a template
+(``resourceClaimTemplateName``): then kube-controller-manager's resourceclaim controller makes the claim
+and names it in the pod's ``status.resourceClaimStatuses``; until it has, the pod cannot be placed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: ``allocationMode``: a count of devices, or every matching device.
+EXACT_COUNT, ALL = "ExactCount", "All"
+
+
+class ClaimError(ValueError):
+    """A claim or class that cannot be read; the message names the object and the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...]
+    #: KEP-5004: pods asking for this extended resource are served by the class's devices.
+    extended_resource: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One way to satisfy a request of a claim: devices of a class, with more selectors, counted."""
+
+    name: str
+    device_class: str
+    selectors: tuple[str, ...]
+    mode: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """A request of a claim: ``exactly`` one way, or the first of ``firstAvailable`` that can be met."""
+
+    name: str
+    alternatives: tuple[Request, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """Devices of ``requests`` (all of the claim's when empty) must share ``match`` or all differ in
+    ``distinct`` (a fully qualified attribute name)."""
+
+    requests: tuple[str, ...]
+    match: str | None
+    distinct: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    namespace: str
+    name: str
+    uid: str
+    requests: tuple[ClaimRequest, ...]
+    constraints: tuple[Constraint, ...]
+    #: (driver, pool, device) of each device allocated to it (empty while unallocated).
+    allocated: tuple[tuple[str, str, str], ...]
+    #: The pods it is reserved for, by uid.
+    reserved_for: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaim:
+    """A claim a pod names: ``claim`` is the ResourceClaim's name, None while a template's claim is not made."""
+
+    name: str
+    claim: str | None
+    template: str | None
+
+
+def read_class(obj: Mapping[str, Any]) -> DeviceClass:
+    name = str((obj.get("metadata") or {}).get("name", ""))
+    spec = _mapping(obj.get("spec"), f"deviceclass {name}: spec")
+    extended = spec.get("extendedResourceName")
+    return DeviceClass(
+        name=name,
+        selectors=_selectors(spec.get("selectors"), f"deviceclass {name}: spec.selectors"),
+        extended_resource=str(extended) if extended else None,
+    )
+
+
+def read_claim(obj: Mapping[str, Any]) -> Claim:
+    metadata = obj.get("metadata") or {}
+    namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+    where = f"resourceclaim {namespace}/{name}"
+    devices = _mapping(_mapping(obj.get("spec"), f"{where}: spec").get("devices"), f"{where}: spec.devices")
+    status = _mapping(obj.get("status"), f"{where}: status")
+    allocation = _mapping(status.get("allocation"), f"{where}: status.allocation")
+    results = _mapping(allocation.get("devices"), f"{where}: status.allocation.devices").get("results") or []
+    return Claim(
+        namespace=namespace,
+        name=name,
+        uid=str(metadata.get("uid", "")),
+        requests=tuple(
+            _claim_request(raw, f"{where}: spec.devices.requests[{i}]")
+            for i, raw in enumerate(_list(devices.get("requests"), f"{where}: spec.devices.requests"))
+        ),
+        constraints=tuple(
+            Constraint(
+                requests=tuple(str(r) for r in _list(raw.get("requests"), f"{where}: constraints[{i}].requests")),
+                match=raw.get("matchAttribute"),
+                distinct=raw.get("distinctAttribute"),
+            )
+            for i, raw in enumerate(_list(devices.get("constraints"), f"{where}: spec.devices.constraints"))
+        ),
+        allocated=tuple(
+            (str(result.get("driver", "")), str(result.get("pool", "")), str(result.get("device", "")))
+            for result in results
+            if isinstance(result, Mapping)
+        ),
+        reserved_for=tuple(
+            str(ref.get("uid", ""))
+            for ref in _list(status.get("reservedFor"), f"{where}: status.reservedFor")
+            if isinstance(ref, Mapping)
+        ),
+    )
+
+
+def pod_claims(pod: Mapping[str, Any]) -> tuple[PodClaim, ...]:
+    """The claims a pod names, each with the ResourceClaim it is (known once a template's claim is made)."""
+    spec = pod.get("spec") or {}
+    made = {
+        str(entry.get("name")): entry.get("resourceClaimName")
+        for entry in ((pod.get("status") or {}).get("resourceClaimStatuses") or [])
+        if isinstance(entry, Mapping)
+    }
+    found = []
+    for entry in spec.get("resourceClaims") or []:
+        if not isinstance(entry, Mapping):
+            continue
+        name = str(entry.get("name", ""))
+        direct, template = entry.get("resourceClaimName"), entry.get("resourceClaimTemplateName")
+        claim = direct if direct else made.get(name)
+        found.append(PodClaim(name, str(claim) if claim else None, str(template) if template else None))
+    return tuple(found)
+
+
+def _claim_request(raw: object, where: str) -> ClaimRequest:
+    request = _mapping(raw, where)
+    name = str(request.get("name", ""))
+    if request.get("exactly") is not None:
+        return ClaimRequest(name, (_request(name, request["exactly"], f"{where}.exactly"),))
+    alternatives = _list(request.get("firstAvailable"), f"{where}.firstAvailable")
+    if not alternatives:
+        raise ClaimError(f"{where}: needs exactly or firstAvailable")
+    return ClaimRequest(
+        name,
+        tuple(
+            _request(f"{name}/{_mapping(sub, where).get('name', '')}", sub, f"{where}.firstAvailable[{i}]")
+            for i, sub in enumerate(alternatives)
+        ),
+    )
+
+
+def _request(name: str, raw: object, where: str) -> Request:
+    request = _mapping(raw, where)
+    mode = str(request.get("allocationMode") or EXACT_COUNT)
+    if mode not in (EXACT_COUNT, ALL):
+        raise ClaimError(f"{where}.allocationMode: {mode!r} is neither ExactCount nor All")
+    count = request.get("count", 1) if mode == EXACT_COUNT else 0
+    if not isinstance(count, int) or isinstance(count, bool) or (mode == EXACT_COUNT and count < 1):
+        raise ClaimError(f"{where}.count: {count!r} is not a positive integer")
+    return Request(
+        name=name,
+        device_class=str(request.get("deviceClassName", "")),
+        selectors=_selectors(request.get("selectors"), f"{where}.selectors"),
+        mode=mode,
+        count=count,
+    )
+
+
+def _selectors(raw: object, where: str) -> tuple[str, ...]:
+    found = []
+    for i, selector in enumerate(_list(raw, where)):
+        expression = _mapping(_mapping(selector, f"{where}[{i}]").get("cel"), f"{where}[{i}].cel").get("expression")
+        if not isinstance(expression, str):
+            raise ClaimError(f"{where}[{i}].cel.expression must be a string")
+        found.append(expression)
+    return tuple(found)
+
+
+def _mapping(value: object, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ClaimError(f"{where} must be an object")
+    return value
+
+
+def _list(value: object, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ClaimError(f"{where} must be a list")
+    return value

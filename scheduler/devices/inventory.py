@@ -1,0 +1,101 @@
+"""What the cluster's devices are and who has them: the DRA objects as ClusterState keeps them.
+
+Fed by the informers of ``resource.k8s.io/v1`` (when the server serves it): DeviceClasses,
+ResourceSlices (``slices.py``), ResourceClaims and ResourceClaimTemplates. It answers, for one request
+of a claim, which devices satisfy it (the class's selectors and the request's, each expression compiled
+once and evaluated once per device, ``expressions.py``) and how many of those are free on each node:
+the count placement will compare, as it compares GPUs. An object that cannot be read is kept out, and
+what is wrong with it is kept in ``problems`` for the pods that name it to be told.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from scheduler.devices.claims import ALL, Claim, ClaimError, DeviceClass, Request, read_claim, read_class
+from scheduler.devices.expressions import SelectorError, Selectors
+from scheduler.devices.slices import Device, Pools
+from scheduler.ports.port import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ApiResource
+
+DeviceId = tuple[str, str, str]  # (driver, pool, device)
+
+
+class Devices:
+    def __init__(self) -> None:
+        self.pools = Pools()
+        self.selectors = Selectors()
+        self.classes: dict[str, DeviceClass] = {}
+        self.claims: dict[str, Claim] = {}
+        self.templates: set[str] = set()  # namespace/name
+        #: Objects that could not be read, by kind and key: what is wrong with each.
+        self.problems: dict[tuple[str, str], str] = {}
+
+    def apply(self, resource: ApiResource, change_type: str, obj: Mapping[str, Any]) -> None:
+        metadata = obj.get("metadata") or {}
+        namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name", ""))
+        key = f"{namespace}/{name}" if namespace else name
+        gone = change_type == "DELETED"
+        self.problems.pop((resource.kind, key), None)
+        try:
+            if resource.plural == RESOURCE_SLICES.plural:
+                self.selectors.forget(self.pools.apply(change_type, obj))
+                for slice_name, problem in self.pools.problems.items():
+                    self.problems[(resource.kind, slice_name)] = problem
+            elif resource.plural == DEVICE_CLASSES.plural:
+                self.classes.pop(key, None)
+                if not gone:
+                    self.classes[key] = read_class(obj)
+            elif resource.plural == RESOURCE_CLAIMS.plural:
+                self.claims.pop(key, None)
+                if not gone:
+                    self.claims[key] = read_claim(obj)
+            elif resource.plural == RESOURCE_CLAIM_TEMPLATES.plural:
+                self.templates.discard(key)
+                if not gone:
+                    self.templates.add(key)
+        except ClaimError as error:
+            self.problems[(resource.kind, key)] = str(error)
+
+    def known(self, resource: ApiResource) -> set[tuple[str, str]]:
+        """(namespace, name) of what is known of ``resource``, for pruning after a relist."""
+        if resource.plural == RESOURCE_SLICES.plural:
+            return self.pools.known()
+        if resource.plural == DEVICE_CLASSES.plural:
+            return {("", name) for name in self.classes}
+        keys = self.claims if resource.plural == RESOURCE_CLAIMS.plural else self.templates
+        return {tuple(key.split("/", 1)) for key in keys}  # type: ignore[misc]
+
+    def allocated(self) -> set[DeviceId]:
+        """Devices allocated to a claim (never given to another, unless the driver allows sharing)."""
+        return {device for claim in self.claims.values() for device in claim.allocated}
+
+    def matching(self, request: Request) -> list[Device]:
+        """The devices that satisfy ``request``: its class's selectors and its own, all of them. Raises
+        SelectorError (an expression that does not compile or fails on a device) and ClaimError (no such
+        class)."""
+        device_class = self.classes.get(request.device_class)
+        if device_class is None:
+            raise ClaimError(f"DeviceClass {request.device_class} does not exist")
+        expressions = (*device_class.selectors, *request.selectors)
+        for expression in expressions:
+            problem = self.selectors.check(expression)
+            if problem is not None:
+                raise SelectorError(problem)
+        return [
+            device
+            for device in self.pools.devices()
+            if all(self.selectors.matches(expression, device.key, device.view) for expression in expressions)
+        ]
+
+    def free_by_node(self, request: Request) -> Counter[str]:
+        """Per node, how many devices satisfying ``request`` are not allocated (node-local devices only)."""
+        taken = self.allocated()
+        return Counter(
+            device.node for device in self.matching(request) if device.node is not None and device.id not in taken
+        )
+
+    def wanted(self, request: Request, node: str) -> int:
+        """How many devices ``request`` takes on ``node``: its count, or for ``All``, every free match there."""
+        return self.free_by_node(request)[node] if request.mode == ALL else request.count

@@ -1,0 +1,173 @@
+"""The devices drivers publish (ResourceSlices, ``resource.k8s.io/v1``), as the allocator may use them.
+
+A driver publishes each pool of devices in one or more ResourceSlices; ``spec.pool`` says the pool's
+generation and how many slices it has at that generation. As kube-scheduler's allocator does, only the
+newest generation of a pool counts, and only once all its slices are there (a pool half published, as
+while a driver restarts, offers nothing). A slice's devices are on the node it names (``nodeName``);
+those of a slice for ``allNodes`` or a ``nodeSelector`` (network-attached devices) are read and kept
+apart, ``shared``: placement does not offer them yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.devices.expressions import DeviceView, milli
+from topology import QuantityError
+
+PoolKey = tuple[str, str]  # (driver, pool name)
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    driver: str
+    pool: str
+    name: str
+    #: The node it is on; None for a device of ``allNodes`` or a ``nodeSelector`` (see ``shared``).
+    node: str | None
+    view: DeviceView
+    #: Changes whenever the slice that publishes the device does (selector results are kept by it).
+    key: tuple[str, str, str, str]
+
+    @property
+    def id(self) -> tuple[str, str, str]:
+        """(driver, pool, device): how an allocation names it."""
+        return self.driver, self.pool, self.name
+
+
+@dataclass(slots=True)
+class _Slice:
+    name: str
+    pool: PoolKey
+    generation: int
+    count: int
+    devices: tuple[Device, ...]
+    problem: str | None = None
+
+
+@dataclass(slots=True)
+class Pools:
+    """Every ResourceSlice, and the devices of the pools that are complete at their newest generation."""
+
+    _slices: dict[str, _Slice] = field(default_factory=dict)
+    #: What is wrong with slices that could not be read, by name (the rest of their pool is unusable).
+    problems: dict[str, str] = field(default_factory=dict)
+
+    def apply(self, change_type: str, obj: Mapping[str, Any]) -> set[tuple[str, str, str, str]]:
+        """Apply one watch event of a ResourceSlice; returns the keys of devices that changed or went."""
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        before = self._slices.pop(name, None)
+        self.problems.pop(name, None)
+        changed = {device.key for device in before.devices} if before is not None else set()
+        if change_type != "DELETED":
+            read = read_slice(obj)
+            self._slices[name] = read
+            if read.problem is not None:
+                self.problems[name] = read.problem
+            changed |= {device.key for device in read.devices}
+        return changed
+
+    def known(self) -> set[tuple[str, str]]:
+        return {("", name) for name in self._slices}
+
+    def devices(self) -> Iterator[Device]:
+        """Devices of every pool that is complete at its newest generation and wholly readable."""
+        newest: dict[PoolKey, int] = {}
+        for item in self._slices.values():
+            newest[item.pool] = max(newest.get(item.pool, item.generation), item.generation)
+        current: dict[PoolKey, list[_Slice]] = {}
+        for item in self._slices.values():
+            if item.generation == newest[item.pool]:
+                current.setdefault(item.pool, []).append(item)
+        for slices in current.values():
+            if len(slices) != slices[0].count or any(item.problem for item in slices):
+                continue  # incomplete, or part of it unreadable: the driver has not finished publishing
+            for item in slices:
+                yield from item.devices
+
+    def incomplete(self) -> list[PoolKey]:
+        """Pools whose newest generation lacks slices (or has unreadable ones), for explanations."""
+        usable = {(device.driver, device.pool) for device in self.devices()}
+        return sorted({item.pool for item in self._slices.values()} - usable)
+
+
+def read_slice(obj: Mapping[str, Any]) -> _Slice:
+    """A ResourceSlice's pool and devices; a slice that cannot be read keeps its pool from counting."""
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    name = str(metadata.get("name", ""))
+    version = str(metadata.get("resourceVersion", ""))
+    driver = str(spec.get("driver", ""))
+    pool = spec.get("pool") or {}
+    pool_key = (driver, str(pool.get("name", "")))
+    try:
+        generation = int(pool.get("generation", 0))
+        count = int(pool.get("resourceSliceCount", 1))
+    except (TypeError, ValueError):
+        return _Slice(name, pool_key, 0, 1, (), f"slice {name}: spec.pool generation and count must be integers")
+    node = spec.get("nodeName")
+    per_device = spec.get("perDeviceNodeSelection") is True
+    devices = []
+    try:
+        for raw in spec.get("devices") or []:
+            device_node = raw.get("nodeName") if per_device else node
+            devices.append(
+                Device(
+                    driver=driver,
+                    pool=pool_key[1],
+                    name=str(raw.get("name", "")),
+                    node=str(device_node) if isinstance(device_node, str) and device_node else None,
+                    view=DeviceView(driver, _attributes(raw.get("attributes"), driver), _capacity(raw, driver)),
+                    key=(driver, pool_key[1], str(raw.get("name", "")), version),
+                )
+            )
+    except (QuantityError, TypeError, ValueError, AttributeError) as error:
+        return _Slice(name, pool_key, generation, count, (), f"slice {name}: {error}")
+    return _Slice(name, pool_key, generation, count, tuple(devices))
+
+
+def _split(name: str, driver: str) -> tuple[str, str]:
+    """``domain/name``, or a bare name in the driver's domain."""
+    domain, _, rest = name.rpartition("/")
+    return (domain, rest) if domain else (driver, name)
+
+
+def _attributes(raw: object, driver: str) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {}
+    for name, value in _items(raw):
+        domain, key = _split(name, driver)
+        found.setdefault(domain, {})[key] = _attribute_value(value, name)
+    return found
+
+
+def _attribute_value(value: object, name: str) -> Any:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"attribute {name} must be an object")
+    for kind in ("int", "bool", "string", "version"):
+        if kind in value:
+            return value[kind]
+    for kind in ("ints", "bools", "strings", "versions"):
+        if kind in value:
+            return list(value[kind])
+    raise ValueError(f"attribute {name} has no value of a known type")
+
+
+def _capacity(raw: Mapping[str, Any], driver: str) -> dict[str, dict[str, int]]:
+    found: dict[str, dict[str, int]] = {}
+    for name, value in _items(raw.get("capacity")):
+        domain, key = _split(name, driver)
+        quantity = value.get("value") if isinstance(value, Mapping) else None
+        if not isinstance(quantity, str | int):
+            raise ValueError(f"capacity {name} must have a value")
+        found.setdefault(domain, {})[key] = milli(str(quantity))
+    return found
+
+
+def _items(raw: object) -> Iterable[tuple[str, Any]]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise ValueError("must be a map")
+    return ((str(name), value) for name, value in raw.items())

@@ -1,0 +1,118 @@
+"""The DRA objects as ClusterState keeps them from its informers: which devices a request may have, free,
+per node. Pools count only whole at their newest generation; what cannot be read is said, not used."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from scheduler.clock import ManualClock
+from scheduler.devices.claims import ClaimError, PodClaim, pod_claims, read_claim
+from scheduler.devices.expressions import SelectorError
+from scheduler.ports.port import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES, Change
+from scheduler.settings import Settings
+from scheduler.state import ClusterState
+from tests.devices.support import claim, device_class, node_slice
+
+
+def state_with(*objects: tuple[Any, dict[str, Any]]) -> ClusterState:
+    state = ClusterState(Settings(), ManualClock())
+    for resource, obj in objects:
+        state.apply(resource, Change("ADDED", obj))
+    return state
+
+
+def request_of(obj: dict[str, Any]) -> Any:
+    return read_claim(obj).requests[0].alternatives[0]
+
+
+def test_free_devices_per_node_are_those_of_the_class_and_the_request_not_allocated_elsewhere() -> None:
+    state = state_with(
+        (DEVICE_CLASSES, device_class()),
+        (RESOURCE_SLICES, node_slice("n0")),
+        (RESOURCE_SLICES, node_slice("n1", product="NVIDIA A100-SXM4-40GB", memory="40Gi")),
+        (RESOURCE_CLAIMS, claim("running", 2, allocated=[("n0", "gpu-0"), ("n0", "gpu-1")])),
+    )
+    devices = state.devices
+    assert devices.free_by_node(request_of(claim("any", 1))) == {"n0": 6, "n1": 8}
+    big = request_of(claim("big", 1, "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('64Gi')) >= 0"))
+    assert devices.free_by_node(big) == {"n0": 6}
+    state.apply(RESOURCE_CLAIMS, Change("DELETED", claim("running", 2)))  # its devices are free again
+    assert devices.free_by_node(big) == {"n0": 8}
+
+
+def test_a_pool_counts_only_whole_at_its_newest_generation() -> None:
+    half = node_slice("n0", 4, generation=2, pool_slices=2, name="n0-a")
+    state = state_with((DEVICE_CLASSES, device_class()), (RESOURCE_SLICES, node_slice("n0", 8, generation=1)))
+    any_gpu = request_of(claim("any", 1))
+    assert state.devices.free_by_node(any_gpu) == {"n0": 8}
+    state.apply(RESOURCE_SLICES, Change("ADDED", half))  # the driver republishes: half of generation 2 is there
+    assert state.devices.free_by_node(any_gpu) == {}
+    assert state.devices.pools.incomplete() == [("gpu.nvidia.com", "n0")]
+    state.apply(RESOURCE_SLICES, Change("ADDED", node_slice("n0", 4, generation=2, pool_slices=2, name="n0-b")))
+    assert state.devices.free_by_node(any_gpu) == {"n0": 8}  # 4 + 4 of generation 2; generation 1 is gone
+
+
+def test_a_slice_that_cannot_be_read_is_said_and_keeps_its_pool_out() -> None:
+    broken = node_slice("n0")
+    broken["spec"]["devices"][0]["capacity"] = {"memory": {"value": "eighty"}}
+    state = state_with((DEVICE_CLASSES, device_class()), (RESOURCE_SLICES, broken))
+    assert state.devices.free_by_node(request_of(claim("any", 1))) == {}
+    ((kind, name), problem), *_ = state.devices.problems.items()
+    assert (kind, name) == ("ResourceSlice", "n0-gpu") and "eighty" in problem
+
+
+def test_relisting_forgets_the_objects_the_server_no_longer_has() -> None:
+    state = state_with(
+        (DEVICE_CLASSES, device_class()), (RESOURCE_SLICES, node_slice("n0")), (RESOURCE_SLICES, node_slice("n1"))
+    )
+    state.prune(RESOURCE_SLICES, {("", "n1-gpu")})
+    assert state.devices.free_by_node(request_of(claim("any", 1))) == {"n1": 8}
+
+
+def test_a_request_names_its_class_and_its_selectors_must_work() -> None:
+    state = state_with((RESOURCE_SLICES, node_slice("n0")))
+    with pytest.raises(ClaimError, match=re.escape("DeviceClass gpu.nvidia.com does not exist")):
+        state.devices.free_by_node(request_of(claim("any", 1)))
+    state.apply(DEVICE_CLASSES, Change("ADDED", device_class()))
+    with pytest.raises(SelectorError, match=re.escape("failed on a device of gpu.nvidia.com")):
+        state.devices.free_by_node(request_of(claim("x", 1, "device.attributes['gpu.nvidia.com'].missing == 1")))
+
+
+def test_a_claim_reads_exactly_first_available_constraints_allocation_and_reservation() -> None:
+    obj = claim("c", 2, allocated=[("n0", "gpu-0")])
+    obj["spec"]["devices"]["requests"].append(
+        {"name": "small", "firstAvailable": [
+            {"name": "mig", "deviceClassName": "mig.nvidia.com"},
+            {"name": "whole", "deviceClassName": "gpu.nvidia.com", "allocationMode": "All"},
+        ]}
+    )  # fmt: skip
+    obj["spec"]["devices"]["constraints"] = [{"requests": ["gpus"], "matchAttribute": "gpu.nvidia.com/cliqueId"}]
+    obj["status"]["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "uid-p"}]
+    read = read_claim(obj)
+    assert [(r.name, [(a.name, a.device_class, a.mode, a.count) for a in r.alternatives]) for r in read.requests] == [
+        ("gpus", [("gpus", "gpu.nvidia.com", "ExactCount", 2)]),
+        ("small", [("small/mig", "mig.nvidia.com", "ExactCount", 1), ("small/whole", "gpu.nvidia.com", "All", 0)]),
+    ]
+    assert read.constraints[0].match == "gpu.nvidia.com/cliqueId"
+    assert (read.allocated, read.reserved_for) == ((("gpu.nvidia.com", "n0", "gpu-0"),), ("uid-p",))
+    with pytest.raises(ClaimError, match=r"requests\[0\].exactly.count: 0 is not a positive integer"):
+        read_claim(claim("zero", 0))
+
+
+def test_a_pod_names_its_claims_directly_or_through_a_template_once_its_claim_is_made() -> None:
+    pod = {
+        "spec": {"resourceClaims": [
+            {"name": "gpus", "resourceClaimTemplateName": "eight-gpus"},
+            {"name": "channel", "resourceClaimName": "domain-channel"},
+        ]},
+        "status": {},
+    }  # fmt: skip
+    assert pod_claims(pod) == (
+        PodClaim("gpus", None, "eight-gpus"),  # the resourceclaim controller has not made it yet
+        PodClaim("channel", "domain-channel", None),
+    )
+    pod["status"] = {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "train-0-gpus-x7k2p"}]}
+    assert pod_claims(pod)[0] == PodClaim("gpus", "train-0-gpus-x7k2p", "eight-gpus")
