@@ -259,7 +259,9 @@ class _Search:
         may_hold_all = set(candidates[whole].tolist())
         # Tightest first; between domains with as much room, the most allocated (kube-scheduler's
         # MostAllocated), which keeps the emptier one whole for a later big gang.
-        used = self._allocated(part, domains, scope)[candidates]
+        room = capacity[candidates] * 2 + whole  # the keys before the tie-break
+        tied = len(np.unique(room)) < len(room)
+        used = self._allocated(part, domains)[candidates] if tied else np.zeros(len(candidates))
         candidates = candidates[np.lexsort((candidates, -used, capacity[candidates], ~whole))]
         first_failure: _Failure | None = None
         fallback: int | None = None
@@ -666,22 +668,33 @@ class _Search:
             f"(they need at least {_minimum_pods(part)} pods; the largest {short} fits {room})."
         )
 
-    def _allocated(self, part: _Part, domains: Domains, scope: Scope) -> FloatArray:
-        """Per domain, the share of its allocatable in use, averaged over the resources the part asks for."""
-        columns = np.unique(np.concatenate([shape.columns for leaf in part.leaves() for shape in leaf.shapes]
-                                           or [np.zeros(0, dtype=np.int64)]))  # fmt: skip
-        if not len(columns):
+    def _allocated(self, part: _Part, domains: Domains) -> FloatArray:
+        """Per domain, the share of its allocatable in use, averaged over the resources the part asks for.
+        Over the whole cluster: a domain lies whole inside any scope that holds it. Kept until capacity
+        changes (the allocatable per domain until nodes do): asked only to break ties, it costs one
+        reduction per resource after each placement, not one per gang tried."""
+        columns = tuple(
+            sorted({int(column) for leaf in part.leaves() for shape in leaf.shapes for column in shape.columns})
+        )
+        if not columns:
             return np.zeros(domains.n_domains)
-        ids = domains.ids if scope is None else domains.ids[scope]
-        rows = np.arange(self.snapshot.n_nodes) if scope is None else np.asarray(scope)
-        inside = ids >= 0
-        shares = np.zeros(domains.n_domains)
-        members, n = ids[inside], domains.n_domains
-        for column in columns:
-            used = np.bincount(members, weights=self.snapshot.requested[rows[inside], column], minlength=n)
-            total = np.bincount(members, weights=self.snapshot.allocatable[rows[inside], column], minlength=n)
-            shares += used / np.maximum(total, 1)
-        return shares / len(columns)
+        snapshot, n, ids = self.snapshot, domains.n_domains, domains.ids + 1  # id 0: nodes outside every domain
+
+        def per_domain(matrix: IntArray, column: int) -> FloatArray:
+            sums: FloatArray = np.bincount(ids, weights=matrix[:, column], minlength=n + 1).astype(np.float64)
+            return sums[1:]
+
+        def allocatable(column: int) -> FloatArray:
+            key = ("allocatable-by-domain", domains.path, column)
+            return snapshot.cached(key, lambda: per_domain(snapshot.allocatable, column))
+
+        def shares() -> FloatArray:
+            total: FloatArray = np.zeros(n)
+            for column in columns:
+                total += per_domain(snapshot.requested, column) / np.maximum(allocatable(column), 1)
+            return total / len(columns)
+
+        return snapshot.cached_capacity(("allocated-share", domains.path, columns), shares)
 
     def _never(self, part: _Part, domains: Domains, scope: Scope) -> str:
         """For a leaf no domain holds now: the sentence saying no domain could hold it even empty (so that
