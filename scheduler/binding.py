@@ -34,11 +34,12 @@ from anyio.abc import TaskStatus
 
 from scheduler.clock import Clock
 from scheduler.decision import BindJob, Reason
+from scheduler.devices.allocation import ClaimWrite, plan, released
 from scheduler.gangs import GangKey
 from scheduler.jobs import Jobs
 from scheduler.metrics import Metrics
 from scheduler.ports.errors import Conflict, NotFound, PortError, Throttled
-from scheduler.ports.port import PODS, ClusterPort
+from scheduler.ports.port import PODS, RESOURCE_CLAIMS, ClusterPort
 from scheduler.ratelimit import TokenBucket
 from scheduler.reporting import Reporter
 from scheduler.settings import BindingSettings
@@ -115,6 +116,13 @@ class Binder:
             why = f"nodes {', '.join(sorted(crowded))} no longer have room" if crowded else f"{gone[0]} is gone"
             self._release(job, why)
             return
+        refused = await self._allocate_claims(job)
+        if refused is not None:
+            # Told on the gang's first pod, as a refused first bind is: nothing of the gang is bound.
+            pod = job.pods[0][0]
+            self.reporter.event(self.reporter.pod_subject(pod), Reason.FAILED_BINDING, refused, action="Binding")
+            self._release(job, refused, refused=True)
+            return
         first, rest = job.pods[0], job.pods[1:]
         result = await self._bind_one(*first, first=True)
         if result is not BindResult.BOUND:
@@ -142,6 +150,45 @@ class Binder:
             self.place_again(
                 job.gang, "members were lost while binding; the rest is placed again around the bound ones"
             )
+
+    async def _allocate_claims(self, job: BindJob) -> str | None:
+        """PreBind: give every claim of the gang its devices before any pod is bound (``devices/allocation.py``);
+        why not, when that cannot be done or a write is refused (the claims written are taken back then)."""
+        pods = []
+        for pod, node in job.pods:
+            info = self.state.index.pod(pod)
+            if info is not None and (info.raw.get("spec") or {}).get("resourceClaims"):
+                pods.append((info.raw, node))
+        if not pods:
+            return None
+        writes = plan(self.state.devices, pods)
+        if isinstance(writes, str):
+            return writes
+        written: list[tuple[ClaimWrite, str]] = []
+        for write in writes:
+            try:
+                await self.limiter.take()
+                stored = await self.port.patch_status(RESOURCE_CLAIMS, write.namespace, write.name, write.patch)
+            except PortError as error:
+                await self._take_back(written)
+                return f"allocating ResourceClaim {write.namespace}/{write.name} was refused: {error}"
+            written.append((write, str((stored.get("metadata") or {}).get("resourceVersion", ""))))
+        log.info("claims allocated", gang=job.gang, claims=len(written))
+        return None
+
+    async def _take_back(self, written: list[tuple[ClaimWrite, str]]) -> None:
+        """Release the allocations this gang's PreBind wrote, so that no claim stays allocated for a pod that
+        is not bound; a claim changed since (its version differs) is someone else's now and left alone."""
+        for write, version in written:
+            for attempt in range(3):
+                try:
+                    await self.port.patch_status(RESOURCE_CLAIMS, write.namespace, write.name, released(version))
+                    break
+                except (Conflict, NotFound):
+                    break
+                except PortError as error:
+                    log.warning("claim allocation not taken back yet", claim=write.name, error=str(error)[:200])
+                    await anyio.sleep(0.2 * (attempt + 1))
 
     def _release(self, job: BindJob, why: str, *, refused: bool = False) -> None:
         for pod, _ in job.pods:

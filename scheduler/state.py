@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,8 @@ import structlog
 
 from scheduler.budgets import Budgets
 from scheduler.clock import Clock
+from scheduler.devices.claims import pod_claims
+from scheduler.devices.demand import DeviceDemand
 from scheduler.devices.inventory import Devices
 from scheduler.gangs import GangIndex, GangKey
 from scheduler.gangs.fields import timestamp
@@ -50,12 +52,15 @@ from topology import (
     GangRequest,
     Member,
     PodShape,
+    ResourceKind,
     Snapshot,
     SpecError,
     Topology,
     node_record,
     pod_demand,
 )
+from topology.kinds import Requests
+from topology.nodes import NodeRecord
 from topology.running import RunningPods
 
 log = structlog.get_logger("phalanx.state")
@@ -137,7 +142,14 @@ class ClusterState:
         self.settings = settings
         self.clock = clock
         self.snapshot = Snapshot(topology=Topology(levels=settings.levels))
-        self.index = GangIndex(settings.gang_settings())
+        #: Dynamic Resource Allocation: device classes, the devices drivers publish, and claims. Pods are read
+        #: with the devices they claim as one more kind of resource (``devices/demand.py``).
+        self.devices = Devices()
+        self.kinds: tuple[ResourceKind, ...] = (Requests(), DeviceDemand(self.devices))
+        self.index = GangIndex(settings.gang_settings(), self.kinds)
+        self._base_nodes: dict[str, NodeRecord] = {}  # each node as its own object says (no devices)
+        self._device_supply: dict[str, dict[str, int]] = {}  # node -> devices offered, by column
+        self._claiming: dict[str, tuple[str, ...]] = {}  # pod -> the claims it names (namespace/name)
         self.assumed: dict[str, Assumption] = {}
         self._expiries: list[tuple[float, str]] = []  # heap of (deadline, pod); stale entries are skipped
         self._pods: dict[str, RunningPod] = {}
@@ -152,8 +164,6 @@ class ClusterState:
         #: Kept from the watch, so that an eviction an earlier leader began is finished by the next one.
         self.marked_victims: dict[str, str] = {}
         self.budgets = Budgets()
-        #: Dynamic Resource Allocation: device classes, the devices drivers publish, and claims.
-        self.devices = Devices()
         self._interned: dict[tuple[tuple[str, int], ...], dict[str, int]] = {}
         self._groups: dict[ApiResource, set[tuple[str, str]]] = {}
         self.unreadable_nodes: dict[str, str] = {}
@@ -175,7 +185,7 @@ class ClusterState:
         elif _same_api(resource, DISRUPTION_BUDGETS):
             self.budgets.apply(change)
         elif resource.group == DRA_GROUP:
-            self.devices.apply(resource, change.type, change.object)
+            self._apply_device_object(resource, change)
         else:
             self._apply_group(resource, change)
 
@@ -213,9 +223,12 @@ class ClusterState:
         key = f"{namespace}/{name}"
         if change.type == "DELETED":
             self._drop_pod(key)
+            self._claiming.pop(key, None)
             self.index.delete_pod(namespace, name)
             return
         spec = obj.get("spec") or {}
+        if spec.get("resourceClaims"):
+            self._claiming[key] = tuple(f"{namespace}/{named.claim}" for named in pod_claims(obj) if named.claim)
         status = obj.get("status") or {}
         node = spec.get("nodeName") or None
         finished = status.get("phase") in FINISHED
@@ -295,7 +308,7 @@ class ClusterState:
     def _requests(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """The pod's effective request, one shared dict per distinct request (most pods repeat a few)."""
         try:
-            requests = pod_demand(obj)
+            requests = pod_demand(obj, self.kinds)
         except SpecError:
             requests = {"pods": 1}  # the API rejects such pods; if one exists anyway it still takes a slot
         key = tuple(sorted(requests.items()))
@@ -319,6 +332,7 @@ class ClusterState:
         _, name = _key(change.object)
         if change.type == "DELETED":
             self.unreadable_nodes.pop(name, None)
+            self._base_nodes.pop(name, None)
             if self.snapshot.node(name) is not None:
                 self.snapshot.remove_node(name)
                 self._nodes_changed = True
@@ -334,6 +348,8 @@ class ClusterState:
                 self._nodes_changed = True
             return
         self.unreadable_nodes.pop(name, None)
+        self._base_nodes[name] = record
+        record = self._offered(record)
         old = self.snapshot.node(name)
         if old == record:
             return
@@ -344,6 +360,38 @@ class ClusterState:
             set(record.allocatable) - set(old.allocatable)
         ):
             self._freed.add(name)
+
+    def _apply_device_object(self, resource: ApiResource, change: Change) -> None:
+        """A DRA object changed: what pods claim and what nodes offer are read again (at the next
+        :meth:`take_signals` for what nodes offer)."""
+        self.devices.apply(resource, change.type, change.object)
+        namespace, name = _key(change.object)
+        if resource.kind == "ResourceClaim":
+            claim = f"{namespace}/{name}"
+            self.index.touch(pod for pod, claims in self._claiming.items() if claim in claims)
+        elif resource.kind == "DeviceClass":
+            self.index.touch(self._claiming)
+
+    def _offered(self, record: NodeRecord) -> NodeRecord:
+        """The node with the devices it offers added to its allocatable."""
+        supply = self._device_supply.get(record.name)
+        return replace(record, allocatable={**record.allocatable, **supply}) if supply else record
+
+    def _refresh_devices(self) -> None:
+        """Put what each node offers of every requested device into its record; room that grew is freed room."""
+        if not self.devices.dirty:
+            return
+        self.devices.dirty = False
+        supply = self.devices.supply()
+        for name in set(supply) | set(self._device_supply):
+            before, after = self._device_supply.get(name, {}), supply.get(name, {})
+            base = self._base_nodes.get(name)
+            if before == after or base is None:
+                continue
+            self.snapshot.set_node(replace(base, allocatable={**base.allocatable, **after}))
+            if any(count > before.get(column, 0) for column, count in after.items()):
+                self._freed.add(name)
+        self._device_supply = supply
 
     def _apply_group(self, resource: ApiResource, change: Change) -> None:
         obj = change.object
@@ -360,6 +408,7 @@ class ClusterState:
     def take_signals(self) -> tuple[set[str], bool]:
         """Nodes where capacity was freed, and whether the node set or node labels changed, since the
         last call (what may wake gangs that failed for lack of room)."""
+        self._refresh_devices()
         freed, changed = self._freed, self._nodes_changed
         self._freed, self._nodes_changed = set(), False
         return freed, changed

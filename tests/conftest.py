@@ -25,7 +25,7 @@ settings.load_profile("phalanx")
 ASSETS: Path | None = assets_dir()
 collect_ignore = [] if ASSETS else ["integration"]
 REAL = "real kube-apiserver"
-#: The kube-controller-manager's controllers the suite runs: what makes and replaces pods, as in a cluster
+#: The kube-controller-manager's controllers the suite runs: what makes and replaces pods and claims, as in a cluster
 #: (the node lifecycle and pod GC controllers are left out: there is no kubelet to keep nodes Ready).
 CONTROLLERS = (
     "job-controller",
@@ -33,6 +33,7 @@ CONTROLLERS = (
     "deployment-controller",
     "statefulset-controller",
     "garbage-collector-controller",
+    "resourceclaim-controller",  # makes a pod's ResourceClaims from its templates (DRA)
 )
 
 

@@ -15,6 +15,7 @@ import yaml
 from scheduler.gangs.sources import SOURCES, SourceApi
 from scheduler.ports.sim import Faults
 from scheduler.settings import LeaderSettings, Settings, load_settings
+from tests.devices.support import claim, device_class, node_slice
 from tests.gangs.support import EXAMPLES
 from tests.scheduler.support import FAST, cluster, create_manifests, eventually, gpu_pod, pfn, phalanx
 
@@ -187,6 +188,12 @@ async def test_rbac_allows_exactly_the_calls_the_scheduler_makes() -> None:
             where.create(gpu_pod("squatter", scheduler="default-scheduler", nodeName=node))
             where.create(gpu_pod("vip", annotations=pfn("vip", 1), priorityClassName="vip",
                                  nodeSelector={"kubernetes.io/hostname": node}))  # fmt: skip
+            # A pod that claims devices (DRA): its claim is allocated before it binds.
+            where.create(device_class())
+            where.create(node_slice(node))
+            where.create({**claim("dra-gpus", 1), "metadata": {"name": "dra-gpus", "namespace": "team"}})
+            where.create(gpu_pod("dra", gpus=0, annotations=pfn("dra", 1),
+                                 resourceClaims=[{"name": "gpus", "resourceClaimName": "dra-gpus"}]))  # fmt: skip
             lease_updates = lambda: where.server.audit["update", "coordination.k8s.io", "leases"]  # noqa: E731
             await eventually(lambda: lease_updates() >= 2, what="the lease renewed")
             expected = granted()

@@ -6,13 +6,15 @@ by name, whatever they count. Each kind of resource turns what it reads into suc
 - :class:`Requests`: ``resources.requests`` of the containers (``topology.quantities.pod_requests``)
   against a node's ``status.allocatable``: cpu in millicores, memory, pods, extended resources such as
   ``nvidia.com/gpu``;
-- :class:`Claims`: Dynamic Resource Allocation (``spec.resourceClaims``), not placed yet: a pod that
-  claims devices is refused with what it asks, rather than placed as if it asked for nothing.
+- :class:`Claims`: Dynamic Resource Allocation (``spec.resourceClaims``) where nothing reads the devices:
+  a pod that claims devices is refused with what it asks, rather than placed as if it asked for nothing.
+  The scheduler, which watches the devices, uses its own kind instead (``scheduler/devices/demand.py``).
 
 A new kind is a class here and an entry in :data:`KINDS`: the columns it adds (a node's supply, a pod's
-demand) and what of a pod it cannot place. ``pod_shape``, ``node_record``, ``unsupported_constraints``
-and the scheduler's state read every pod and node through :func:`pod_demand` and :func:`node_supply`,
-so nothing else changes: placement, eligibility, preemption and reporting see counts.
+demand), what of a pod it cannot place, and what the pod waits for. ``pod_shape``, ``node_record``,
+``unsupported_constraints`` and the scheduler's state read every pod and node through :func:`pod_demand`
+and :func:`node_supply`, so nothing else changes: placement, eligibility, preemption and reporting see
+counts.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ class ResourceKind(Protocol):
         """What the pod asks of this kind that cannot be placed yet, as ``(field, what it asks)``."""
         ...
 
+    def waits(self, pod: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+        """What the pod waits for before it can be placed (an object another controller makes), as
+        ``(field, what it waits for)``; it is placed once that changes, with nothing to fix."""
+        ...
+
 
 class Requests:
     """The counted resources of ``resources.requests`` and ``status.allocatable``."""
@@ -55,6 +62,9 @@ class Requests:
     def unsupported(self, pod: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         return ()
 
+    def waits(self, pod: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+        return ()
+
 
 class Claims:
     """Devices claimed through Dynamic Resource Allocation (``resource.k8s.io``): refused until placed."""
@@ -69,6 +79,9 @@ class Claims:
         spec = pod.get("spec") or {}
         if isinstance(spec, Mapping) and spec.get("resourceClaims"):
             return (("spec.resourceClaims", "dynamic resource allocation (resource claims)"),)
+        return ()
+
+    def waits(self, pod: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         return ()
 
 
@@ -91,6 +104,11 @@ def unsupported_by_kinds(
 ) -> tuple[tuple[str, str], ...]:
     """What the pod asks that no kind can place yet, as ``(field, what it asks)``."""
     return tuple(found for kind in kinds for found in kind.unsupported(pod))
+
+
+def waits_of_kinds(pod: Mapping[str, Any], kinds: tuple[ResourceKind, ...] = KINDS) -> tuple[tuple[str, str], ...]:
+    """What the pod waits for before any kind can place it, as ``(field, what it waits for)``."""
+    return tuple(found for kind in kinds for found in kind.waits(pod))
 
 
 def _merged(parts: Iterable[Mapping[str, int]]) -> dict[str, int]:

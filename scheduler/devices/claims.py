@@ -25,6 +25,8 @@ class DeviceClass:
     selectors: tuple[str, ...]
     #: KEP-5004: pods asking for this extended resource are served by the class's devices.
     extended_resource: str | None = None
+    #: ``spec.config``, copied into each allocation of the class's devices (``source: FromClass``).
+    config: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,12 @@ class Claim:
     allocated: tuple[tuple[str, str, str], ...]
     #: The pods it is reserved for, by uid.
     reserved_for: tuple[str, ...]
+    #: ``metadata.resourceVersion``: the precondition of a write of its status.
+    version: str = ""
+    #: The node its allocation's node selector names (None while unallocated, or for other selectors).
+    node: str | None = None
+    #: ``spec.devices.config``, copied into its allocation (``source: FromClaim``).
+    config: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def key(self) -> str:
@@ -90,6 +98,7 @@ def read_class(obj: Mapping[str, Any]) -> DeviceClass:
         name=name,
         selectors=_selectors(spec.get("selectors"), f"deviceclass {name}: spec.selectors"),
         extended_resource=str(extended) if extended else None,
+        config=tuple(_list(spec.get("config"), f"deviceclass {name}: spec.config")),
     )
 
 
@@ -127,6 +136,9 @@ def read_claim(obj: Mapping[str, Any]) -> Claim:
             for ref in _list(status.get("reservedFor"), f"{where}: status.reservedFor")
             if isinstance(ref, Mapping)
         ),
+        version=str(metadata.get("resourceVersion", "")),
+        node=_allocated_node(allocation.get("nodeSelector")),
+        config=tuple(_list(devices.get("config"), f"{where}: spec.devices.config")),
     )
 
 
@@ -147,6 +159,17 @@ def pod_claims(pod: Mapping[str, Any]) -> tuple[PodClaim, ...]:
         claim = direct if direct else made.get(name)
         found.append(PodClaim(name, str(claim) if claim else None, str(template) if template else None))
     return tuple(found)
+
+
+def _allocated_node(selector: object) -> str | None:
+    """The node a ``metadata.name In [node]`` node selector names (as kube-scheduler writes them)."""
+    terms = selector.get("nodeSelectorTerms") if isinstance(selector, Mapping) else None
+    for term in terms if isinstance(terms, list) else ():
+        for field in (term.get("matchFields") or []) if isinstance(term, Mapping) else ():
+            values = field.get("values") if isinstance(field, Mapping) else None
+            if field.get("key") == "metadata.name" and isinstance(values, list) and len(values) == 1:
+                return str(values[0])
+    return None
 
 
 def _claim_request(raw: object, where: str) -> ClaimRequest:

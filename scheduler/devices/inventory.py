@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.devices.claims import ALL, Claim, ClaimError, DeviceClass, Request, read_claim, read_class
+from scheduler.devices.claims import Claim, ClaimError, DeviceClass, Request, read_claim, read_class
 from scheduler.devices.expressions import SelectorError, Selectors
 from scheduler.devices.slices import Device, Pools
 from scheduler.ports.port import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ApiResource
@@ -31,6 +31,10 @@ class Devices:
         self.templates: set[str] = set()  # namespace/name
         #: Objects that could not be read, by kind and key: what is wrong with each.
         self.problems: dict[tuple[str, str], str] = {}
+        #: Every request pods have asked for, by the name of its column (``demand.column``).
+        self.columns: dict[str, Request] = {}
+        #: Something changed what nodes offer (a device, an allocation, a class, a new column).
+        self.dirty = False
 
     def apply(self, resource: ApiResource, change_type: str, obj: Mapping[str, Any]) -> None:
         metadata = obj.get("metadata") or {}
@@ -38,6 +42,7 @@ class Devices:
         key = f"{namespace}/{name}" if namespace else name
         gone = change_type == "DELETED"
         self.problems.pop((resource.kind, key), None)
+        self.dirty = self.dirty or resource.plural in (RESOURCE_SLICES.plural, DEVICE_CLASSES.plural)
         try:
             if resource.plural == RESOURCE_SLICES.plural:
                 self.selectors.forget(self.pools.apply(change_type, obj))
@@ -96,6 +101,37 @@ class Devices:
             device.node for device in self.matching(request) if device.node is not None and device.id not in taken
         )
 
-    def wanted(self, request: Request, node: str) -> int:
-        """How many devices ``request`` takes on ``node``: its count, or for ``All``, every free match there."""
-        return self.free_by_node(request)[node] if request.mode == ALL else request.count
+    def register(self, column: str, request: Request) -> None:
+        """A pod asks for ``request`` (counted as ``column``): nodes offer it from now on."""
+        if column not in self.columns:
+            self.columns[column] = request
+            self.dirty = True
+
+    def supply(self) -> dict[str, dict[str, int]]:
+        """Per node, per column, the devices there that satisfy the column's request, allocated or not: every
+        pod that claims them counts its own (bound, assumed or placed), as every pod counts its GPUs, so that
+        an allocation written while its pod binds changes nothing placement sees. (A column whose request
+        cannot be evaluated offers nothing; the pods that ask for it are told why.)"""
+        offered: dict[str, dict[str, int]] = {}
+        for column, request in self.columns.items():
+            try:
+                found = Counter(device.node for device in self.matching(request) if device.node is not None)
+            except (ClaimError, SelectorError):
+                continue
+            for node, count in found.items():
+                offered.setdefault(node, {})[column] = count
+        return offered
+
+    def choose(self, request: Request, node: str, taken: set[DeviceId]) -> list[Device] | None:
+        """``request.count`` devices on ``node`` that satisfy it, free and not in ``taken`` (None when there are
+        not enough). The lowest names first, so that a repeated choice is the same choice."""
+        allocated = self.allocated()
+        free = sorted(
+            (
+                device
+                for device in self.matching(request)
+                if device.node == node and device.id not in allocated and device.id not in taken
+            ),
+            key=lambda device: device.id,
+        )
+        return free[: request.count] if len(free) >= request.count else None

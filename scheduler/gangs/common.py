@@ -8,9 +8,10 @@ from dataclasses import dataclass, field, replace
 
 from scheduler.gangs.fields import SpecProblem, present, topology_key
 from scheduler.gangs.gang_settings import GangSettings
-from scheduler.gangs.model import ObjectRef, Timeout
+from scheduler.gangs.model import ObjectRef, Problem, Timeout
 from scheduler.gangs.pods import TOPOLOGY_PREFERRED, TOPOLOGY_REQUIRED, PodInfo
-from topology import GangRequest, Member, PodShape, SpecError, pod_shape, unsupported_constraints
+from topology import KINDS, GangRequest, Member, PodShape, ResourceKind, SpecError, pod_shape, unsupported_constraints
+from topology.kinds import waits_of_kinds
 
 
 @dataclass(slots=True)
@@ -18,6 +19,8 @@ class Context:
     """Shared state of one index: settings, priority classes, and members cached by pod key."""
 
     settings: GangSettings
+    #: The kinds of resource a pod's shape is read with (the scheduler's own includes claimed devices).
+    kinds: tuple[ResourceKind, ...] = KINDS
     priority_classes: dict[str, int] = field(default_factory=dict)
     #: PriorityClasses whose ``preemptionPolicy`` is ``Never``: a group naming one never preempts.
     never_preempting: set[str] = field(default_factory=set)
@@ -31,9 +34,15 @@ class Context:
         changes. Binding changes only ``nodeName``, so the shape is carried over then.
         """
         spec = pod.raw.get("spec")
+        if isinstance(spec, Mapping) and spec.get("resourceClaims"):
+            # What it claims lives in other objects (and in its status): read afresh at each compile.
+            found = _member_or_problem(pod, self.kinds)
+            if isinstance(found, SpecProblem):
+                raise found
+            return found
         cached = self._members.get(pod.key)
         if cached is None or (cached[0] is not spec and cached[0] != spec):
-            cached = (spec, _rebound(cached, spec, pod) or _member_or_problem(pod))
+            cached = (spec, _rebound(cached, spec, pod) or _member_or_problem(pod, self.kinds))
             self._members[pod.key] = cached
         result = cached[1]
         if isinstance(result, SpecProblem):
@@ -84,9 +93,13 @@ def _rebound(cached: tuple[object, Member | SpecProblem] | None, spec: object, p
     return Member(key=pod.key, shape=PodShape(requests=shape.requests, constraints=constraints), node=pod.node)
 
 
-def _member_or_problem(pod: PodInfo) -> Member | SpecProblem:
+def _member_or_problem(pod: PodInfo, kinds: tuple[ResourceKind, ...]) -> Member | SpecProblem:
     try:
-        unsupported = unsupported_constraints(pod.raw)
+        waits = waits_of_kinds(pod.raw, kinds)
+        if waits:
+            where, what = waits[0]
+            return SpecProblem(pod.ref, where, present(), f"it waits for {what}", problem=Problem.WAITING)
+        unsupported = unsupported_constraints(pod.raw, kinds)
         if unsupported:
             where, what = unsupported[0]
             return SpecProblem(
@@ -95,7 +108,7 @@ def _member_or_problem(pod: PodInfo) -> Member | SpecProblem:
                 present(),
                 f"Phalanx does not implement {what}; remove it, or leave this pod to another scheduler",
             )
-        return Member(key=pod.key, shape=pod_shape(pod.raw), node=pod.node)
+        return Member(key=pod.key, shape=pod_shape(pod.raw, kinds), node=pod.node)
     except SpecError as error:
         return SpecProblem(pod.ref, error.field, error.value, error.problem)
 

@@ -8,7 +8,7 @@ the events touched and says which results changed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from scheduler.gangs.common import Context
@@ -18,14 +18,15 @@ from scheduler.gangs.groups import GroupObject
 from scheduler.gangs.membership import MembershipIndex
 from scheduler.gangs.model import GangKey, GangResult, ObjectRef
 from scheduler.gangs.pods import PodInfo
+from topology import KINDS, ResourceKind
 
 
 class GangIndex:
     """Pods and group objects in; compiled gangs out. Not thread-safe: one owner applies events."""
 
-    def __init__(self, settings: GangSettings | None = None) -> None:
+    def __init__(self, settings: GangSettings | None = None, kinds: tuple[ResourceKind, ...] = KINDS) -> None:
         self.settings = settings or GangSettings()
-        context = Context(self.settings)
+        context = Context(self.settings, kinds)
         self.membership = MembershipIndex(self.settings, context)
         self.compiler = GangCompiler(self.membership, self.settings, context)
         self._results: dict[GangKey, GangResult] = {}
@@ -45,6 +46,10 @@ class GangIndex:
 
     def delete_group(self, raw: Mapping[str, Any]) -> bool:
         return self.membership.delete_group(raw)
+
+    def touch(self, pods: Iterable[str]) -> None:
+        """Something the pods' shapes are read from changed (a claim they name): their gangs compile again."""
+        self.membership.touch(pods)
 
     # -- results -------------------------------------------------------------------------------
 

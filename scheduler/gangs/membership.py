@@ -19,7 +19,7 @@ are not held by scheduling gates; gated pods are counted for the gang they will 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from scheduler.gangs.common import Context
@@ -160,6 +160,13 @@ class MembershipIndex:
 
     def gang_of(self, pod: str) -> GangKey | None:
         return self._gang_of.get(PodKey(pod))
+
+    def touch(self, pods: Iterable[str]) -> None:
+        """The gangs of ``pods`` must be compiled again (their members are read afresh)."""
+        for pod in pods:
+            gang = self._gang_of.get(PodKey(pod))
+            if gang is not None:
+                self._dirty.add(gang)
 
     def pod(self, key: str) -> PodInfo | None:
         return self._pods.get(PodKey(key))
@@ -320,4 +327,11 @@ def _same_for_gangs(old: PodInfo, new: PodInfo) -> bool:
         and old.labels == new.labels
         and old.annotations == new.annotations
         and old.raw.get("spec") == new.raw.get("spec")
+        and _claims_made(old) == _claims_made(new)
     )
+
+
+def _claims_made(pod: PodInfo) -> object:
+    """The claims made for a pod from its templates (``status.resourceClaimStatuses``): its shape reads them."""
+    status = pod.raw.get("status")
+    return status.get("resourceClaimStatuses") if isinstance(status, Mapping) else None

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.app import Phalanx
+from scheduler.devices.claims import pod_claims, read_claim
+from scheduler.devices.demand import PREFIX as DEVICE_COLUMNS
 from scheduler.gangs import GangIndex, GangKey, GangSettings, GangSpec
 from scheduler.gangs.groups import Role
 from scheduler.gangs.model import PodKey
@@ -260,6 +262,8 @@ class InvariantMonitor:
         if newly_bound and ours:
             self._check_node(node)
             self._check_nominated(key, node, requests)
+            if (pod.get("spec") or {}).get("resourceClaims"):
+                self._check_claims(key, pod, node)
 
     def _gang_priority(self, pod: str) -> int:
         self.index.take_changed()
@@ -323,7 +327,8 @@ class InvariantMonitor:
         for wanted in higher.values():
             used.update(wanted)
         allocatable = self._allocatable.get(node, {})
-        over = [name for name, amount in used.items() if amount > allocatable.get(name, 0)]
+        # Only what the pod itself asks for can it have taken (a victim not gone yet overfills the node anyway).
+        over = [name for name, amount in used.items() if amount > allocatable.get(name, 0) and requests.get(name, 0)]
         if over:
             self._violate(
                 f"pod {pod} (priority {mine}) bound to {node} in room nominated for {', '.join(sorted(higher))}"
@@ -349,10 +354,45 @@ class InvariantMonitor:
             for pod, assumption in app.state.assumed.items():
                 if assumption.node == node and pod not in self._bound:
                     taken.update(assumption.requests)
-        over = {name: amount for name, amount in taken.items() if amount > allocatable.get(name, 0)}
+        # Devices are counted by the claims themselves (``_check_claims``), not against the node object.
+        over = {
+            name: amount
+            for name, amount in taken.items()
+            if amount > allocatable.get(name, 0) and not name.startswith(DEVICE_COLUMNS)
+        }
         if over:
             detail = ", ".join(f"{name} {amount} > {allocatable.get(name, 0)}" for name, amount in sorted(over.items()))
             self._violate(f"node {node} over-committed: {detail}")
+
+    def _check_claims(self, key: str, pod: Obj, node: str) -> None:
+        """At a bind of ours of a pod that claims devices: each claim is allocated, on this node, and reserved
+        for this pod; and no device is allocated to two claims."""
+        self.checks["devices"] += 1
+        namespace, uid = key.split("/", 1)[0], (pod.get("metadata") or {}).get("uid")
+        resource = self.store.resource("resource.k8s.io/v1", "ResourceClaim")
+        claims = {
+            obj["metadata"]["name"]: obj
+            for obj in self.store.objects(resource)
+            if obj["metadata"].get("namespace") == namespace
+        }
+        for named in pod_claims(pod):
+            claim = claims.get(named.claim or "")
+            status = (claim or {}).get("status") or {}
+            if not status.get("allocation"):
+                self._violate(f"pod {key} bound to {node} with its claim {named.name} not allocated")
+                continue
+            if not any(owner.get("uid") == uid for owner in status.get("reservedFor") or []):
+                self._violate(f"pod {key} bound with claim {named.claim} not reserved for it")
+            allocated_on = read_claim(claim or {}).node
+            if allocated_on not in (None, node):
+                self._violate(f"pod {key} bound to {node}, its claim {named.claim} allocated on {allocated_on}")
+        given: dict[tuple[str, str, str], str] = {}
+        for obj in self.store.objects(resource):
+            holder = f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
+            for device in read_claim(obj).allocated:
+                if device in given:
+                    self._violate(f"device {'/'.join(device)} allocated to {given[device]} and to {holder}")
+                given[device] = holder
 
     def check_nodes(self, nodes: Iterable[str] | None = None) -> list[str]:
         """Nodes where we bound pods whose bound plus assumed requests now exceed allocatable."""

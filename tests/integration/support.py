@@ -40,6 +40,7 @@ GROUP_PATHS = (
     "/apis/scheduling.phalanx.dev/v1alpha1/compositepodgroups",
     "/apis/scheduling.k8s.io/v1alpha2/podgroups",
     "/apis/scheduling.k8s.io/v1alpha2/workloads",
+    "/apis/resource.k8s.io/v1/resourceclaims",  # the oracle checks a bound pod's claims are allocated for it
 )
 
 T = TypeVar("T")

@@ -3,9 +3,20 @@ accepts, strictly, and Phalanx watches them with exactly the rights its manifest
 
 from __future__ import annotations
 
+from typing import Any
+
 from scripts.controlplane import ControlPlane
 from tests.devices.support import claim, device_class, node_slice
-from tests.integration.support import PHALANX_USER, PhalanxProcess, ensure_namespace, eventually, requests_by
+from tests.integration.support import (
+    PHALANX_USER,
+    PhalanxProcess,
+    bound,
+    ensure_namespace,
+    eventually,
+    pods,
+    requests_by,
+)
+from tests.scheduler.support import gpu_pod, pfn
 
 DRA = ("deviceclasses", "resourceslices", "resourceclaims", "resourceclaimtemplates")
 
@@ -14,7 +25,8 @@ def test_the_device_objects_are_valid_and_phalanx_watches_them_with_its_own_righ
     plane: ControlPlane, scheduler: PhalanxProcess
 ) -> None:
     ensure_namespace(plane, "ml")
-    plane.apply(device_class())
+    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
+        plane.apply(device_class())
     plane.apply(node_slice("dra-n0"))
     created = plane.apply(claim("gpus", 2, "device.attributes['gpu.nvidia.com'].type == 'gpu'"))
     assert created["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] == "ExactCount"
@@ -36,3 +48,43 @@ def test_the_device_objects_are_valid_and_phalanx_watches_them_with_its_own_righ
         }
 
     eventually(lambda: watched() == set(DRA), what=f"Phalanx's list and watch of each of {DRA}")
+
+
+def claim_template(name: str, count: int) -> dict[str, Any]:
+    body = claim("unused", count)["spec"]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": "dra"}, "spec": {"spec": body}}  # fmt: skip
+
+
+def test_a_gang_of_four_with_claim_templates_binds_whole_with_each_claim_allocated_for_its_pod(
+    plane: ControlPlane, scheduler: PhalanxProcess
+) -> None:
+    """kube-controller-manager's resourceclaim controller makes each pod's claim from the template and names
+    it in the pod's status; Phalanx places the gang where the devices are, writes every claim's allocation
+    and reservation (PreBind), then binds."""
+    ensure_namespace(plane, "dra")
+    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
+        plane.apply(device_class())
+    nodes = [f"b1-r3-n{i}" for i in range(4, 8)]  # of the suite's cluster (SHAPE): these publish devices
+    for node in nodes:
+        plane.apply(node_slice(node, 8))
+    plane.apply(claim_template("four-gpus", 4))
+    for i in range(4):
+        plane.apply(gpu_pod(f"train-{i}", "dra", gpus=0, annotations=pfn("train", 4),
+                            resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": "four-gpus"}]))  # fmt: skip
+    placed = eventually(
+        lambda: len(bound(plane, "dra")) == 4 and bound(plane, "dra"), what="the gang bound", timeout=60
+    )
+    assert set(placed.values()) <= set(nodes)
+    running = pods(plane, "dra")
+    made = plane.call("GET", "/apis/resource.k8s.io/v1/namespaces/dra/resourceclaims")["items"]
+    assert len(made) == 4
+    taken: set[tuple[str, str]] = set()
+    for item in made:
+        (owner,) = item["status"]["reservedFor"]
+        pod = running[f"dra/{owner['name']}"]
+        assert owner["uid"] == pod["metadata"]["uid"]
+        results = item["status"]["allocation"]["devices"]["results"]
+        assert len(results) == 4 and {result["pool"] for result in results} == {pod["spec"]["nodeName"]}
+        taken |= {(result["pool"], result["device"]) for result in results}
+    assert len(taken) == 16  # no device given twice

@@ -255,6 +255,10 @@ class SimServer:
             verb = "watch"
         resource_path = target.resource.plural + (f"/{target.subresource}" if target.subresource else "")
         self.audit["create" if verb == "bind" else verb, target.resource.group, resource_path] += 1
+        if target.resource.storage == ("resource.k8s.io", "resourceclaims") and target.subresource == "status":
+            # kube-apiserver (1.36) authorizes a write of a claim's allocation or reservedFor again, as the verb
+            # on resourceclaims/binding: who may do it is a scheduler's right, not only the status's.
+            self.audit[verb, target.resource.group, "resourceclaims/binding"] += 1
         self.authorizations[request.headers.get("Authorization", "")] += 1
         key = f"{target.namespace}/{target.name}" if target.namespace else str(target.name)
         delay, failure = self.faults.decide(verb, target.resource.plural, key)

@@ -1,0 +1,116 @@
+"""Which devices each claim of a placed gang gets, written before any of its pods is bound (PreBind).
+
+Placement decided where each pod goes by counts (``demand.py``); when the gang is permitted, the binder
+asks :func:`plan` for the devices themselves: for each claim not allocated yet, the request's count of
+free devices on the pod's node that satisfy it, never one device twice (other claims' allocations, and
+this gang's other choices). Each claim's ``status`` then gets, as kube-scheduler's PreBind writes it, the
+``allocation`` (the devices, the configuration of their class and of the claim, and a node selector that
+names the node) and ``reservedFor`` (the pod), with the claim's ``resourceVersion`` as precondition, so
+that a claim another scheduler allocated meanwhile is refused, not overwritten. If any claim of the gang
+cannot be written, the ones written are taken back and no pod is bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.devices.claims import ClaimError, pod_claims
+from scheduler.devices.expressions import SelectorError
+from scheduler.devices.inventory import DeviceId, Devices
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimWrite:
+    """One claim's status as PreBind writes it."""
+
+    namespace: str
+    name: str
+    pod: str
+    #: ``{"metadata": {"resourceVersion": ...}, "status": {...}}``: a merge patch of the status subresource.
+    patch: Mapping[str, Any]
+    devices: tuple[DeviceId, ...]
+
+
+def plan(devices: Devices, pods: Iterable[tuple[Mapping[str, Any], str]]) -> list[ClaimWrite] | str:
+    """The writes that give the claims of ``pods`` (each a pod object and its node) their devices, or why
+    that cannot be done (nothing is written then)."""
+    taken: set[DeviceId] = set()
+    writes: list[ClaimWrite] = []
+    for pod, node in pods:
+        metadata = pod.get("metadata") or {}
+        namespace, name, uid = (str(metadata.get(field, "")) for field in ("namespace", "name", "uid"))
+        for named in pod_claims(pod):
+            claim = devices.claims.get(f"{namespace}/{named.claim}") if named.claim else None
+            if claim is None:
+                return f"pod {namespace}/{name}: its ResourceClaim {named.claim or named.template} is not there"
+            if claim.allocated:  # for this pod (demand.py refuses any other): by an earlier attempt of ours
+                if claim.node not in (None, node):
+                    return f"ResourceClaim {claim.key} is allocated on {claim.node}, not on {node}"
+                continue
+            results: list[dict[str, str]] = []
+            classes: dict[str, list[str]] = {}
+            for request in claim.requests:
+                wanted = request.alternatives[0]
+                try:
+                    chosen = devices.choose(wanted, node, taken)
+                except (ClaimError, SelectorError) as error:
+                    return f"ResourceClaim {claim.key}: {error}"
+                if chosen is None:
+                    return (
+                        f"ResourceClaim {claim.key} needs {wanted.count} device(s) of class {wanted.device_class} "
+                        f"on {node}, and fewer are free there"
+                    )
+                taken.update(device.id for device in chosen)
+                results += [
+                    {"request": request.name, "driver": device.driver, "pool": device.pool, "device": device.name}
+                    for device in chosen
+                ]
+                classes.setdefault(wanted.device_class, []).append(request.name)
+            allocation: dict[str, Any] = {
+                "devices": {"results": results},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                    ]
+                },
+            }
+            config = _config(devices, classes, claim.config)
+            if config:
+                allocation["devices"]["config"] = config
+            status = {"allocation": allocation, "reservedFor": [{"resource": "pods", "name": name, "uid": uid}]}
+            writes.append(
+                ClaimWrite(
+                    namespace=namespace,
+                    name=claim.name,
+                    pod=f"{namespace}/{name}",
+                    patch={"metadata": {"resourceVersion": claim.version}, "status": status},
+                    devices=tuple(result for result in _ids(results)),
+                )
+            )
+    return writes
+
+
+def released(version: str) -> Mapping[str, Any]:
+    """The merge patch that takes an allocation back (the claim as it was before PreBind)."""
+    return {"metadata": {"resourceVersion": version}, "status": {"allocation": None, "reservedFor": None}}
+
+
+def _config(
+    devices: Devices, classes: Mapping[str, list[str]], claim_config: Iterable[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The configuration the drivers get with the devices: each class's, for the requests that used it,
+    then the claim's own (as kube-scheduler copies them, classes first)."""
+    found: list[dict[str, Any]] = []
+    for class_name, requests in classes.items():
+        device_class = devices.classes.get(class_name)
+        for entry in device_class.config if device_class else ():
+            found.append({"source": "FromClass", "requests": list(requests), **dict(entry)})
+    for entry in claim_config:
+        found.append({"source": "FromClaim", **dict(entry)})
+    return found
+
+
+def _ids(results: Iterable[Mapping[str, str]]) -> Iterable[DeviceId]:
+    return ((result["driver"], result["pool"], result["device"]) for result in results)

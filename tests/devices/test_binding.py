@@ -1,0 +1,59 @@
+"""PreBind over HTTP (the emulator): a gang that claims devices binds whole with every claim allocated on
+its pod's node and reserved for it; a claim write refused leaves no pod bound and no claim allocated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.ports.sim import FaultRule, Faults
+from tests.devices.support import claim, device_class, node_slice
+from tests.scheduler.checks import check_invariants
+from tests.scheduler.support import Cluster, cluster, eventually, gpu_pod, pfn, phalanx
+
+SHAPE = "blocks=1,racks=1,nodes=3,gpus=8"
+
+
+def claims(where: Cluster) -> dict[str, dict[str, Any]]:
+    resource = where.store.resource("resource.k8s.io/v1", "ResourceClaim")
+    return {obj["metadata"]["name"]: obj for obj in where.store.objects(resource)}
+
+
+def gang_with_claims(where: Cluster, size: int) -> None:
+    where.create(device_class())
+    for node in ("b0-r0-n0", "b0-r0-n1"):
+        where.create(node_slice(node))
+    for i in range(size):
+        where.create({**claim(f"w-{i}-gpus", 8), "metadata": {"name": f"w-{i}-gpus", "namespace": "team"}})
+        resource_claims = [{"name": "gpus", "resourceClaimName": f"w-{i}-gpus"}]
+        where.create(gpu_pod(f"w-{i}", gpus=0, annotations=pfn("w", size), resourceClaims=resource_claims))
+
+
+async def test_a_gang_that_claims_devices_binds_whole_with_its_claims_allocated_on_its_nodes() -> None:
+    async with cluster(SHAPE) as where, phalanx(where):
+        gang_with_claims(where, 2)
+        bound = await eventually(lambda: len(where.bound()) == 2 and where.bound(), what="the gang bound")
+        assert set(bound.values()) == {"b0-r0-n0", "b0-r0-n1"}  # the nodes that publish devices
+        pods = where.pods()
+        for i in range(2):
+            status = claims(where)[f"w-{i}-gpus"]["status"]
+            node = bound[f"team/w-{i}"]
+            results = status["allocation"]["devices"]["results"]
+            assert sorted(result["device"] for result in results) == [f"gpu-{n}" for n in range(8)]
+            assert {result["pool"] for result in results} == {node}
+            assert status["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [node]
+            pod = pods[f"team/w-{i}"]["metadata"]
+            assert status["reservedFor"] == [{"resource": "pods", "name": pod["name"], "uid": pod["uid"]}]
+        check_invariants(where)
+
+
+async def test_a_refused_claim_write_binds_nothing_and_leaves_no_claim_allocated() -> None:
+    faults = Faults(seed=1, rules=[FaultRule(verbs=frozenset({"patch"}), resources=frozenset({"resourceclaims"}),
+                                             error_rate=1.0, codes=(403,))])  # fmt: skip
+    async with cluster(SHAPE, faults=faults) as where, phalanx(where):
+        gang_with_claims(where, 2)
+        await eventually(lambda: where.events("FailedBinding"), what="the refusal told")
+        assert not where.bound()
+        assert not any(obj.get("status", {}).get("allocation") for obj in claims(where).values())
+        faults.rules.clear()  # the refusal is lifted: the gang binds at its next attempt
+        await eventually(lambda: len(where.bound()) == 2, what="the gang bound once the writes pass", timeout=60)
+        check_invariants(where)

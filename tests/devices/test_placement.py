@@ -1,0 +1,77 @@
+"""Gangs whose pods claim devices, decided on the simulated clock (``tests/scheduler/loop.py``): placed by
+the devices the nodes offer, told why not, and waiting for what another controller makes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.decision import Code
+from scheduler.ports.port import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Change
+from tests.devices.support import claim, device_class, node_slice
+from tests.scheduler.loop import Loop
+
+
+def dra_loop(device_nodes: tuple[str, ...] = ("b0-r0-n0", "b0-r0-n1")) -> Loop:
+    """Two racks of four nodes; the ones named publish 8 GPUs each through NVIDIA's DRA driver."""
+    loop = Loop(racks=2, nodes=4)
+    loop.state.apply(DEVICE_CLASSES, Change("ADDED", device_class()))
+    for node in device_nodes:
+        loop.state.apply(RESOURCE_SLICES, Change("ADDED", node_slice(node)))
+    return loop
+
+
+def claiming(loop: Loop, name: str, gang: tuple[str, int], count: int = 8, **claim_spec: Any) -> str:
+    """A pod of ``gang`` that asks no extended GPUs, only its own claim of ``count`` devices."""
+    obj = claim(f"{name}-gpus", count, **claim_spec)
+    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", obj))
+    return loop.submit(name, 0, gang=gang, resourceClaims=[{"name": "gpus", "resourceClaimName": f"{name}-gpus"}])
+
+
+def test_a_gang_that_claims_devices_goes_to_the_nodes_that_have_them() -> None:
+    loop = dra_loop()
+    pods = [claiming(loop, f"w-{i}", ("w", 2)) for i in range(2)]
+    loop.settle()
+    (outcome, *_) = loop.outcomes("pfn:ml/w")
+    assert outcome.code is Code.SCHEDULED
+    assert {loop.bound()[pod] for pod in pods} == {"b0-r0-n0", "b0-r0-n1"}
+
+
+def test_a_gang_that_claims_more_devices_than_the_nodes_have_is_told_which_devices() -> None:
+    loop = dra_loop()
+    for i in range(3):
+        claiming(loop, f"w-{i}", ("w", 3))
+    loop.settle()
+    (outcome,) = loop.outcomes("pfn:ml/w")
+    assert outcome.code is Code.UNRESOLVABLE  # 24 devices asked, 16 in the whole cluster
+    assert "2/8 nodes are available: 6 Insufficient devices/gpu.nvidia.com" in outcome.message
+    assert not loop.bound()
+
+
+def test_a_pod_whose_template_claim_is_not_made_yet_waits_and_binds_once_it_is() -> None:
+    loop = dra_loop()
+    pod = loop.submit("t-0", 0, gang=("t", 1), resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": "eight"}])
+    loop.settle()
+    (outcome,) = loop.outcomes("pfn:ml/t")
+    assert outcome.code is Code.WAIT
+    assert (
+        "waits for its ResourceClaim from template eight, which the resourceclaim controller makes" in outcome.message
+    )
+    # The controller makes the claim and names it in the pod's status: the gang is placed.
+    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", claim("t-0-gpus-x7k2p", 8)))
+    made = {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "t-0-gpus-x7k2p"}]}
+    loop.pods[pod] = {**loop.pods[pod], "status": made}  # a new object, as every watch event is
+    loop.state.apply(PODS, Change("MODIFIED", loop.pods[pod]))
+    loop.settle()
+    assert loop.bound()[pod] in ("b0-r0-n0", "b0-r0-n1")
+
+
+def test_a_claim_this_placement_cannot_honour_is_refused_by_name() -> None:
+    loop = dra_loop()
+    obj = claim("c-0-gpus", 2)
+    obj["spec"]["devices"]["constraints"] = [{"matchAttribute": "gpu.nvidia.com/cliqueId"}]
+    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", obj))
+    loop.submit("c-0", 0, gang=("c", 1), resourceClaims=[{"name": "gpus", "resourceClaimName": "c-0-gpus"}])
+    loop.settle()
+    (outcome,) = loop.outcomes("pfn:ml/c")
+    assert outcome.code is Code.INVALID
+    assert "Phalanx does not implement constraints between the devices of ResourceClaim ml/c-0-gpus" in outcome.message
