@@ -100,3 +100,10 @@ def test_bench_timeline_quick_json_runs_a_simulated_day_of_arrivals_and_endings(
     assert day["pods_created"] > day["pods_bound"] > day["pods_ended"] > 0  # Jobs ended, services did not
     assert 5 < day["simulated_hours"] <= 6
     assert "machine:" in completed.stderr and "command: scripts/bench_timeline.py --quick --json" in completed.stderr
+
+
+def test_bench_devices_quick_json_places_a_gang_that_claims_devices() -> None:
+    completed, report = run_quick("scripts/bench_devices.py")
+    assert report["nodes"] == 1024 and report["devices"] == 8192
+    assert report["decision_ms"] > 0 and report["index_s"] > 0
+    assert "machine:" in completed.stderr and "command: scripts/bench_devices.py --quick --json" in completed.stderr

@@ -97,8 +97,22 @@ PREEMPTED: dict[str, dict[str, str]] = {
 TIMELINES = ("timeline", "preemption-jobs")
 
 
+#: Examples that need a cluster of their own (its ``--cluster`` shape), run below.
+OWN_CLUSTER = {"dra": "blocks=1,racks=2,nodes=4,gpus=0,dra=gpu.nvidia.com:8"}
+
+
 def test_every_example_directory_is_covered() -> None:
-    assert sorted(path.name for path in EXAMPLES.iterdir() if path.is_dir()) == sorted([*PLACEMENT, *TIMELINES])
+    covered = [*PLACEMENT, *TIMELINES, *OWN_CLUSTER]
+    assert sorted(path.name for path in EXAMPLES.iterdir() if path.is_dir()) == sorted(covered)
+
+
+def test_the_dra_job_binds_whole_in_one_rack_on_nodes_that_publish_devices(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--cluster", OWN_CLUSTER["dra"], "--workload", str(EXAMPLES / "dra" / "job.yaml"),
+            "--output", "json"]  # fmt: skip
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["bound"]) == 4 and not report["pending"]
+    assert len({node.rsplit("-", 1)[0] for node in report["bound"].values()}) == 1  # one rack, as it requires
 
 
 def test_a_preempted_job_with_a_pod_failure_policy_comes_back_and_finishes_as_the_readme_shows(

@@ -16,7 +16,7 @@ from scheduler.gangs.sources import SOURCES, SourceApi
 from scheduler.ports.sim import Faults
 from scheduler.settings import LeaderSettings, Settings, load_settings
 from tests.devices.support import claim, device_class, node_slice
-from tests.gangs.support import EXAMPLES
+from tests.gangs.support import EXAMPLES, EXPANDED_EXAMPLES
 from tests.scheduler.support import FAST, cluster, create_manifests, eventually, gpu_pod, pfn, phalanx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,10 +150,8 @@ def granted() -> set[tuple[str, str, str]]:
 
 
 def example_files() -> Iterator[Path]:
-    """Every example of objects the API serves (timeline/ and preemption-jobs/ hold a cluster and objects
-    controllers expand)."""
-    over_time = ("timeline", "preemption-jobs")
-    yield from sorted(path for path in EXAMPLES.rglob("*.yaml") if path.parent.name not in over_time)
+    """Every example of objects the API serves (not those of what controllers expand)."""
+    yield from sorted(path for path in EXAMPLES.rglob("*.yaml") if path.parent.name not in EXPANDED_EXAMPLES)
 
 
 async def test_rbac_allows_exactly_the_calls_the_scheduler_makes() -> None:

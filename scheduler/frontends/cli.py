@@ -273,16 +273,23 @@ def cluster_nodes(value: str | None) -> list[dict[str, Any]]:
         return default_cluster()
     if Path(value).exists():
         objects = read_manifest_file(value)
-        strays = [obj for obj in objects if obj.get("kind") != "Node"]
+        strays = [obj for obj in objects if obj.get("kind") not in _CLUSTER_KINDS]
         if strays:
             name = (strays[0].get("metadata") or {}).get("name", "?")
-            raise ManifestError(f"{value}: {strays[0].get('kind')} {name!r} is not a Node; --cluster takes Nodes only")
-        if not objects:
+            raise ManifestError(
+                f"{value}: {strays[0].get('kind')} {name!r} is not a Node; --cluster takes Nodes only (and the "
+                "DeviceClasses and ResourceSlices of their devices)"
+            )
+        if not any(obj.get("kind") == "Node" for obj in objects):
             raise ManifestError(f"{value}: no Node in the file")
         return objects
     if "=" in value:
-        return ClusterShape.parse(value).node_manifests()
+        return ClusterShape.parse(value).manifests()
     raise ManifestError(f"--cluster {value}: no such file, and not a shape such as blocks=2,racks=4,nodes=8,gpus=8")
+
+
+#: What a ``--cluster`` file may hold: the nodes, and the devices they publish (DRA).
+_CLUSTER_KINDS = frozenset({"Node", "DeviceClass", "ResourceSlice"})
 
 
 def _command_simulate(args: argparse.Namespace, settings: Settings) -> int:

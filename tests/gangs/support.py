@@ -13,6 +13,9 @@ from topology import GangRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+#: Examples of what controllers expand (Jobs, LeaderWorkerSets, claims made from templates): the simulate
+#: tests run them; the API alone serves the rest.
+EXPANDED_EXAMPLES = ("timeline", "preemption-jobs", "dra")
 LEVELS = ("topology.kubernetes.io/zone", "example.com/block", "example.com/rack", "kubernetes.io/hostname")
 
 

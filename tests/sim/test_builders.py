@@ -101,9 +101,13 @@ def test_a_compact_shape_builds_labelled_ready_gpu_nodes() -> None:
         ("blocks=two", "cluster shape 'blocks=two': blocks must be a whole number, got 'two'"),
         ("racks=0", "cluster shape 'racks=0': racks must be at least 1"),
         (
+            "dra=8",
+            "cluster shape 'dra=8': dra must be <driver>:<devices per node>, such as dra=gpu.nvidia.com:8, got '8'",
+        ),
+        (
             "floors=3",
             "cluster shape 'floors=3': 'floors=3' is not one of blocks, racks, nodes, gpus, cpu, memory, pods, "
-            "storage=<value>",
+            "storage, dra=<value>",
         ),
         (
             "memory=lots",

@@ -84,6 +84,9 @@ class ClusterShape:
     storage: str = "1Ti"
     block_label: str = BLOCK
     rack_label: str = RACK
+    #: ``<driver>:<count>``: each node also publishes ``count`` devices of that DRA driver (a ResourceSlice
+    #: of its own, a pool per node), and a DeviceClass named after the driver selects them.
+    dra: str = ""
 
     @staticmethod
     def parse(text: str) -> ClusterShape:
@@ -100,6 +103,12 @@ class ClusterShape:
                     f"{', '.join(key for key in known if not key.endswith('label'))}=<value>"
                 )
             if name.endswith("label"):
+                values[name] = value
+            elif name == "dra":
+                driver, _, count = value.partition(":")
+                if not driver or not count.isdigit() or int(count) < 1:
+                    raise ManifestError(f"cluster shape {text!r}: dra must be <driver>:<devices per node>, such as "
+                                        f"dra=gpu.nvidia.com:8, got {value!r}")  # fmt: skip
                 values[name] = value
             elif name in ("cpu", "memory", "storage"):
                 try:
@@ -129,6 +138,21 @@ class ClusterShape:
             )
         return shape
 
+    def manifests(self) -> list[dict[str, Any]]:
+        """The nodes, and with ``dra`` the DeviceClass and each node's ResourceSlice."""
+        nodes = self.node_manifests()
+        if not self.dra:
+            return nodes
+        driver, _, count = self.dra.partition(":")
+        device_class = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": driver},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+        }
+        slices = [_node_slice(node, driver, int(count), self.rack_label) for node in nodes]
+        return [*nodes, device_class, *slices]
+
     def node_manifests(self) -> list[dict[str, Any]]:
         nodes = []
         for block in range(self.blocks):
@@ -151,6 +175,26 @@ class ClusterShape:
                         )
                     )
         return nodes
+
+
+def _node_slice(node: Mapping[str, Any], driver: str, count: int, rack_label: str) -> dict[str, Any]:
+    """A node's devices as a DRA driver publishes them: one pool per node, GPUs that say their index and
+    their NVLink clique (here the node's rack)."""
+    name = node["metadata"]["name"]
+    clique = node["metadata"]["labels"].get(rack_label, name)
+    devices = [
+        {"name": f"gpu-{index}",
+         "attributes": {"type": {"string": "gpu"}, "index": {"int": index}, "cliqueId": {"string": clique}},
+         "capacity": {"memory": {"value": "80Gi"}}}
+        for index in range(count)
+    ]  # fmt: skip
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{name}-{driver}"},
+        "spec": {"driver": driver, "nodeName": name, "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                 "devices": devices},
+    }  # fmt: skip
 
 
 def node_manifest(

@@ -1,0 +1,49 @@
+"""``phalanx simulate`` with devices: a cluster shape that publishes them (``dra=<driver>:<count>``), and
+the resourceclaim controller that makes each pod's claim from its template, as kube-controller-manager's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from scheduler.gangs import GangSettings
+from scheduler.ports.sim import ClusterShape, ManifestError, read_manifest_file
+from scheduler.settings import Settings
+from scheduler.simulation.driver import Simulation
+from scheduler.simulation.oracle import InvariantMonitor
+
+JOB = Path(__file__).resolve().parents[2] / "examples" / "dra" / "job.yaml"
+LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
+
+
+def test_a_shape_with_dra_publishes_a_class_and_each_node_s_devices() -> None:
+    objects = ClusterShape.parse("blocks=1,racks=2,nodes=2,gpus=0,dra=gpu.nvidia.com:4").manifests()
+    kinds = [obj["kind"] for obj in objects]
+    assert kinds == ["Node"] * 4 + ["DeviceClass"] + ["ResourceSlice"] * 4
+    node_slice = objects[-1]["spec"]
+    assert node_slice["nodeName"] == "b0-r1-n1" and len(node_slice["devices"]) == 4
+    assert node_slice["devices"][0]["attributes"]["cliqueId"] == {"string": "b0-r1"}
+    with pytest.raises(ManifestError, match="dra must be <driver>:<devices per node>"):
+        ClusterShape.parse("dra=gpu.nvidia.com")
+
+
+def test_a_job_whose_pods_claim_devices_through_a_template_binds_whole_in_one_rack() -> None:
+    simulation = Simulation(Settings(levels=LEVELS))
+    objects = ClusterShape.parse("blocks=1,racks=2,nodes=4,gpus=0,dra=gpu.nvidia.com:8").manifests()
+    simulation.add_nodes([obj for obj in objects if obj["kind"] == "Node"])
+    simulation.add_objects([obj for obj in objects if obj["kind"] != "Node"], source="cluster")
+    monitor = InvariantMonitor(simulation.store, gang_settings=GangSettings(levels=LEVELS))
+    simulation.add_objects(read_manifest_file(str(JOB)), source=str(JOB))
+    report = anyio.run(lambda: simulation.run(timeout=60))
+    assert len(report.bound) == 4 and len({node.rsplit("-", 1)[0] for node in report.bound.values()}) == 1
+    claims = list(simulation.store.objects(simulation.store.resource("resource.k8s.io/v1", "ResourceClaim")))
+    assert len(claims) == 4
+    for claim in claims:
+        (owner,) = claim["metadata"]["ownerReferences"]
+        assert owner["kind"] == "Pod" and claim["metadata"]["name"].startswith(f"{owner['name']}-gpus-")
+        assert len(claim["status"]["allocation"]["devices"]["results"]) == 8
+    monitor.check_gangs()
+    monitor.assert_clean()
+    assert monitor.checks["devices"] == 4
