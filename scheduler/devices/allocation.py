@@ -12,13 +12,14 @@ cannot be written, the ones written are taken back and no pod is bound.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.devices.claims import ClaimError, pod_claims
+from scheduler.devices.claims import Claim, ClaimError, Constraint, pod_claims
 from scheduler.devices.expressions import SelectorError
 from scheduler.devices.inventory import DeviceId, Devices
+from scheduler.devices.slices import Device
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,25 +50,30 @@ def plan(devices: Devices, pods: Iterable[tuple[Mapping[str, Any], str]]) -> lis
                 if claim.node not in (None, node):
                     return f"ResourceClaim {claim.key} is allocated on {claim.node}, not on {node}"
                 continue
+            try:
+                free = {
+                    request.name: devices.candidates(request.alternatives[0], node, taken) for request in claim.requests
+                }
+            except (ClaimError, SelectorError) as error:
+                return f"ResourceClaim {claim.key}: {error}"
+            picked = _pick(claim, free, claim.constraints)
+            if picked is None:
+                wanted = ", ".join(
+                    f"{request.alternatives[0].count} of class {request.alternatives[0].device_class}"
+                    for request in claim.requests
+                )
+                kept = " that satisfy its constraints" if claim.constraints else ""
+                return f"ResourceClaim {claim.key} needs {wanted} on {node}, and fewer are free there{kept}"
             results: list[dict[str, str]] = []
             classes: dict[str, list[str]] = {}
             for request in claim.requests:
-                wanted = request.alternatives[0]
-                try:
-                    chosen = devices.choose(wanted, node, taken)
-                except (ClaimError, SelectorError) as error:
-                    return f"ResourceClaim {claim.key}: {error}"
-                if chosen is None:
-                    return (
-                        f"ResourceClaim {claim.key} needs {wanted.count} device(s) of class {wanted.device_class} "
-                        f"on {node}, and fewer are free there"
-                    )
+                chosen = picked[request.name]
                 taken.update(device.id for device in chosen)
                 results += [
                     {"request": request.name, "driver": device.driver, "pool": device.pool, "device": device.name}
                     for device in chosen
                 ]
-                classes.setdefault(wanted.device_class, []).append(request.name)
+                classes.setdefault(request.alternatives[0].device_class, []).append(request.name)
             allocation: dict[str, Any] = {
                 "devices": {"results": results},
                 "nodeSelector": {
@@ -90,6 +96,63 @@ def plan(devices: Devices, pods: Iterable[tuple[Mapping[str, Any], str]]) -> lis
                 )
             )
     return writes
+
+
+def _pick(
+    claim: Claim, free: Mapping[str, list[Device]], constraints: Sequence[Constraint]
+) -> dict[str, list[Device]] | None:
+    """Each request's devices out of ``free`` (per request), every constraint kept: ``matchAttribute`` tries
+    each value the devices have in turn (the lowest first), ``distinctAttribute`` takes devices whose
+    values differ; None when no choice keeps them all."""
+    if constraints:
+        first, rest = constraints[0], constraints[1:]
+        covered = first.requests or tuple(free)
+        if first.match is not None:
+            attribute = first.match
+            values = sorted({str(_attribute(d, attribute)) for name in covered for d in free.get(name, ())} - {"None"})
+            for value in values:
+                narrowed = {
+                    name: [d for d in found if name not in covered or str(_attribute(d, attribute)) == value]
+                    for name, found in free.items()
+                }
+                found = _pick(claim, narrowed, rest)
+                if found is not None:
+                    return found
+            return None
+        if first.distinct is not None:
+            used: set[str] = set()
+            narrowed = dict(free)
+            for request in claim.requests:
+                if request.name not in covered:
+                    continue
+                chosen = []
+                for device in free.get(request.name, ()):
+                    distinct = _attribute(device, first.distinct)
+                    if distinct is not None and str(distinct) not in used:
+                        chosen.append(device)
+                        used.add(str(distinct))
+                    if len(chosen) == request.alternatives[0].count:
+                        break
+                narrowed[request.name] = chosen
+            return _pick(claim, narrowed, rest)
+        return _pick(claim, free, rest)
+    picked: dict[str, list[Device]] = {}
+    seen: set[DeviceId] = set()
+    for request in claim.requests:
+        count = request.alternatives[0].count
+        chosen = [device for device in free.get(request.name, ()) if device.id not in seen][:count]
+        if len(chosen) < count:
+            return None
+        seen.update(device.id for device in chosen)
+        picked[request.name] = chosen
+    return picked
+
+
+def _attribute(device: Device, qualified: str) -> object:
+    """A device's attribute by its fully qualified name (``gpu.nvidia.com/cliqueId``); None when it lacks it."""
+    domain, _, name = qualified.rpartition("/")
+    value = device.view.attributes.get(domain or device.driver, {}).get(name)
+    return tuple(value) if isinstance(value, list) else value
 
 
 def released(version: str) -> Mapping[str, Any]:

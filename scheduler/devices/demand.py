@@ -6,8 +6,10 @@ the request (``Devices.supply``), and every pod that claims some asks its reques
 claim is allocated yet or not, as every pod counts its GPUs. Placement then compares devices as it
 compares GPUs; which devices a pod gets is chosen when its gang binds (``allocation.py``).
 
-What cannot be placed this way yet is refused by name (firstAvailable with several alternatives, ``All``,
-constraints between devices, a claim shared by several pods or allocated for none), and what a pod
+A claim's ``constraints`` (``matchAttribute``, ``distinctAttribute``) are kept when its devices are chosen;
+placement counts devices without them, so a node whose devices cannot keep them is found out then, and
+the gang backs off. What cannot be placed this way yet is refused by name (firstAvailable with several
+alternatives, ``All``, a claim shared by several pods or allocated for none), and what a pod
 waits for (its template's claim, which kube-controller-manager's resourceclaim controller makes; a
 claim or a DeviceClass that does not exist yet) makes its gang wait, with nothing to fix.
 """
@@ -70,8 +72,6 @@ class DeviceDemand:
                 found.append((where, f"ResourceClaim {claim.key} shared with other pods"))
             elif claim.allocated and uid not in claim.reserved_for:
                 found.append((where, f"ResourceClaim {claim.key} allocated for no pod of its own"))
-            if claim.constraints:
-                found.append((where, f"constraints between the devices of ResourceClaim {claim.key}"))
             for request in claim.requests:
                 found.extend(self._request_problems(where, claim, request.alternatives))
         return tuple(found)

@@ -122,11 +122,11 @@ class Devices:
                 offered.setdefault(node, {})[column] = count
         return offered
 
-    def choose(self, request: Request, node: str, taken: set[DeviceId]) -> list[Device] | None:
-        """``request.count`` devices on ``node`` that satisfy it, free and not in ``taken`` (None when there are
-        not enough). The lowest names first, so that a repeated choice is the same choice."""
+    def candidates(self, request: Request, node: str, taken: set[DeviceId]) -> list[Device]:
+        """The devices on ``node`` that satisfy ``request``, not allocated and not in ``taken``; the lowest
+        names first, so that a repeated choice is the same choice."""
         allocated = self.allocated()
-        free = sorted(
+        return sorted(
             (
                 device
                 for device in self.matching(request)
@@ -134,4 +134,3 @@ class Devices:
             ),
             key=lambda device: device.id,
         )
-        return free[: request.count] if len(free) >= request.count else None

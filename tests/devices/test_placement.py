@@ -68,10 +68,11 @@ def test_a_pod_whose_template_claim_is_not_made_yet_waits_and_binds_once_it_is()
 def test_a_claim_this_placement_cannot_honour_is_refused_by_name() -> None:
     loop = dra_loop()
     obj = claim("c-0-gpus", 2)
-    obj["spec"]["devices"]["constraints"] = [{"matchAttribute": "gpu.nvidia.com/cliqueId"}]
+    obj["spec"]["devices"]["requests"][0] = {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                                                                         "allocationMode": "All"}}  # fmt: skip
     loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", obj))
     loop.submit("c-0", 0, gang=("c", 1), resourceClaims=[{"name": "gpus", "resourceClaimName": "c-0-gpus"}])
     loop.settle()
     (outcome,) = loop.outcomes("pfn:ml/c")
     assert outcome.code is Code.INVALID
-    assert "Phalanx does not implement constraints between the devices of ResourceClaim ml/c-0-gpus" in outcome.message
+    assert "Phalanx does not implement allocationMode All in ResourceClaim ml/c-0-gpus" in outcome.message
