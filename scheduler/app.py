@@ -52,10 +52,11 @@ OPTIONAL: tuple[tuple[ApiResource, ...], ...] = tuple(
 def choose_resources(served: set[tuple[str, str, str]]) -> tuple[list[ApiResource], list[str]]:
     """Resources to watch (pods and nodes always) and the optional APIs that are missing. Each chosen
     resource says whether the server has its status subresource (a CRD may be installed without one)."""
-    chosen = [PODS, NODES]
+    chosen: list[ApiResource] = []
     missing = []
-    for extra in (DISRUPTION_BUDGETS, *DRA):  # budgets: preemption prefers victims no budget protects
-        if (extra.group, extra.version, extra.plural) in served:
+    # DRA first: a running pod's devices are read from its claims, which must be known when it is listed.
+    for extra in (*DRA, PODS, NODES, DISRUPTION_BUDGETS):  # budgets: preemption prefers unprotected victims
+        if extra in (PODS, NODES) or (extra.group, extra.version, extra.plural) in served:
             chosen.append(extra)
         else:
             missing.append(f"{extra.plural}.{extra.group}")

@@ -49,6 +49,8 @@ log = structlog.get_logger("phalanx.binding")
 
 _FIRST_RETRY = 0.2
 _LAST_RETRY = 10.0
+#: How long taking back a gang's claim allocations may hold up a binding that stops (cancelled or failed).
+_TAKE_BACK_SECONDS = 10.0
 
 
 class BindResult(Enum):
@@ -110,30 +112,48 @@ class Binder:
 
     async def _bind_gang_steps(self, job: BindJob) -> None:
         state = self.state
-        crowded = state.overcommitted({node for _, node in job.pods})
+        requested = {name for pod, _ in job.pods if pod in state.assumed for name in state.assumed[pod].requests}
+        crowded = state.overcommitted({node for _, node in job.pods}, requested)
         gone = [pod for pod, _ in job.pods if not state.exists(pod) or pod not in state.assumed]
         if crowded or gone:
             why = f"nodes {', '.join(sorted(crowded))} no longer have room" if crowded else f"{gone[0]} is gone"
             self._release(job, why)
             return
-        refused = await self._allocate_claims(job)
-        if refused is not None:
+        claimed = await self._allocate_claims(job)
+        if isinstance(claimed, str):
             # Told on the gang's first pod, as a refused first bind is: nothing of the gang is bound.
             pod = job.pods[0][0]
-            self.reporter.event(self.reporter.pod_subject(pod), Reason.FAILED_BINDING, refused, action="Binding")
-            self._release(job, refused, refused=True)
+            self.reporter.event(self.reporter.pod_subject(pod), Reason.FAILED_BINDING, claimed, action="Binding")
+            self._release(job, claimed, refused=True)
             return
+        bound: set[str] = set()
+        try:
+            await self._bind_members(job, bound)
+        finally:
+            # Claims given devices for pods that did not bind (refused, gone, the lead lost) are taken back:
+            # no claim stays allocated for a pod that is not running there.
+            unbound = [(write, version) for write, version in claimed if write.pod not in bound]
+            if unbound:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_BACK_SECONDS):
+                    await self._take_back(unbound)
+
+    async def _bind_members(self, job: BindJob, bound: set[str]) -> None:
+        """Bind the first pod alone, then the rest together; ``bound`` gets each pod bound."""
+        state = self.state
         first, rest = job.pods[0], job.pods[1:]
         result = await self._bind_one(*first, first=True)
         if result is not BindResult.BOUND:
             self._release(job, f"binding {first[0]} was {result.value}", refused=result is BindResult.REFUSED)
             return
+        bound.add(first[0])
         results = [BindResult.BOUND]
         if rest:
             by_index: dict[int, BindResult] = {}
 
             async def bind(i: int, pod: str, node: str) -> None:
                 by_index[i] = await self._bind_one(pod, node)
+                if by_index[i] is BindResult.BOUND:
+                    bound.add(pod)
 
             async with anyio.create_task_group() as group:
                 for i, (pod, node) in enumerate(rest):
@@ -151,30 +171,39 @@ class Binder:
                 job.gang, "members were lost while binding; the rest is placed again around the bound ones"
             )
 
-    async def _allocate_claims(self, job: BindJob) -> str | None:
+    async def _allocate_claims(self, job: BindJob) -> str | list[tuple[ClaimWrite, str]]:
         """PreBind: give every claim of the gang its devices before any pod is bound (``devices/allocation.py``);
-        why not, when that cannot be done or a write is refused (the claims written are taken back then)."""
+        the claims written, with their new versions, or why not (what was written is taken back then)."""
         pods = []
         for pod, node in job.pods:
             info = self.state.index.pod(pod)
             if info is not None and (info.raw.get("spec") or {}).get("resourceClaims"):
                 pods.append((info.raw, node))
         if not pods:
-            return None
+            return []
         writes = plan(self.state.devices, pods)
         if isinstance(writes, str):
             return writes
         written: list[tuple[ClaimWrite, str]] = []
-        for write in writes:
+        for i, write in enumerate(writes):
             try:
                 await self.limiter.take()
                 stored = await self.port.patch_status(RESOURCE_CLAIMS, write.namespace, write.name, write.patch)
             except PortError as error:
-                await self._take_back(written)
+                for unwritten in writes[i:]:
+                    self.state.devices.release(unwritten.devices)
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_BACK_SECONDS):
+                    await self._take_back(written)
                 return f"allocating ResourceClaim {write.namespace}/{write.name} was refused: {error}"
+            except BaseException:
+                for unwritten in writes[i:]:
+                    self.state.devices.release(unwritten.devices)
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_BACK_SECONDS):
+                    await self._take_back(written)
+                raise
             written.append((write, str((stored.get("metadata") or {}).get("resourceVersion", ""))))
         log.info("claims allocated", gang=job.gang, claims=len(written))
-        return None
+        return written
 
     async def _take_back(self, written: list[tuple[ClaimWrite, str]]) -> None:
         """Release the allocations this gang's PreBind wrote, so that no claim stays allocated for a pod that
@@ -189,6 +218,7 @@ class Binder:
                 except PortError as error:
                     log.warning("claim allocation not taken back yet", claim=write.name, error=str(error)[:200])
                     await anyio.sleep(0.2 * (attempt + 1))
+            self.state.devices.release(write.devices)
 
     def _release(self, job: BindJob, why: str, *, refused: bool = False) -> None:
         for pod, _ in job.pods:
@@ -213,7 +243,8 @@ class Binder:
                 return BindResult.GONE  # deleted, or released (e.g. leadership lost) while waiting
             await self.limiter.take()
             async with self._slots:
-                if self.state.overcommitted([node]):
+                assumed = self.state.assumed.get(pod)
+                if self.state.overcommitted([node], assumed.requests if assumed else None):
                     return BindResult.CROWDED  # checked at the last moment, with the latest state
                 started = self.clock.monotonic()
                 try:

@@ -149,7 +149,8 @@ class ClusterState:
         self.index = GangIndex(settings.gang_settings(), self.kinds)
         self._base_nodes: dict[str, NodeRecord] = {}  # each node as its own object says (no devices)
         self._device_supply: dict[str, dict[str, int]] = {}  # node -> devices offered, by column
-        self._claiming: dict[str, tuple[str, ...]] = {}  # pod -> the claims it names (namespace/name)
+        #: Pods that claim devices: the claims they name (namespace/name), and the pod as last seen.
+        self._claiming: dict[str, tuple[tuple[str, ...], Mapping[str, Any]]] = {}
         self.assumed: dict[str, Assumption] = {}
         self._expiries: list[tuple[float, str]] = []  # heap of (deadline, pod); stale entries are skipped
         self._pods: dict[str, RunningPod] = {}
@@ -228,7 +229,8 @@ class ClusterState:
             return
         spec = obj.get("spec") or {}
         if spec.get("resourceClaims"):
-            self._claiming[key] = tuple(f"{namespace}/{named.claim}" for named in pod_claims(obj) if named.claim)
+            claims = tuple(f"{namespace}/{named.claim}" for named in pod_claims(obj) if named.claim)
+            self._claiming[key] = (claims, obj)
         status = obj.get("status") or {}
         node = spec.get("nodeName") or None
         finished = status.get("phase") in FINISHED
@@ -368,9 +370,12 @@ class ClusterState:
         namespace, name = _key(change.object)
         if resource.kind == "ResourceClaim":
             claim = f"{namespace}/{name}"
-            self.index.touch(pod for pod, claims in self._claiming.items() if claim in claims)
+            naming = [pod for pod, (claims, _) in self._claiming.items() if claim in claims]
+            self.index.touch(naming)
+            for pod in naming:  # what they ask is read from the claim: counted again (listed before it, say)
+                self._apply_pod(Change("MODIFIED", self._claiming[pod][1]))
         elif resource.kind == "DeviceClass":
-            self.index.touch(self._claiming)
+            self.index.touch(list(self._claiming))
 
     def _offered(self, record: NodeRecord) -> NodeRecord:
         """The node with the devices it offers added to its allocatable."""
@@ -517,14 +522,18 @@ class ClusterState:
         for pod in list(self.assumed):
             self.forget(pod)
 
-    def overcommitted(self, nodes: Iterable[str]) -> list[str]:
-        """Nodes among ``nodes`` whose bound and assumed requests exceed allocatable for some resource."""
+    def overcommitted(self, nodes: Iterable[str], resources: Iterable[str] | None = None) -> list[str]:
+        """Nodes among ``nodes`` whose bound and assumed requests exceed allocatable for some resource (of
+        ``resources`` only, when given: a pod short of nothing it asks for has taken nobody's room)."""
         names = list(nodes)
         rows = [self.snapshot.index_of(name) for name in names]
         found = [name for name, row in zip(names, rows, strict=True) if row is None]
         known = [(name, row) for name, row in zip(names, rows, strict=True) if row is not None]
         if known:
             free = self.snapshot.free[np.array([row for _, row in known])]
+            if resources is not None:
+                columns = [i for i, name in enumerate(self.snapshot.resources) if name in set(resources)]
+                free = free[:, columns]
             found += [name for (name, _), short in zip(known, (free < 0).any(axis=1), strict=True) if short]
         return found
 

@@ -44,6 +44,11 @@ class ResourceKind(Protocol):
         ``(field, what it waits for)``; it is placed once that changes, with nothing to fix."""
         ...
 
+    def node(self, pod: Mapping[str, Any]) -> str | None:
+        """The node the pod must go to because of what this kind gave it already (devices allocated there),
+        or None."""
+        ...
+
 
 class Requests:
     """The counted resources of ``resources.requests`` and ``status.allocatable``."""
@@ -65,6 +70,9 @@ class Requests:
     def waits(self, pod: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         return ()
 
+    def node(self, pod: Mapping[str, Any]) -> str | None:
+        return None
+
 
 class Claims:
     """Devices claimed through Dynamic Resource Allocation (``resource.k8s.io``): refused until placed."""
@@ -83,6 +91,9 @@ class Claims:
 
     def waits(self, pod: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         return ()
+
+    def node(self, pod: Mapping[str, Any]) -> str | None:
+        return None
 
 
 #: Every kind of resource placement counts, in the order their columns are merged.

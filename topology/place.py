@@ -670,9 +670,9 @@ class _Search:
 
     def _allocated(self, part: _Part, domains: Domains) -> FloatArray:
         """Per domain, the share of its allocatable in use, averaged over the resources the part asks for.
-        Over the whole cluster: a domain lies whole inside any scope that holds it. Kept until capacity
-        changes (the allocatable per domain until nodes do): asked only to break ties, it costs one
-        reduction per resource after each placement, not one per gang tried."""
+        Over the whole cluster: a domain lies whole inside any scope that holds it. Kept until a pod is
+        counted or forgotten (the allocatable per domain until allocatable changes): asked only to break
+        ties, it costs one reduction per resource after each placement, not one per gang tried."""
         columns = tuple(
             sorted({int(column) for leaf in part.leaves() for shape in leaf.shapes for column in shape.columns})
         )
@@ -686,7 +686,7 @@ class _Search:
 
         def allocatable(column: int) -> FloatArray:
             key = ("allocatable-by-domain", domains.path, column)
-            return snapshot.cached(key, lambda: per_domain(snapshot.allocatable, column))
+            return snapshot.cached_capacity(key, lambda: per_domain(snapshot.allocatable, column))
 
         def shares() -> FloatArray:
             total: FloatArray = np.zeros(n)
@@ -694,7 +694,7 @@ class _Search:
                 total += per_domain(snapshot.requested, column) / np.maximum(allocatable(column), 1)
             return total / len(columns)
 
-        return snapshot.cached_capacity(("allocated-share", domains.path, columns), shares)
+        return snapshot.cached_usage(("allocated-share", domains.path, columns), shares)
 
     def _never(self, part: _Part, domains: Domains, scope: Scope) -> str:
         """For a leaf no domain holds now: the sentence saying no domain could hold it even empty (so that

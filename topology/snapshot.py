@@ -97,6 +97,9 @@ class Snapshot:
         self._labels: list[Mapping[str, str]] = []
         self._static_cache: dict[object, object] = {}
         self._capacity_cache: dict[object, object] = {}
+        #: Changes whenever a pod is counted or forgotten (requested and free change).
+        self._usage_version = 0
+        self._usage_cache: dict[object, tuple[tuple[int, int], object]] = {}
         self._vectors: dict[tuple[tuple[str, int], ...], RequestVector] = {}
         for node in nodes:
             self._records[node.name] = node
@@ -195,6 +198,7 @@ class Snapshot:
             column = self._columns[name]
             self._requested[row, column] += sign * amount
             self._free[row, column] -= sign * amount
+        self._usage_version += 1
 
     # -- arrays ------------------------------------------------------------------------------
 
@@ -241,6 +245,7 @@ class Snapshot:
         self._stale_nodes.clear()
         self._static_cache.clear()
         self._capacity_cache.clear()
+        self._usage_cache.clear()
         self._vectors.clear()
         self._generation += 1
         self._capacity_version += 1
@@ -363,6 +368,17 @@ class Snapshot:
         if key not in self._capacity_cache:
             self._capacity_cache[key] = build()
         return self._capacity_cache[key]  # type: ignore[return-value]
+
+    def cached_usage(self, key: object, build: Callable[[], T]) -> T:
+        """Memoise something derived from what pods request (until the next pod is counted or forgotten, or
+        allocatable changes)."""
+        self._ensure()
+        version = (self._usage_version, self._capacity_version)
+        found = self._usage_cache.get(key)
+        if found is None or found[0] != version:
+            found = (version, build())
+            self._usage_cache[key] = found
+        return found[1]  # type: ignore[return-value]
 
     def label(self, key: str) -> LabelColumn:
         """The values of a node label over all nodes; built once per generation with one np.unique."""

@@ -6,8 +6,10 @@ free devices on the pod's node that satisfy it, never one device twice (other cl
 this gang's other choices). Each claim's ``status`` then gets, as kube-scheduler's PreBind writes it, the
 ``allocation`` (the devices, the configuration of their class and of the claim, and a node selector that
 names the node) and ``reservedFor`` (the pod), with the claim's ``resourceVersion`` as precondition, so
-that a claim another scheduler allocated meanwhile is refused, not overwritten. If any claim of the gang
-cannot be written, the ones written are taken back and no pod is bound.
+that a claim another scheduler allocated meanwhile is refused, not overwritten. The devices chosen are
+held (``Devices.in_flight``) until the watch shows them given, so that a gang binding beside this one never
+gets them too. If any claim of the gang cannot be written, or a pod whose claims were written is not bound
+after all, the allocations are taken back.
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ def plan(devices: Devices, pods: Iterable[tuple[Mapping[str, Any], str]]) -> lis
                     devices=tuple(result for result in _ids(results)),
                 )
             )
+    for write in writes:
+        devices.hold(f"{write.namespace}/{write.name}", write.devices)
     return writes
 
 

@@ -95,6 +95,11 @@ class DeviceDemand:
                     found.append((where, f"DeviceClass {wanted} to exist"))
         return tuple(found)
 
+    def node(self, pod: Mapping[str, Any]) -> str | None:
+        """Where a claim of the pod is allocated already (for it, by an earlier attempt whose allocation
+        could not be taken back): the pod goes there, with its devices."""
+        return next((claim.node for claim in self._claims(pod) if claim is not None and claim.node), None)
+
     def _request_problems(self, where: str, claim: Claim, alternatives: tuple[Request, ...]) -> list[tuple[str, str]]:
         if len(alternatives) > 1:
             return [(where, f"firstAvailable with several alternatives in ResourceClaim {claim.key}")]

@@ -11,7 +11,7 @@ what is wrong with it is kept in ``problems`` for the pods that name it to be to
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from scheduler.devices.claims import Claim, ClaimError, DeviceClass, Request, read_claim, read_class
@@ -35,6 +35,9 @@ class Devices:
         self.columns: dict[str, Request] = {}
         #: Something changed what nodes offer (a device, an allocation, a class, a new column).
         self.dirty = False
+        #: Devices PreBind has chosen for a claim (device -> claim) that the watch does not show allocated
+        #: yet: never chosen again meanwhile, by this gang or another binding beside it.
+        self.in_flight: dict[DeviceId, str] = {}
 
     def apply(self, resource: ApiResource, change_type: str, obj: Mapping[str, Any]) -> None:
         metadata = obj.get("metadata") or {}
@@ -54,8 +57,13 @@ class Devices:
                     self.classes[key] = read_class(obj)
             elif resource.plural == RESOURCE_CLAIMS.plural:
                 self.claims.pop(key, None)
-                if not gone:
-                    self.claims[key] = read_claim(obj)
+                if gone:
+                    self.in_flight = {device: claim for device, claim in self.in_flight.items() if claim != key}
+                else:
+                    claim = read_claim(obj)
+                    self.claims[key] = claim
+                    for device in claim.allocated:
+                        self.in_flight.pop(device, None)  # the watch shows it given: the allocation counts now
             elif resource.plural == RESOURCE_CLAIM_TEMPLATES.plural:
                 self.templates.discard(key)
                 if not gone:
@@ -130,7 +138,20 @@ class Devices:
             (
                 device
                 for device in self.matching(request)
-                if device.node == node and device.id not in allocated and device.id not in taken
+                if device.node == node
+                and device.id not in allocated
+                and device.id not in taken
+                and device.id not in self.in_flight
             ),
             key=lambda device: device.id,
         )
+
+    def hold(self, claim: str, devices: Iterable[DeviceId]) -> None:
+        """PreBind chose ``devices`` for ``claim``: nobody else gets them until the watch shows them given, or
+        :meth:`release`."""
+        for device in devices:
+            self.in_flight[device] = claim
+
+    def release(self, devices: Iterable[DeviceId]) -> None:
+        for device in devices:
+            self.in_flight.pop(device, None)

@@ -108,7 +108,11 @@ def _member_or_problem(pod: PodInfo, kinds: tuple[ResourceKind, ...]) -> Member 
                 present(),
                 f"Phalanx does not implement {what}; remove it, or leave this pod to another scheduler",
             )
-        return Member(key=pod.key, shape=pod_shape(pod.raw, kinds), node=pod.node)
+        shape = pod_shape(pod.raw, kinds)
+        pinned = next((found for kind in kinds if (found := kind.node(pod.raw))), None)
+        if pinned is not None and pod.node is None:  # its devices are allocated there: it can go nowhere else
+            shape = PodShape(requests=shape.requests, constraints=replace(shape.constraints, node_name=pinned))
+        return Member(key=pod.key, shape=shape, node=pod.node)
     except SpecError as error:
         return SpecProblem(pod.ref, error.field, error.value, error.problem)
 

@@ -260,7 +260,7 @@ class InvariantMonitor:
         if ours:
             self._ours_on[node] += 1
         if newly_bound and ours:
-            self._check_node(node)
+            self._check_node(node, requests)
             self._check_nominated(key, node, requests)
             if (pod.get("spec") or {}).get("resourceClaims"):
                 self._check_claims(key, pod, node)
@@ -343,8 +343,10 @@ class InvariantMonitor:
         if self._ours_on[node]:
             self._ours_on[node] -= 1
 
-    def _check_node(self, node: str) -> None:
-        """At a bind of ours: bound plus still-assumed requests against allocatable."""
+    def _check_node(self, node: str, asked: Mapping[str, int] | None = None) -> None:
+        """At a bind of ours: bound plus still-assumed requests against allocatable, in what the bound pod
+        asks for (``asked``; every resource when None): a pod that asks nothing of a resource another
+        scheduler over-committed has not taken that room."""
         self.checks["node capacity"] += 1
         allocatable = self._allocatable.get(node)
         if allocatable is None:
@@ -358,7 +360,9 @@ class InvariantMonitor:
         over = {
             name: amount
             for name, amount in taken.items()
-            if amount > allocatable.get(name, 0) and not name.startswith(DEVICE_COLUMNS)
+            if amount > allocatable.get(name, 0)
+            and not name.startswith(DEVICE_COLUMNS)
+            and (asked is None or asked.get(name, 0) > 0)
         }
         if over:
             detail = ", ".join(f"{name} {amount} > {allocatable.get(name, 0)}" for name, amount in sorted(over.items()))

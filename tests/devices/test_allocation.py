@@ -46,8 +46,14 @@ def test_each_claim_gets_its_count_on_its_pod_s_node_and_no_device_twice() -> No
     term = status["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]
     assert term == {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n0"]}]}
     assert writes[0].patch["metadata"] == {"resourceVersion": ""}  # the claim's version, as a precondition
-    refused = plan(devices, [(pod("p", "a"), "n0"), (pod("q", "b"), "n0"), (pod("s", "c"), "n0")])
-    assert refused == "ResourceClaim ml/c needs 4 of class gpu.nvidia.com on n0, and fewer are free there"
+    # Chosen devices are held until the watch shows them given: a gang binding beside gets others, or none.
+    devices.apply(RESOURCE_CLAIMS, "ADDED", claim("d", 3))
+    refused = plan(devices, [(pod("s", "d"), "n0")])
+    assert refused == "ResourceClaim ml/d needs 3 of class gpu.nvidia.com on n0, and fewer are free there"
+    for write in writes:  # taken back (a bind failed): free again
+        devices.release(write.devices)
+    again = plan(devices, [(pod("s", "d"), "n0")])
+    assert not isinstance(again, str) and [device for *_, device in again[0].devices] == ["gpu-0", "gpu-1", "gpu-2"]
 
 
 def test_match_attribute_takes_devices_of_one_value_and_is_refused_when_no_value_has_enough() -> None:

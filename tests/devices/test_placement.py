@@ -11,9 +11,9 @@ from tests.devices.support import claim, device_class, node_slice
 from tests.scheduler.loop import Loop
 
 
-def dra_loop(device_nodes: tuple[str, ...] = ("b0-r0-n0", "b0-r0-n1")) -> Loop:
+def dra_loop(device_nodes: tuple[str, ...] = ("b0-r0-n0", "b0-r0-n1"), *, preemption: bool = False) -> Loop:
     """Two racks of four nodes; the ones named publish 8 GPUs each through NVIDIA's DRA driver."""
-    loop = Loop(racks=2, nodes=4)
+    loop = Loop(racks=2, nodes=4, preemption=preemption)
     loop.state.apply(DEVICE_CLASSES, Change("ADDED", device_class()))
     for node in device_nodes:
         loop.state.apply(RESOURCE_SLICES, Change("ADDED", node_slice(node)))
@@ -76,3 +76,32 @@ def test_a_claim_this_placement_cannot_honour_is_refused_by_name() -> None:
     (outcome,) = loop.outcomes("pfn:ml/c")
     assert outcome.code is Code.INVALID
     assert "Phalanx does not implement allocationMode All in ResourceClaim ml/c-0-gpus" in outcome.message
+
+
+def test_a_gang_short_of_devices_preempts_the_pod_that_holds_them_and_no_other() -> None:
+    loop = dra_loop(device_nodes=("b0-r0-n0",), preemption=True)
+    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", claim("low-gpus", 8)))
+    holder = loop.submit("low", 0, node="b0-r0-n0", resourceClaims=[{"name": "gpus", "resourceClaimName": "low-gpus"}])
+    bystander = loop.submit("plain", 8, node="b0-r0-n1")  # GPUs but no devices: evicting it would not help
+    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", claim("hi-0-gpus", 8)))
+    loop.submit("hi-0", 0, gang=("hi", 1), priority=100,
+                resourceClaims=[{"name": "gpus", "resourceClaimName": "hi-0-gpus"}])  # fmt: skip
+    loop.settle()
+    (outcome,) = loop.outcomes("pfn:ml/hi")
+    assert outcome.code is Code.PREEMPTING and outcome.victims is not None
+    assert [victim.key for victim in outcome.victims.pods] == [holder]  # the devices' holder, not the bystander
+    assert bystander in loop.bound()
+
+
+def test_a_pod_whose_claim_is_allocated_already_goes_where_its_devices_are() -> None:
+    """An earlier attempt gave its claim devices on b0-r0-n1 and could not take them back (the API was down):
+    the pod is placed there, not wherever else has room."""
+    loop = dra_loop()
+    given = claim("p-0-gpus", 8, allocated=[("b0-r0-n1", f"gpu-{i}") for i in range(8)])
+    given["status"]["allocation"]["nodeSelector"] = {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b0-r0-n1"]}]}]}  # fmt: skip
+    given["status"]["reservedFor"] = [{"resource": "pods", "name": "p-0", "uid": "p-0"}]
+    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", given))
+    pod = loop.submit("p-0", 0, gang=("p", 1), resourceClaims=[{"name": "gpus", "resourceClaimName": "p-0-gpus"}])
+    loop.settle()
+    assert loop.bound()[pod] == "b0-r0-n1"

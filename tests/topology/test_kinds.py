@@ -25,6 +25,12 @@ class Widgets:
     def unsupported(self, pod: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         return ()
 
+    def waits(self, pod: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+        return ()
+
+    def node(self, pod: Mapping[str, Any]) -> str | None:
+        return None
+
 
 def node(name: str, widgets: int | None = None) -> dict[str, Any]:
     annotations = {WIDGETS: str(widgets)} if widgets is not None else {}
