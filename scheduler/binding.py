@@ -34,7 +34,7 @@ from anyio.abc import TaskStatus
 
 from scheduler.clock import Clock
 from scheduler.decision import BindJob, Reason
-from scheduler.devices.allocation import ClaimWrite, plan, released
+from scheduler.devices.allocation import DELETE_PROTECTION, ClaimWrite, plan, released
 from scheduler.gangs import GangKey
 from scheduler.jobs import Jobs
 from scheduler.metrics import Metrics
@@ -187,8 +187,19 @@ class Binder:
         written: list[tuple[ClaimWrite, str]] = []
         for i, write in enumerate(writes):
             try:
+                version = write.version
+                if write.finalizers is not None:
+                    await self.limiter.take()
+                    protected = {"metadata": {"finalizers": list(write.finalizers), "resourceVersion": version}}
+                    stored = await self.port.patch(RESOURCE_CLAIMS, write.namespace, write.name, protected)
+                    version = str((stored.get("metadata") or {}).get("resourceVersion", ""))
                 await self.limiter.take()
-                stored = await self.port.patch_status(RESOURCE_CLAIMS, write.namespace, write.name, write.patch)
+                stored = await self.port.patch_status(
+                    RESOURCE_CLAIMS,
+                    write.namespace,
+                    write.name,
+                    {"metadata": {"resourceVersion": version}, "status": write.status},
+                )
             except PortError as error:
                 for unwritten in writes[i:]:
                     self.state.devices.release(unwritten.devices)
@@ -208,10 +219,17 @@ class Binder:
     async def _take_back(self, written: list[tuple[ClaimWrite, str]]) -> None:
         """Release the allocations this gang's PreBind wrote, so that no claim stays allocated for a pod that
         is not bound; a claim changed since (its version differs) is someone else's now and left alone."""
-        for write, version in written:
+        for write, written_version in written:
             for attempt in range(3):
                 try:
-                    await self.port.patch_status(RESOURCE_CLAIMS, write.namespace, write.name, released(version))
+                    stored = await self.port.patch_status(
+                        RESOURCE_CLAIMS, write.namespace, write.name, released(written_version)
+                    )
+                    if write.finalizers is not None:  # the finalizer was ours: it goes with the allocation
+                        kept = [name for name in write.finalizers if name != DELETE_PROTECTION]
+                        now = str((stored.get("metadata") or {}).get("resourceVersion", ""))
+                        unprotected = {"metadata": {"finalizers": kept or None, "resourceVersion": now}}
+                        await self.port.patch(RESOURCE_CLAIMS, write.namespace, write.name, unprotected)
                     break
                 except (Conflict, NotFound):
                     break

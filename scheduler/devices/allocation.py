@@ -6,7 +6,9 @@ free devices on the pod's node that satisfy it, never one device twice (other cl
 this gang's other choices). Each claim's ``status`` then gets, as kube-scheduler's PreBind writes it, the
 ``allocation`` (the devices, the configuration of their class and of the claim, and a node selector that
 names the node) and ``reservedFor`` (the pod), with the claim's ``resourceVersion`` as precondition, so
-that a claim another scheduler allocated meanwhile is refused, not overwritten. The devices chosen are
+that a claim another scheduler allocated meanwhile is refused, not overwritten. First, as kube-scheduler
+does, the claim gets the ``resource.kubernetes.io/delete-protection`` finalizer: the resourceclaim
+controller then deallocates it once no pod uses it. The devices chosen are
 held (``Devices.in_flight``) until the watch shows them given, so that a gang binding beside this one never
 gets them too. If any claim of the gang cannot be written, or a pod whose claims were written is not bound
 after all, the allocations are taken back.
@@ -23,16 +25,24 @@ from scheduler.devices.expressions import SelectorError
 from scheduler.devices.inventory import DeviceId, Devices
 from scheduler.devices.slices import Device
 
+#: What kube-scheduler puts on a claim it allocates: the resourceclaim controller deallocates the claim
+#: (and removes it) once no pod uses it, and the claim cannot be deleted while allocated.
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
+
 
 @dataclass(frozen=True, slots=True)
 class ClaimWrite:
-    """One claim's status as PreBind writes it."""
+    """One claim's writes as PreBind makes them: the delete-protection finalizer, then the status."""
 
     namespace: str
     name: str
     pod: str
-    #: ``{"metadata": {"resourceVersion": ...}, "status": {...}}``: a merge patch of the status subresource.
-    patch: Mapping[str, Any]
+    #: The claim's ``resourceVersion`` when it was read: the precondition of the first write.
+    version: str
+    #: The claim's finalizers with :data:`DELETE_PROTECTION` among them (None: it is there already).
+    finalizers: tuple[str, ...] | None
+    #: The ``status`` to merge in (allocation and reservedFor).
+    status: Mapping[str, Any]
     devices: tuple[DeviceId, ...]
 
 
@@ -93,7 +103,11 @@ def plan(devices: Devices, pods: Iterable[tuple[Mapping[str, Any], str]]) -> lis
                     namespace=namespace,
                     name=claim.name,
                     pod=f"{namespace}/{name}",
-                    patch={"metadata": {"resourceVersion": claim.version}, "status": status},
+                    version=claim.version,
+                    finalizers=None
+                    if DELETE_PROTECTION in claim.finalizers
+                    else (*claim.finalizers, DELETE_PROTECTION),
+                    status=status,
                     devices=tuple(result for result in _ids(results)),
                 )
             )
@@ -160,7 +174,7 @@ def _attribute(device: Device, qualified: str) -> object:
 
 
 def released(version: str) -> Mapping[str, Any]:
-    """The merge patch that takes an allocation back (the claim as it was before PreBind)."""
+    """The merge patch of the status that takes an allocation back."""
     return {"metadata": {"resourceVersion": version}, "status": {"allocation": None, "reservedFor": None}}
 
 

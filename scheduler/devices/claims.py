@@ -73,6 +73,7 @@ class Claim:
     version: str = ""
     #: The node its allocation's node selector names (None while unallocated, or for other selectors).
     node: str | None = None
+    finalizers: tuple[str, ...] = ()
     #: ``spec.devices.config``, copied into its allocation (``source: FromClaim``).
     config: tuple[Mapping[str, Any], ...] = ()
 
@@ -138,6 +139,7 @@ def read_claim(obj: Mapping[str, Any]) -> Claim:
         ),
         version=str(metadata.get("resourceVersion", "")),
         node=_allocated_node(allocation.get("nodeSelector")),
+        finalizers=tuple(str(name) for name in _list(metadata.get("finalizers"), f"{where}: metadata.finalizers")),
         config=tuple(_list(devices.get("config"), f"{where}: spec.devices.config")),
     )
 

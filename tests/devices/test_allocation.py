@@ -41,11 +41,12 @@ def test_each_claim_gets_its_count_on_its_pod_s_node_and_no_device_twice() -> No
     chosen = {write.name: [device for _, pool, device in write.devices] for write in writes}
     assert chosen == {"a": ["gpu-0", "gpu-1", "gpu-2"], "b": ["gpu-3", "gpu-4", "gpu-5"],
                       "c": ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]}  # fmt: skip
-    status = writes[0].patch["status"]
+    status = writes[0].status
     assert status["reservedFor"] == [{"resource": "pods", "name": "p", "uid": "uid-p"}]
     term = status["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]
     assert term == {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n0"]}]}
-    assert writes[0].patch["metadata"] == {"resourceVersion": ""}  # the claim's version, as a precondition
+    assert writes[0].version == ""  # the claim's version, the precondition of its first write
+    assert writes[0].finalizers == ("resource.kubernetes.io/delete-protection",)  # as kube-scheduler protects it
     # Chosen devices are held until the watch shows them given: a gang binding beside gets others, or none.
     devices.apply(RESOURCE_CLAIMS, "ADDED", claim("d", 3))
     refused = plan(devices, [(pod("s", "d"), "n0")])

@@ -43,6 +43,8 @@ async def test_a_gang_that_claims_devices_binds_whole_with_its_claims_allocated_
             assert status["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [node]
             pod = pods[f"team/w-{i}"]["metadata"]
             assert status["reservedFor"] == [{"resource": "pods", "name": pod["name"], "uid": pod["uid"]}]
+            finalizers = claims(where)[f"w-{i}-gpus"]["metadata"]["finalizers"]
+            assert finalizers == ["resource.kubernetes.io/delete-protection"]
         check_invariants(where)
 
 
@@ -54,6 +56,7 @@ async def test_a_refused_claim_write_binds_nothing_and_leaves_no_claim_allocated
         await eventually(lambda: where.events("FailedBinding"), what="the refusal told")
         assert not where.bound()
         assert not any(obj.get("status", {}).get("allocation") for obj in claims(where).values())
+        assert not any(obj["metadata"].get("finalizers") for obj in claims(where).values())  # taken off too
         faults.rules.clear()  # the refusal is lifted: the gang binds at its next attempt
         await eventually(lambda: len(where.bound()) == 2, what="the gang bound once the writes pass", timeout=60)
         check_invariants(where)

@@ -88,3 +88,35 @@ def test_a_gang_of_four_with_claim_templates_binds_whole_with_each_claim_allocat
         assert len(results) == 4 and {result["pool"] for result in results} == {pod["spec"]["nodeName"]}
         taken |= {(result["pool"], result["device"]) for result in results}
     assert len(taken) == 16  # no device given twice
+
+
+def test_a_claim_phalanx_allocated_is_protected_and_released_by_the_controller_once_its_pod_is_gone(
+    plane: ControlPlane, scheduler: PhalanxProcess
+) -> None:
+    """As kube-scheduler, Phalanx puts the delete-protection finalizer on a claim it allocates; when the pod
+    is gone, kube-controller-manager's resourceclaim controller takes the allocation and the finalizer off,
+    so that a claim named directly (not made from a template) is free for the next pod."""
+    ensure_namespace(plane, "dra-direct")
+    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
+        plane.apply(device_class())
+    if not any(item["metadata"]["name"] == "b1-r2-n7-gpu" for item in
+               plane.call("GET", "/apis/resource.k8s.io/v1/resourceslices")["items"]):  # fmt: skip
+        plane.apply(node_slice("b1-r2-n7"))
+    plane.apply({**claim("shared-gpus", 2), "metadata": {"name": "shared-gpus", "namespace": "dra-direct"}})
+    plane.apply(gpu_pod("solo", "dra-direct", gpus=0, annotations=pfn("solo", 1),
+                        resourceClaims=[{"name": "gpus", "resourceClaimName": "shared-gpus"}]))  # fmt: skip
+    path = "/apis/resource.k8s.io/v1/namespaces/dra-direct/resourceclaims/shared-gpus"
+    eventually(lambda: bound(plane, "dra-direct"), what="the pod bound", timeout=60)
+    given = plane.call("GET", path)
+    assert given["metadata"]["finalizers"] == ["resource.kubernetes.io/delete-protection"]
+    assert given["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [
+        "b1-r2-n7"
+    ]
+    plane.request("DELETE", "/api/v1/namespaces/dra-direct/pods/solo",
+                  {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})  # fmt: skip
+
+    def released() -> bool:
+        claim_now = plane.call("GET", path)
+        return not claim_now.get("status", {}).get("allocation") and not claim_now["metadata"].get("finalizers")
+
+    eventually(released, what="the claim deallocated and unprotected by the resourceclaim controller", timeout=60)
