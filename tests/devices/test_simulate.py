@@ -47,3 +47,23 @@ def test_a_job_whose_pods_claim_devices_through_a_template_binds_whole_in_one_ra
     monitor.check_gangs()
     monitor.assert_clean()
     assert monitor.checks["devices"] == 4
+
+
+def test_devices_a_finished_pod_held_are_given_to_the_next_wave_of_its_job() -> None:
+    """Eight completions, two at a time, on two nodes of 8 devices: each wave's claims are released by the
+    simulated resourceclaim controller once its pods succeed, and the next wave gets their devices."""
+    simulation = Simulation(Settings(levels=LEVELS))
+    objects = ClusterShape.parse("blocks=1,racks=1,nodes=2,gpus=0,dra=gpu.nvidia.com:8").manifests()
+    simulation.add_nodes([obj for obj in objects if obj["kind"] == "Node"])
+    simulation.add_objects([obj for obj in objects if obj["kind"] != "Node"], source="cluster")
+    workload = read_manifest_file(str(JOB))
+    job = next(obj for obj in workload if obj["kind"] == "Job")
+    job["spec"].update(parallelism=2, completions=8)
+    template = job["spec"]["template"]
+    template["metadata"]["annotations"] = {"simulate.phalanx.dev/run-seconds": "600"}  # no gang: one at a time
+    simulation.add_objects(workload, source=str(JOB))
+    report = anyio.run(lambda: simulation.run(timeout=60))
+    assert len(report.bound) == 8  # four waves: only possible if each wave's devices came back
+    claims = simulation.store.resource("resource.k8s.io/v1", "ResourceClaim")
+    finished = [claim for claim in simulation.store.objects(claims) if not claim.get("status", {}).get("allocation")]
+    assert len(finished) >= 6  # every claim whose pod succeeded is free (the last wave's may still run)

@@ -23,7 +23,7 @@ from scheduler.simulation.controllers.kubeflow import (
     TrainJobController,
 )
 from scheduler.simulation.controllers.lws import LeaderWorkerSetController
-from scheduler.simulation.controllers.resourceclaims import make_claims
+from scheduler.simulation.controllers.resourceclaims import reconcile_claims
 
 __all__ = ["EXPANDED", "Api", "Controller", "Controllers", "WorkloadError"]
 
@@ -91,7 +91,7 @@ class Controllers:
         for controller in list(self.running):
             if not self._safely(controller, controller.reconcile, self.api, owned):
                 self.running.remove(controller)
-        make_claims(self.api)  # kube-controller-manager's resourceclaim controller, for pods of any owner
+        reconcile_claims(self.api)  # kube-controller-manager's resourceclaim controller, for pods of any owner
         # What they wrote just now may call for more (a leader made, its workers next): not marked seen.
         self._seen_version = seen
         self.api.gone.clear()
