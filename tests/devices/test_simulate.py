@@ -8,11 +8,14 @@ from pathlib import Path
 import anyio
 import pytest
 
+from scheduler.frontends.dryrun import dry_run, read_real_cluster
 from scheduler.gangs import GangSettings
 from scheduler.ports.sim import ClusterShape, ManifestError, read_manifest_file
 from scheduler.settings import Settings
 from scheduler.simulation.driver import Simulation
 from scheduler.simulation.oracle import InvariantMonitor
+from tests.devices.support import claim, device_class, node_slice
+from tests.scheduler.support import cluster, gpu_pod, kubeconfig, pfn
 
 JOB = Path(__file__).resolve().parents[2] / "examples" / "dra" / "job.yaml"
 LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
@@ -40,10 +43,10 @@ def test_a_job_whose_pods_claim_devices_through_a_template_binds_whole_in_one_ra
     assert len(report.bound) == 4 and len({node.rsplit("-", 1)[0] for node in report.bound.values()}) == 1
     claims = list(simulation.store.objects(simulation.store.resource("resource.k8s.io/v1", "ResourceClaim")))
     assert len(claims) == 4
-    for claim in claims:
-        (owner,) = claim["metadata"]["ownerReferences"]
-        assert owner["kind"] == "Pod" and claim["metadata"]["name"].startswith(f"{owner['name']}-gpus-")
-        assert len(claim["status"]["allocation"]["devices"]["results"]) == 8
+    for made in claims:
+        (owner,) = made["metadata"]["ownerReferences"]
+        assert owner["kind"] == "Pod" and made["metadata"]["name"].startswith(f"{owner['name']}-gpus-")
+        assert len(made["status"]["allocation"]["devices"]["results"]) == 8
     monitor.check_gangs()
     monitor.assert_clean()
     assert monitor.checks["devices"] == 4
@@ -67,3 +70,23 @@ def test_devices_a_finished_pod_held_are_given_to_the_next_wave_of_its_job() -> 
     claims = simulation.store.resource("resource.k8s.io/v1", "ResourceClaim")
     finished = [claim for claim in simulation.store.objects(claims) if not claim.get("status", {}).get("allocation")]
     assert len(finished) >= 6  # every claim whose pod succeeded is free (the last wave's may still run)
+
+
+async def test_dry_run_reads_the_devices_and_claims_and_places_a_gang_that_claims_devices(tmp_path: Path) -> None:
+    """`phalanx dry-run` copies the DRA objects with the rest: a running pod's claim keeps its devices, and
+    a pending gang is placed where devices are still free."""
+    async with cluster("blocks=1,racks=1,nodes=2,gpus=0") as where:
+        where.create(device_class())
+        for node in ("b0-r0-n0", "b0-r0-n1"):
+            where.create(node_slice(node))
+        running = {**claim("run-gpus", 8, allocated=[("b0-r0-n0", f"gpu-{i}") for i in range(8)]),
+                   "metadata": {"name": "run-gpus", "namespace": "team"}}  # fmt: skip
+        where.restore(running)
+        where.create(gpu_pod("run", gpus=0, scheduler="default-scheduler", nodeName="b0-r0-n0",
+                             resourceClaims=[{"name": "gpus", "resourceClaimName": "run-gpus"}]))  # fmt: skip
+        where.create({**claim("new-gpus", 8), "metadata": {"name": "new-gpus", "namespace": "team"}})
+        where.create(gpu_pod("new", gpus=0, annotations=pfn("new", 1),
+                             resourceClaims=[{"name": "gpus", "resourceClaimName": "new-gpus"}]))  # fmt: skip
+        copy = await read_real_cluster(str(kubeconfig(tmp_path / "kubeconfig", where.url)), None)
+    report = await dry_run(copy, Settings(levels=LEVELS))
+    assert report.bound == {"team/new": "b0-r0-n1"}  # the node whose devices are not the running pod's
