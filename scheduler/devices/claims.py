@@ -147,6 +147,8 @@ def read_claim(obj: Mapping[str, Any]) -> Claim:
 def pod_claims(pod: Mapping[str, Any]) -> tuple[PodClaim, ...]:
     """The claims a pod names, each with the ResourceClaim it is (known once a template's claim is made)."""
     spec = pod.get("spec") or {}
+    if not spec.get("resourceClaims"):
+        return ()  # most pods: every pod event of the informers asks
     made = {
         str(entry.get("name")): entry.get("resourceClaimName")
         for entry in ((pod.get("status") or {}).get("resourceClaimStatuses") or [])
