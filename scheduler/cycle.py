@@ -391,6 +391,7 @@ class Cycle:
             )
             condition, event_type = outcome.condition or UNSCHEDULABLE, "Warning"
         if outcome.reported:
+            self.reporter.pending(pods, condition, outcome.message)
             return
         if outcome.reserving and isinstance(gang, GangSpec):
             self.metrics.starvation_reserved.inc()

@@ -117,8 +117,8 @@ class Outcome:
     #: SCHEDULED with extras left over: the gang is tried again for them.
     extras_wait: bool = False
     placement_ms: float = 0.0
-    #: The user has been told already (the binder's FailedBinding Event on the refused pod): only the queue,
-    #: metrics and the log follow.
+    #: The user has been told by an Event already (the binder's FailedBinding on the refused pod): the queue,
+    #: metrics, the log and the pods' PodScheduled condition follow, no Event.
     reported: bool = False
     #: Whether it counts as a scheduling attempt (``phalanx_schedule_attempts_total``): a waiting gang
     #: whose members arrive one by one, or whose hold times out, has made no new attempt.

@@ -80,7 +80,10 @@ class SchedulingLoop:
         self.cycle.requeue(gang)
         if isinstance(spec, GangSpec) and gang in self.queue:
             refused = f"binding refused: {why}"
-            outcome = Outcome(code=Code.UNSCHEDULABLE, message=refused, wake=Wake(nodes=True), reported=True)
+            waiting = tuple(member.key for member in self.state.unplaced(spec.request))
+            outcome = Outcome(
+                code=Code.UNSCHEDULABLE, message=refused, pods=waiting, wake=Wake(nodes=True), reported=True
+            )
             self.cycle.record(spec, outcome)
         self.poke()  # the loop may be idle until a later deadline: this backoff ends sooner
 

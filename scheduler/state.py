@@ -149,8 +149,13 @@ class ClusterState:
         self.index = GangIndex(settings.gang_settings(), self.kinds)
         self._base_nodes: dict[str, NodeRecord] = {}  # each node as its own object says (no devices)
         self._device_supply: dict[str, dict[str, int]] = {}  # node -> devices offered, by column
+        self._device_attributes: dict[str, dict[str, str]] = {}  # node -> attributes its devices agree on
         #: Pods that claim devices: the claims they name (namespace/name), and the pod as last seen.
         self._claiming: dict[str, tuple[tuple[str, ...], Mapping[str, Any]]] = {}
+        self._claimed_by: dict[str, set[str]] = {}  # claim -> the pods that name it
+        #: Allocated claims no unfinished pod names, and the keys under which the snapshot counts the devices
+        #: they keep (one per node): no pod counts them, yet nobody else may have them until deallocated.
+        self._unowned: dict[str, tuple[str, ...]] = {}
         self.assumed: dict[str, Assumption] = {}
         self._expiries: list[tuple[float, str]] = []  # heap of (deadline, pod); stale entries are skipped
         self._pods: dict[str, RunningPod] = {}
@@ -222,10 +227,12 @@ class ClusterState:
         obj = change.object
         namespace, name = _key(obj)
         key = f"{namespace}/{name}"
+        named_before = self._claiming[key][0] if key in self._claiming else ()
         if change.type == "DELETED":
             self._drop_pod(key)
             self._claiming.pop(key, None)
             self.index.delete_pod(namespace, name)
+            self._name_claims(key, named_before, ())
             return
         spec = obj.get("spec") or {}
         if spec.get("resourceClaims"):
@@ -289,6 +296,41 @@ class ClusterState:
             preempted=victim_of is not None or (previous is not None and previous.preempted and previous.uid == uid),
         )
         self.index.upsert_pod(obj)
+        if named_before or key in self._claiming:
+            self._name_claims(key, named_before, self._claiming[key][0] if key in self._claiming else ())
+
+    def _name_claims(self, pod: str, before: tuple[str, ...], after: tuple[str, ...]) -> None:
+        """``pod`` named the claims ``before`` and now ``after``: whether each is still owned is checked."""
+        for claim in before:
+            if claim not in after and (naming := self._claimed_by.get(claim)) is not None:
+                naming.discard(pod)
+                if not naming:
+                    del self._claimed_by[claim]
+        for claim in after:
+            self._claimed_by.setdefault(claim, set()).add(pod)
+        for claim in {*before, *after}:
+            self._count_unowned(claim)
+
+    def _count_unowned(self, claim_key: str) -> None:
+        """Count the devices of ``claim_key`` on their nodes while it is allocated and no unfinished pod names
+        it (each pod counts its own claims' devices; these would otherwise look free)."""
+        for counted in self._unowned.pop(claim_key, ()):
+            node = self.snapshot.node_of(counted)
+            self.snapshot.forget(counted)
+            if node is not None:
+                self._freed.add(node)
+        claim = self.devices.claims.get(claim_key)
+        if claim is None or not claim.allocated:
+            return
+        pods = (self._pods.get(pod) for pod in self._claimed_by.get(claim_key, ()))
+        if any(pod is not None and not pod.finished for pod in pods):
+            return
+        counted_keys = []
+        for node, columns in self.devices.held(claim).items():
+            counted = f"resourceclaim:{claim_key}@{node}"
+            self.snapshot.assume(counted, node, columns)
+            counted_keys.append(counted)
+        self._unowned[claim_key] = tuple(counted_keys)
 
     def _departed(self, key: str, previous: RunningPod) -> None:
         gang = self.index.gang_of(key)
@@ -370,33 +412,47 @@ class ClusterState:
         namespace, name = _key(change.object)
         if resource.kind == "ResourceClaim":
             claim = f"{namespace}/{name}"
-            naming = [pod for pod, (claims, _) in self._claiming.items() if claim in claims]
+            naming = sorted(self._claimed_by.get(claim, ()))
             self.index.touch(naming)
             for pod in naming:  # what they ask is read from the claim: counted again (listed before it, say)
                 self._apply_pod(Change("MODIFIED", self._claiming[pod][1]))
+            self._count_unowned(claim)
         elif resource.kind == "DeviceClass":
             self.index.touch(list(self._claiming))
 
     def _offered(self, record: NodeRecord) -> NodeRecord:
-        """The node with the devices it offers added to its allocatable."""
+        """The node with the devices it offers added to its allocatable, and the attributes its devices agree
+        on to its labels (its own labels win)."""
         supply = self._device_supply.get(record.name)
-        return replace(record, allocatable={**record.allocatable, **supply}) if supply else record
+        attributes = self._device_attributes.get(record.name)
+        if supply:
+            record = replace(record, allocatable={**record.allocatable, **supply})
+        if attributes:
+            record = replace(record, labels={**attributes, **record.labels})
+        return record
 
     def _refresh_devices(self) -> None:
-        """Put what each node offers of every requested device into its record; room that grew is freed room."""
+        """Put what each node offers of every requested device into its record; room that grew is freed room,
+        and a change of what its devices agree on is a change of labels."""
         if not self.devices.dirty:
             return
         self.devices.dirty = False
-        supply = self.devices.supply()
-        for name in set(supply) | set(self._device_supply):
-            before, after = self._device_supply.get(name, {}), supply.get(name, {})
+        before_supply, before_attributes = self._device_supply, self._device_attributes
+        self._device_supply, self._device_attributes = self.devices.supply(), self.devices.node_attributes()
+        for name in (
+            set(self._device_supply) | set(before_supply) | set(self._device_attributes) | set(before_attributes)
+        ):
             base = self._base_nodes.get(name)
-            if before == after or base is None:
+            old, new = before_supply.get(name, {}), self._device_supply.get(name, {})
+            relabelled = before_attributes.get(name) != self._device_attributes.get(name)
+            if base is None or (old == new and not relabelled):
                 continue
-            self.snapshot.set_node(replace(base, allocatable={**base.allocatable, **after}))
-            if any(count > before.get(column, 0) for column, count in after.items()):
+            self.snapshot.set_node(self._offered(base))
+            self._nodes_changed = self._nodes_changed or relabelled
+            if any(count > old.get(column, 0) for column, count in new.items()):
                 self._freed.add(name)
-        self._device_supply = supply
+        for claim in list(self._unowned):  # the columns their devices count in may have changed
+            self._count_unowned(claim)
 
     def _apply_group(self, resource: ApiResource, change: Change) -> None:
         obj = change.object

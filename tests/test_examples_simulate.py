@@ -99,6 +99,8 @@ TIMELINES = ("timeline", "preemption-jobs")
 
 #: Examples that need a cluster of their own (its ``--cluster`` shape), run below.
 OWN_CLUSTER = {"dra": "blocks=1,racks=2,nodes=4,gpus=0,dra=gpu.nvidia.com:8"}
+#: The ComputeDomain example's: four 4-GPU nodes per NVLink clique, each with IMEX channels.
+COMPUTE_DOMAIN_CLUSTER = "blocks=1,racks=2,nodes=4,gpus=0,dra=gpu.nvidia.com:4+compute-domain.nvidia.com:1"
 
 
 def test_every_example_directory_is_covered() -> None:
@@ -113,6 +115,15 @@ def test_the_dra_job_binds_whole_in_one_rack_on_nodes_that_publish_devices(capsy
     report = json.loads(capsys.readouterr().out)
     assert len(report["bound"]) == 4 and not report["pending"]
     assert len({node.rsplit("-", 1)[0] for node in report["bound"].values()}) == 1  # one rack, as it requires
+
+
+def test_the_compute_domain_jobset_binds_whole_in_one_nvlink_clique(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--cluster", COMPUTE_DOMAIN_CLUSTER, "--workload",
+            str(EXAMPLES / "dra" / "computedomain-jobset.yaml"), "--output", "json"]  # fmt: skip
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["bound"]) == 4 and not report["pending"]
+    assert len({node.rsplit("-", 1)[0] for node in report["bound"].values()}) == 1  # the shape's cliques are racks
 
 
 def test_a_preempted_job_with_a_pod_failure_policy_comes_back_and_finishes_as_the_readme_shows(

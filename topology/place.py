@@ -35,7 +35,8 @@ from topology.domains import BoolArray, Domains, FloatArray, IdArray, IntArray
 from topology.fit import ShapeFit, domain_totals, shape_fit
 from topology.nodes import HOSTNAME
 from topology.outcome import Assignment, DomainChoice, HeldRoom, Infeasible, Placement
-from topology.reasons import node_limit, node_reasons, plural, short_name
+from topology.quantities import DEVICES, resource_words
+from topology.reasons import devices_wanted, node_limit, node_reasons, plural, short_name
 from topology.request import GangRequest, PodShape
 from topology.snapshot import Snapshot
 from topology.trial import Trial
@@ -657,7 +658,7 @@ class _Search:
         """How close the roomiest domain comes, for the message of a part no domain can hold."""
         short = short_name(domains.path[-1])
         if part.request.is_leaf:
-            return f"the largest {short} fits {int(pods.max())}."
+            return f"the largest {short} fits {int(pods.max())}{self._free_devices(part, domains, scope, pods)}."
         shape = self._first_shape(part)
         room = 0
         if shape is not None:
@@ -667,6 +668,25 @@ class _Search:
             f"no {short} has room for them together "
             f"(they need at least {_minimum_pods(part)} pods; the largest {short} fits {room})."
         )
+
+    def _free_devices(self, part: _Part, domains: Domains, scope: Scope, pods: IntArray) -> str:
+        """`` (it has 18 devices of class gpu.nvidia.com free)``: the devices free in the roomiest domain, on
+        nodes the part may use, when its pods claim devices."""
+        names = self.snapshot.resources
+        if len(part.shapes) != 1 or not len(pods):
+            return ""
+        shape = part.shapes[0]
+        ids = domains.ids if scope is None else domains.ids[scope]
+        usable = shape.eligibility.mask if scope is None else shape.eligibility.mask[scope]
+        free = self.snapshot.free if scope is None else self.snapshot.free[scope]
+        roomiest = int(np.argmax(pods))
+        found = [
+            f"{int(domain_totals(ids, np.where(usable, free[:, column], 0), domains.n_domains)[roomiest])} "
+            f"{resource_words(names[column])} free"
+            for column in shape.columns.tolist()
+            if names[column].startswith(DEVICES)
+        ]
+        return f" (it has {', '.join(found)})" if found else ""
 
     def _allocated(self, part: _Part, domains: Domains) -> FloatArray:
         """Per domain, the share of its allocatable in use, averaged over the resources the part asks for.
@@ -722,7 +742,8 @@ class _Search:
     def _what(self, part: _Part) -> str:
         if part.request.is_leaf:
             need = max(0, part.request.min_pods - len(part.pinned))
-            return plural(need, "more pod" if part.pinned else "pod")
+            pods = plural(need, "more pod" if part.pinned else "pod")
+            return pods + (devices_wanted(part.shapes[0].shape, need) if len(part.shapes) == 1 else "")
         return f"{part.request.min_children} of its {plural(len(part.children), 'part')}"
 
     def _first_shape(self, part: _Part) -> ShapeFit | None:

@@ -27,6 +27,9 @@ from topology.spec_error import SpecError
 CPU: Final = "cpu"
 MEMORY: Final = "memory"
 PODS: Final = "pods"
+#: The columns of claimed devices (``devices/<DeviceClass>``, then a digest of the claim's own selectors
+#: when it has some): named by the scheduler's device kind, worded here for the reasons.
+DEVICES: Final = "devices/"
 
 #: Largest amount a single quantity is given, in base units (2**62 - 1): a handful of these
 #: still add up inside int64.
@@ -43,6 +46,15 @@ _DIGITS: Final = frozenset("0123456789")
 # sum over containers, as in k8s.io/component-helpers/resource.IsSupportedPodLevelResource.
 _POD_LEVEL_RESOURCES: Final = frozenset({CPU, MEMORY})
 _HUGEPAGES_PREFIX: Final = "hugepages-"
+
+
+def resource_words(resource: str) -> str:
+    """How a reason names a resource: as it is, but a column of devices by its DeviceClass
+    (``devices of class gpu.nvidia.com``)."""
+    if not resource.startswith(DEVICES):
+        return resource
+    device_class, _, digest = resource.removeprefix(DEVICES).partition("/")
+    return f"devices of class {device_class}" + (" that satisfy the claim's selectors" if digest else "")
 
 
 class QuantityError(SpecError):

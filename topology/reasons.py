@@ -8,7 +8,7 @@ import numpy as np
 
 from topology.fit import ShapeFit, domain_totals, pods_per_node, shape_fit
 from topology.nodes import HOSTNAME
-from topology.quantities import PODS
+from topology.quantities import DEVICES, PODS, resource_words
 from topology.request import PodShape
 from topology.snapshot import Snapshot
 
@@ -24,6 +24,13 @@ def short_name(key: str) -> str:
 
 def plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def devices_wanted(shape: PodShape, pods: int) -> str:
+    """`` (24 devices of class gpu.nvidia.com)``: the devices ``pods`` pods of ``shape`` claim, for the
+    sentence that says how many pods a gang needs (empty when they claim none)."""
+    found = [f"{amount * pods} {resource_words(name)}" for name, amount in shape.requests if name.startswith(DEVICES)]
+    return f" ({', '.join(found)})" if found else ""
 
 
 def node_reasons(snapshot: Snapshot, shape: ShapeFit) -> tuple[tuple[tuple[str, int], ...], int]:
@@ -59,7 +66,7 @@ def node_reasons(snapshot: Snapshot, shape: ShapeFit) -> tuple[tuple[tuple[str, 
 
 def _insufficient(resource: str) -> str:
     """NodeResourcesFit's wording for a node short of ``resource``."""
-    return TOO_MANY_PODS if resource == PODS else f"Insufficient {resource}"
+    return TOO_MANY_PODS if resource == PODS else f"Insufficient {resource_words(resource)}"
 
 
 def _ordered(counts: dict[str, int]) -> tuple[tuple[str, int], ...]:
@@ -121,5 +128,8 @@ def node_limit(snapshot: Snapshot, shape: ShapeFit) -> str:
     limiting = int(np.argmin(allocatable // shape.quotas))
     name = snapshot.resources[int(shape.columns[limiting])]
     used, total = copies * int(shape.quotas[limiting]), int(allocatable[limiting])
-    amounts = f"{used} of {total}" if name != PODS else f"{total} pods"
-    return f"each node holds at most {copies} ({name} {amounts})"
+    if name == PODS:
+        return f"each node holds at most {copies} ({total} pods)"
+    if name.startswith(DEVICES):
+        return f"each node holds at most {copies} ({used} of its {total} {resource_words(name)})"
+    return f"each node holds at most {copies} ({name} {used} of {total})"

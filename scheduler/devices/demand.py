@@ -22,13 +22,12 @@ from typing import Any
 
 from scheduler.devices.claims import EXACT_COUNT, Claim, Request, pod_claims
 from scheduler.devices.inventory import Devices
-
-PREFIX = "devices/"
+from topology.quantities import DEVICES
 
 
 def column(request: Request) -> str:
     """``devices/<class>``, with a digest of the request's own selectors when it has some."""
-    name = f"{PREFIX}{request.device_class}"
+    name = f"{DEVICES}{request.device_class}"
     if request.selectors:
         name += "/" + hashlib.sha256("\n".join(request.selectors).encode()).hexdigest()[:8]
     return name

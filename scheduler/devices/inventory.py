@@ -38,6 +38,8 @@ class Devices:
         #: Devices PreBind has chosen for a claim (device -> claim) that the watch does not show allocated
         #: yet: never chosen again meanwhile, by this gang or another binding beside it.
         self.in_flight: dict[DeviceId, str] = {}
+        self._node_attributes: dict[str, dict[str, str]] | None = None  # cached until a slice changes
+        self._by_id: dict[DeviceId, Device] | None = None  # cached until a slice changes
 
     def apply(self, resource: ApiResource, change_type: str, obj: Mapping[str, Any]) -> None:
         metadata = obj.get("metadata") or {}
@@ -48,6 +50,7 @@ class Devices:
         self.dirty = self.dirty or resource.plural in (RESOURCE_SLICES.plural, DEVICE_CLASSES.plural)
         try:
             if resource.plural == RESOURCE_SLICES.plural:
+                self._node_attributes = self._by_id = None
                 self.selectors.forget(self.pools.apply(change_type, obj))
                 for slice_name, problem in self.pools.problems.items():
                     self.problems[(resource.kind, slice_name)] = problem
@@ -102,6 +105,33 @@ class Devices:
             if all(self.selectors.matches(expression, device.key, device.view) for expression in expressions)
         ]
 
+    def held(self, claim: Claim) -> dict[str, dict[str, int]]:
+        """Per node, per column, the devices allocated to ``claim`` that the column's request would take: what
+        a claim no pod counts any more (its pod finished or gone, before the resourceclaim controller
+        deallocates it) keeps from everyone else."""
+        if self._by_id is None:
+            self._by_id = {device.id: device for device in self.pools.devices()}
+        found: dict[str, dict[str, int]] = {}
+        for device_id in claim.allocated:
+            device = self._by_id.get(device_id)
+            if device is None or device.node is None:
+                continue
+            for column, request in self.columns.items():
+                if self._satisfies(device, request):
+                    on_node = found.setdefault(device.node, {})
+                    on_node[column] = on_node.get(column, 0) + 1
+        return found
+
+    def _satisfies(self, device: Device, request: Request) -> bool:
+        device_class = self.classes.get(request.device_class)
+        if device_class is None:
+            return False
+        try:
+            expressions = (*device_class.selectors, *request.selectors)
+            return all(self.selectors.matches(expression, device.key, device.view) for expression in expressions)
+        except SelectorError:
+            return False  # a request that cannot be evaluated: its pods are told, and take nothing
+
     def free_by_node(self, request: Request) -> Counter[str]:
         """Per node, how many devices satisfying ``request`` are not allocated (node-local devices only)."""
         taken = self.allocated()
@@ -130,6 +160,28 @@ class Devices:
                 offered.setdefault(node, {})[column] = count
         return offered
 
+    def node_attributes(self) -> dict[str, dict[str, str]]:
+        """Per node, the device attributes (``domain/name`` -> value) that every device there with that
+        attribute agrees on: the NVLink clique of a node's GPUs, say. A gang may require or prefer one domain
+        of such an attribute as it does of a node label; a node whose devices disagree is in no domain of it.
+        """
+        if self._node_attributes is not None:
+            return self._node_attributes
+        seen: dict[str, dict[str, str | None]] = {}
+        for device in self.pools.devices():
+            if device.node is None:
+                continue
+            found = seen.setdefault(device.node, {})
+            for domain, attributes in device.view.attributes.items():
+                for name, value in attributes.items():
+                    key, text = f"{domain}/{name}", _label_value(value)
+                    if found.setdefault(key, text) != text:
+                        found[key] = None  # two devices of the node disagree
+        self._node_attributes = {
+            node: {key: value for key, value in found.items() if value is not None} for node, found in seen.items()
+        }
+        return self._node_attributes
+
     def candidates(self, request: Request, node: str, taken: set[DeviceId]) -> list[Device]:
         """The devices on ``node`` that satisfy ``request``, not allocated and not in ``taken``; the lowest
         names first, so that a repeated choice is the same choice."""
@@ -155,3 +207,10 @@ class Devices:
     def release(self, devices: Iterable[DeviceId]) -> None:
         for device in devices:
             self.in_flight.pop(device, None)
+
+
+def _label_value(value: object) -> str | None:
+    """An attribute's value as a domain is named (None for a list: no one domain)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return None if isinstance(value, list) else str(value)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from topology import GangRequest, Infeasible, PodShape, Snapshot
 from topology.fit import shape_fit
-from topology.reasons import node_limit, node_reasons
+from topology.reasons import devices_wanted, node_limit, node_reasons
 
 
 def min_resources_problem(
@@ -99,11 +99,12 @@ def beyond_cluster(request: GangRequest, snapshot: Snapshot) -> Infeasible | Non
         limit = node_limit(snapshot, roomiest)
         reasons, available = node_reasons(snapshot, roomiest)
         more = " more" if need < leaf.min_pods else ""
+        devices = devices_wanted(ordered[0], need) if len(ordered) == 1 else ""
         return Infeasible(
             gang=request.key,
             reason=(
-                f"{part} needs {need}{more} pod{'' if need == 1 else 's'}; the cluster could hold at most {room} "
-                f"{what} even if it were empty{': ' + limit if limit else ''}."
+                f"{part} needs {need}{more} pod{'' if need == 1 else 's'}{devices}; the cluster could hold at most "
+                f"{room} {what} even if it were empty{': ' + limit if limit else ''}."
             ),
             node_reasons=reasons,
             available=available,

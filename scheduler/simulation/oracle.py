@@ -33,7 +33,6 @@ from typing import Any
 
 from scheduler.app import Phalanx
 from scheduler.devices.claims import pod_claims, read_claim
-from scheduler.devices.demand import PREFIX as DEVICE_COLUMNS
 from scheduler.gangs import GangIndex, GangKey, GangSettings, GangSpec
 from scheduler.gangs.groups import Role
 from scheduler.gangs.model import PodKey
@@ -43,6 +42,7 @@ from scheduler.ports.sim.store import Obj, Store
 from scheduler.settings import Settings
 from scheduler.simulation.driver import Simulation
 from topology import node_record, pod_demand
+from topology.quantities import DEVICES
 
 PODS = ("", "pods")
 NODES = ("", "nodes")
@@ -361,7 +361,7 @@ class InvariantMonitor:
             name: amount
             for name, amount in taken.items()
             if amount > allocatable.get(name, 0)
-            and not name.startswith(DEVICE_COLUMNS)
+            and not name.startswith(DEVICES)
             and (asked is None or asked.get(name, 0) > 0)
         }
         if over:

@@ -3,8 +3,6 @@ the devices the nodes offer, told why not, and waiting for what another controll
 
 from __future__ import annotations
 
-from typing import Any
-
 from scheduler.decision import Code
 from scheduler.ports.port import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Change
 from tests.devices.support import claim, device_class, node_slice
@@ -20,11 +18,13 @@ def dra_loop(device_nodes: tuple[str, ...] = ("b0-r0-n0", "b0-r0-n1"), *, preemp
     return loop
 
 
-def claiming(loop: Loop, name: str, gang: tuple[str, int], count: int = 8, **claim_spec: Any) -> str:
+def claiming(
+    loop: Loop, name: str, gang: tuple[str, int], count: int = 8, annotations: dict[str, str] | None = None
+) -> str:
     """A pod of ``gang`` that asks no extended GPUs, only its own claim of ``count`` devices."""
-    obj = claim(f"{name}-gpus", count, **claim_spec)
-    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", obj))
-    return loop.submit(name, 0, gang=gang, resourceClaims=[{"name": "gpus", "resourceClaimName": f"{name}-gpus"}])
+    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", claim(f"{name}-gpus", count)))
+    claims = [{"name": "gpus", "resourceClaimName": f"{name}-gpus"}]
+    return loop.submit(name, 0, gang=gang, annotations=annotations, resourceClaims=claims)
 
 
 def test_a_gang_that_claims_devices_goes_to_the_nodes_that_have_them() -> None:
@@ -43,7 +43,11 @@ def test_a_gang_that_claims_more_devices_than_the_nodes_have_is_told_which_devic
     loop.settle()
     (outcome,) = loop.outcomes("pfn:ml/w")
     assert outcome.code is Code.UNRESOLVABLE  # 24 devices asked, 16 in the whole cluster
-    assert "2/8 nodes are available: 6 Insufficient devices/gpu.nvidia.com" in outcome.message
+    assert outcome.message == (
+        "2/8 nodes are available: 6 Insufficient devices of class gpu.nvidia.com. Gang ml/w needs 3 pods (24 "
+        "devices of class gpu.nvidia.com); the cluster could hold at most 2 of this shape even if it were empty: "
+        "each node holds at most 1 (8 of its 8 devices of class gpu.nvidia.com)."
+    )
     assert not loop.bound()
 
 
@@ -105,3 +109,32 @@ def test_a_pod_whose_claim_is_allocated_already_goes_where_its_devices_are() -> 
     pod = loop.submit("p-0", 0, gang=("p", 1), resourceClaims=[{"name": "gpus", "resourceClaimName": "p-0-gpus"}])
     loop.settle()
     assert loop.bound()[pod] == "b0-r0-n1"
+
+
+def test_devices_of_a_claim_no_pod_uses_are_not_given_until_it_is_deallocated() -> None:
+    """A claim stays allocated after its pod is gone until the resourceclaim controller deallocates it: no pod
+    counts its devices, yet they are not free."""
+    loop = dra_loop(device_nodes=("b0-r0-n0",))
+    left = claim("done-gpus", 8, allocated=[("b0-r0-n0", f"gpu-{i}") for i in range(8)])
+    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", left))
+    pod = claiming(loop, "w-0", ("w", 1))
+    loop.settle()
+    (outcome,) = loop.outcomes("pfn:ml/w")
+    assert outcome.code is Code.UNSCHEDULABLE and "Insufficient devices of class gpu.nvidia.com" in outcome.message
+    assert not loop.bound()
+    del left["status"]  # the controller deallocates it: the devices are free, and the gang is woken at once
+    loop.state.apply(RESOURCE_CLAIMS, Change("MODIFIED", {**left, "metadata": {**left["metadata"]}}))
+    loop.settle()
+    assert loop.bound() == {pod: "b0-r0-n0"}
+
+
+def test_devices_of_a_finished_pod_stay_taken_while_its_claim_is_allocated() -> None:
+    loop = dra_loop(device_nodes=("b0-r0-n0",))
+    given = claim("old-gpus", 8, allocated=[("b0-r0-n0", f"gpu-{i}") for i in range(8)])
+    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", given))
+    old = loop.submit("old", 0, node="b0-r0-n0", resourceClaims=[{"name": "gpus", "resourceClaimName": "old-gpus"}])
+    loop.pods[old] = {**loop.pods[old], "status": {**loop.pods[old].get("status", {}), "phase": "Succeeded"}}
+    loop.state.apply(PODS, Change("MODIFIED", loop.pods[old]))
+    claiming(loop, "w-0", ("w", 1))
+    loop.settle()
+    assert set(loop.bound()) == {old}  # the finished pod's devices are still allocated to its claim

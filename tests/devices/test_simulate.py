@@ -18,6 +18,7 @@ from tests.devices.support import claim, device_class, node_slice
 from tests.scheduler.support import cluster, gpu_pod, kubeconfig, pfn
 
 JOB = Path(__file__).resolve().parents[2] / "examples" / "dra" / "job.yaml"
+JOBSET = JOB.with_name("computedomain-jobset.yaml")
 LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
 
 
@@ -50,6 +51,35 @@ def test_a_job_whose_pods_claim_devices_through_a_template_binds_whole_in_one_ra
     monitor.check_gangs()
     monitor.assert_clean()
     assert monitor.checks["devices"] == 4
+
+
+def test_a_compute_domain_jobset_gets_a_channel_and_four_gpus_per_worker_in_one_clique() -> None:
+    """NVIDIA's ComputeDomain pattern: each worker claims its node's four GPUs and one IMEX channel; one clique
+    of four nodes is busy (a GPU of one node is taken), so the JobSet goes whole to the other."""
+    simulation = Simulation(Settings(levels=LEVELS))
+    shape = "blocks=1,racks=2,nodes=4,gpus=0,dra=gpu.nvidia.com:4+compute-domain.nvidia.com:1"
+    objects = ClusterShape.parse(shape).manifests()
+    simulation.add_nodes([obj for obj in objects if obj["kind"] == "Node"])
+    taken = claim("other-gpu", 1, allocated=[("b0-r0-n2", "gpu-3")])
+    simulation.add_objects([obj for obj in objects if obj["kind"] != "Node"] + [taken], source="cluster")
+    monitor = InvariantMonitor(simulation.store, gang_settings=GangSettings(levels=LEVELS))
+    simulation.add_objects(read_manifest_file(str(JOBSET)), source=str(JOBSET))
+    report = anyio.run(lambda: simulation.run(timeout=60))
+    assert sorted(report.bound.values()) == [f"b0-r1-n{i}" for i in range(4)]
+    claims = list(simulation.store.objects(simulation.store.resource("resource.k8s.io/v1", "ResourceClaim")))
+    made = [obj for obj in claims if obj["metadata"]["name"] != "other-gpu"]
+    assert len(made) == 8
+    for obj in made:
+        (owner,) = obj["metadata"]["ownerReferences"]
+        results = obj["status"]["allocation"]["devices"]["results"]
+        drivers = {result["driver"] for result in results}
+        assert (len(results), drivers) in ((4, {"gpu.nvidia.com"}), (1, {"compute-domain.nvidia.com"}))
+        assert {result["pool"] for result in results} == {report.bound[f"ml/{owner['name']}"]}
+    channel = next(obj for obj in made if obj["metadata"]["name"].split("-channel-")[0] != obj["metadata"]["name"])
+    (config,) = channel["status"]["allocation"]["devices"]["config"]
+    assert config["source"] == "FromClaim" and config["opaque"]["parameters"]["kind"] == "ComputeDomainChannelConfig"
+    monitor.check_gangs()
+    monitor.assert_clean()
 
 
 def test_devices_a_finished_pod_held_are_given_to_the_next_wave_of_its_job() -> None:

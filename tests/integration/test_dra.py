@@ -120,3 +120,60 @@ def test_a_claim_phalanx_allocated_is_protected_and_released_by_the_controller_o
         return not claim_now.get("status", {}).get("allocation") and not claim_now["metadata"].get("finalizers")
 
     eventually(released, what="the claim deallocated and unprotected by the resourceclaim controller", timeout=60)
+
+
+def test_a_gang_that_requires_one_clique_binds_on_the_nodes_whose_devices_share_it(
+    plane: ControlPlane, scheduler: PhalanxProcess
+) -> None:
+    """The clique is a device attribute, not a node label: two nodes of b0-r1 publish GPUs of clique x, three
+    GPUs of clique y; a gang of three that requires one clique goes to y."""
+    ensure_namespace(plane, "dra-clique")
+    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
+        plane.apply(device_class())
+    cliques = {"b0-r1-n0": "x", "b0-r1-n1": "x", "b0-r1-n2": "y", "b0-r1-n3": "y", "b0-r1-n4": "y"}
+    for node, clique in cliques.items():
+        plane.apply(node_slice(node, 8, clique=clique))
+    for i in range(3):
+        mine = "device.attributes['gpu.nvidia.com'].cliqueId in ['x', 'y']"  # not the other tests' devices
+        plane.apply(claim(f"w-{i}-gpus", 8, mine, namespace="dra-clique"))
+        annotations = {**pfn("w", 3), "scheduling.phalanx.dev/topology-required": "gpu.nvidia.com/cliqueId"}
+        plane.apply(gpu_pod(f"w-{i}", "dra-clique", gpus=0, annotations=annotations,
+                            resourceClaims=[{"name": "gpus", "resourceClaimName": f"w-{i}-gpus"}]))  # fmt: skip
+    placed = eventually(
+        lambda: len(bound(plane, "dra-clique")) == 3 and bound(plane, "dra-clique"), what="the gang bound", timeout=60
+    )
+    assert {cliques[node] for node in placed.values()} == {"y"}
+
+
+def test_a_gang_whose_claims_cannot_be_kept_together_binds_nothing_and_allocates_nothing(
+    plane: ControlPlane, scheduler: PhalanxProcess
+) -> None:
+    """Placement counts devices; a claim's matchAttribute is kept only when the devices are chosen. b0-r2-n0's
+    two GPUs are of two products, so the pair's claim cannot be allocated there: neither pod of the gang is
+    bound (the solo pod's claim could have been), no claim is allocated, and the pods say why."""
+    ensure_namespace(plane, "dra-mixed")
+    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
+        plane.apply(device_class())
+    mixed = node_slice("b0-r2-n0", 2, clique="lot")
+    mixed["spec"]["devices"][1]["attributes"]["productName"] = {"string": "NVIDIA A100-SXM4-80GB"}
+    plane.apply(mixed)
+    plane.apply(node_slice("b0-r2-n1", 1, clique="lot"))
+    mine = "device.attributes['gpu.nvidia.com'].cliqueId == 'lot'"  # not the other tests' devices
+    pair = claim("pair-gpus", 2, mine, namespace="dra-mixed")
+    pair["spec"]["devices"]["constraints"] = [{"matchAttribute": "gpu.nvidia.com/productName"}]
+    plane.apply(pair)
+    plane.apply(claim("solo-gpus", 1, mine, namespace="dra-mixed"))
+    for name in ("pair", "solo"):
+        plane.apply(gpu_pod(name, "dra-mixed", gpus=0, annotations=pfn("mixed", 2),
+                            resourceClaims=[{"name": "gpus", "resourceClaimName": f"{name}-gpus"}]))  # fmt: skip
+
+    def told() -> str:
+        conditions = pods(plane, "dra-mixed")["dra-mixed/pair"].get("status", {}).get("conditions") or []
+        return next((c.get("message", "") for c in conditions if c.get("type") == "PodScheduled"), "")
+
+    message = eventually(lambda: "binding refused" in told() and told(), what="the pod told why", timeout=60)
+    assert "ResourceClaim dra-mixed/pair-gpus needs 2 of class gpu.nvidia.com on b0-r2-n0" in message
+    assert "that satisfy its constraints" in message
+    assert not bound(plane, "dra-mixed")
+    claims = plane.call("GET", "/apis/resource.k8s.io/v1/namespaces/dra-mixed/resourceclaims")["items"]
+    assert not [item["metadata"]["name"] for item in claims if (item.get("status") or {}).get("allocation")]

@@ -211,7 +211,7 @@ def test_a_starving_gang_that_cannot_preempt_reserves_a_domain_and_says_so() -> 
     assert ("Reserving", reserving[0].reserving) in loop.told.events
 
 
-def test_a_refused_bind_is_an_unschedulable_decision_already_told_by_the_binder() -> None:
+def test_a_refused_bind_is_an_unschedulable_decision_whose_event_the_binder_wrote() -> None:
     loop = Loop(racks=1, nodes=2)
     for i in range(2):
         loop.submit(f"b-{i}", 8, gang=("b", 2))
@@ -221,10 +221,13 @@ def test_a_refused_bind_is_an_unschedulable_decision_already_told_by_the_binder(
     loop.binder.jobs.clear()
     for pod, _ in job.pods:  # the binder's first request is refused: nothing is bound, nothing kept assumed
         loop.state.forget(pod)
+    events = len(loop.told.events)
     loop.loop.bind_refused("pfn:ml/b", "admission webhook denied the request")  # type: ignore[arg-type]
     refused = loop.outcomes("pfn:ml/b")[-1]
     assert refused.code is Code.UNSCHEDULABLE and refused.reported
     assert refused.message == "binding refused: admission webhook denied the request"
+    assert len(loop.told.events) == events  # the binder's FailedBinding Event said it; the pods' condition too:
+    assert loop.told.pending == dict.fromkeys(("ml/b-0", "ml/b-1"), refused.message)
     assert "pfn:ml/b" in loop.queue and loop.queue.next_ready() is not None  # backs off, never placed at once
     assert not loop.loop.step()
 

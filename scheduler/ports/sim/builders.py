@@ -84,8 +84,10 @@ class ClusterShape:
     storage: str = "1Ti"
     block_label: str = BLOCK
     rack_label: str = RACK
-    #: ``<driver>:<count>``: each node also publishes ``count`` devices of that DRA driver (a ResourceSlice
-    #: of its own, a pool per node), and a DeviceClass named after the driver selects them.
+    #: ``<driver>:<count>``, several joined by ``+``: each node also publishes ``count`` devices of each DRA
+    #: driver (a ResourceSlice of its own, a pool per node), with a DeviceClass to select them (see
+    #: :data:`DRIVERS`). Nodes that publish GPUs of NVIDIA's driver carry the clique label GPU Feature
+    #: Discovery gives them (``nvidia.com/gpu.clique``; here, the rack).
     dra: str = ""
 
     @staticmethod
@@ -105,10 +107,10 @@ class ClusterShape:
             if name.endswith("label"):
                 values[name] = value
             elif name == "dra":
-                driver, _, count = value.partition(":")
-                if not driver or not count.isdigit() or int(count) < 1:
-                    raise ManifestError(f"cluster shape {text!r}: dra must be <driver>:<devices per node>, such as "
-                                        f"dra=gpu.nvidia.com:8, got {value!r}")  # fmt: skip
+                for driver, _, count in (item.partition(":") for item in value.split("+")):
+                    if not driver or not count.isdigit() or int(count) < 1:
+                        raise ManifestError(f"cluster shape {text!r}: dra must be <driver>:<devices per node>, such "
+                                            f"as dra=gpu.nvidia.com:8, got {value!r}")  # fmt: skip
                 values[name] = value
             elif name in ("cpu", "memory", "storage"):
                 try:
@@ -139,19 +141,24 @@ class ClusterShape:
         return shape
 
     def manifests(self) -> list[dict[str, Any]]:
-        """The nodes, and with ``dra`` the DeviceClass and each node's ResourceSlice."""
+        """The nodes, and with ``dra`` each driver's DeviceClass and each node's ResourceSlice of it."""
         nodes = self.node_manifests()
-        if not self.dra:
-            return nodes
-        driver, _, count = self.dra.partition(":")
-        device_class = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": driver},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
-        }
-        slices = [_node_slice(node, driver, int(count), self.rack_label) for node in nodes]
-        return [*nodes, device_class, *slices]
+        found = []
+        for driver, _, count in (item.partition(":") for item in self.dra.split("+") if self.dra):
+            kind, class_name, selector = DRIVERS.get(driver, ("gpu", driver, f'device.driver == "{driver}"'))
+            found.append(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "DeviceClass",
+                    "metadata": {"name": class_name},
+                    "spec": {"selectors": [{"cel": {"expression": selector}}]},
+                }
+            )
+            found += [_node_slice(node, driver, kind, int(count), self.rack_label) for node in nodes]
+        if any(driver.startswith(f"{NVIDIA_GPUS}:") for driver in self.dra.split("+")):
+            for node in nodes:
+                node["metadata"]["labels"][GPU_CLIQUE] = node["metadata"]["labels"][self.rack_label]
+        return [*nodes, *found]
 
     def node_manifests(self) -> list[dict[str, Any]]:
         nodes = []
@@ -177,17 +184,37 @@ class ClusterShape:
         return nodes
 
 
-def _node_slice(node: Mapping[str, Any], driver: str, count: int, rack_label: str) -> dict[str, Any]:
-    """A node's devices as a DRA driver publishes them: one pool per node, GPUs that say their index and
-    their NVLink clique (here the node's rack)."""
+#: NVIDIA's driver for GPUs, and the label GPU Feature Discovery puts on nodes of a multi-node NVLink domain.
+NVIDIA_GPUS, GPU_CLIQUE = "gpu.nvidia.com", "nvidia.com/gpu.clique"
+
+#: Drivers whose devices are not GPUs: what they publish, and the DeviceClass their chart installs (name and
+#: selector), here NVIDIA's ComputeDomain driver and its IMEX channels. Any other driver publishes GPUs, with
+#: a DeviceClass of its own name.
+DRIVERS = {
+    "compute-domain.nvidia.com": (
+        "channel",
+        "compute-domain-default-channel.nvidia.com",
+        "device.driver == 'compute-domain.nvidia.com' && device.attributes['compute-domain.nvidia.com'].type == "
+        "'channel' && device.attributes['compute-domain.nvidia.com'].id == 0",
+    ),
+}
+
+
+def _node_slice(node: Mapping[str, Any], driver: str, kind: str, count: int, rack_label: str) -> dict[str, Any]:
+    """A node's devices as a DRA driver publishes them: one pool per node. GPUs say their index and their
+    NVLink clique (here the node's rack); IMEX channels their type and id, as NVIDIA's drivers do."""
     name = node["metadata"]["name"]
     clique = node["metadata"]["labels"].get(rack_label, name)
-    devices = [
-        {"name": f"gpu-{index}",
-         "attributes": {"type": {"string": "gpu"}, "index": {"int": index}, "cliqueId": {"string": clique}},
-         "capacity": {"memory": {"value": "80Gi"}}}
-        for index in range(count)
-    ]  # fmt: skip
+    if kind == "channel":
+        devices = [{"name": f"channel-{index}", "attributes": {"type": {"string": "channel"}, "id": {"int": index}}}
+                   for index in range(count)]  # fmt: skip
+    else:
+        devices = [
+            {"name": f"gpu-{index}",
+             "attributes": {"type": {"string": "gpu"}, "index": {"int": index}, "cliqueId": {"string": clique}},
+             "capacity": {"memory": {"value": "80Gi"}}}
+            for index in range(count)
+        ]  # fmt: skip
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
