@@ -34,7 +34,7 @@ from anyio.abc import TaskStatus
 
 from scheduler.clock import Clock
 from scheduler.decision import BindJob, Reason
-from scheduler.devices.allocation import DELETE_PROTECTION, ClaimWrite, plan, released
+from scheduler.devices.allocation import DELETE_PROTECTION, ClaimWrite, plan, taken_back
 from scheduler.gangs import GangKey
 from scheduler.jobs import Jobs
 from scheduler.metrics import Metrics
@@ -127,23 +127,29 @@ class Binder:
             self._release(job, claimed, refused=True)
             return
         bound: set[str] = set()
+        then: list[Callable[[], None]] = []
         try:
-            await self._bind_members(job, bound)
+            await self._bind_members(job, bound, then)
         finally:
             # Claims given devices for pods that did not bind (refused, gone, the lead lost) are taken back:
-            # no claim stays allocated for a pod that is not running there.
-            unbound = [(write, version) for write, version in claimed if write.pod not in bound]
+            # no claim stays allocated for a pod that is not running there. A shared claim stays with the
+            # pods of it that did bind.
+            unbound = [(write, version) for write, version in claimed if not bound.intersection(write.pods)]
             if unbound:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_BACK_SECONDS):
                     await self._take_back(unbound)
+        for release in then:  # only now may the gang be placed again: its next PreBind sees no stale claim
+            release()
 
-    async def _bind_members(self, job: BindJob, bound: set[str]) -> None:
-        """Bind the first pod alone, then the rest together; ``bound`` gets each pod bound."""
+    async def _bind_members(self, job: BindJob, bound: set[str], then: list[Callable[[], None]]) -> None:
+        """Bind the first pod alone, then the rest together; ``bound`` gets each pod bound, ``then`` what gives
+        the gang back to be placed again (done once the claims of pods not bound are taken back)."""
         state = self.state
         first, rest = job.pods[0], job.pods[1:]
         result = await self._bind_one(*first, first=True)
         if result is not BindResult.BOUND:
-            self._release(job, f"binding {first[0]} was {result.value}", refused=result is BindResult.REFUSED)
+            why, refused = f"binding {first[0]} was {result.value}", result is BindResult.REFUSED
+            then.append(lambda: self._release(job, why, refused=refused))
             return
         bound.add(first[0])
         results = [BindResult.BOUND]
@@ -167,9 +173,8 @@ class Binder:
         if all(result is BindResult.BOUND for result in results):
             self.metrics.gang_latency.observe(max(0.0, self.clock.wall() - job.created))
         else:
-            self.place_again(
-                job.gang, "members were lost while binding; the rest is placed again around the bound ones"
-            )
+            lost = "members were lost while binding; the rest is placed again around the bound ones"
+            then.append(lambda: self.place_again(job.gang, lost))
 
     async def _allocate_claims(self, job: BindJob) -> str | list[tuple[ClaimWrite, str]]:
         """PreBind: give every claim of the gang its devices before any pod is bound (``devices/allocation.py``);
@@ -223,13 +228,15 @@ class Binder:
             for attempt in range(3):
                 try:
                     stored = await self.port.patch_status(
-                        RESOURCE_CLAIMS, write.namespace, write.name, released(written_version)
+                        RESOURCE_CLAIMS, write.namespace, write.name, taken_back(write, written_version)
                     )
                     if write.finalizers is not None:  # the finalizer was ours: it goes with the allocation
                         kept = [name for name in write.finalizers if name != DELETE_PROTECTION]
                         now = str((stored.get("metadata") or {}).get("resourceVersion", ""))
                         unprotected = {"metadata": {"finalizers": kept or None, "resourceVersion": now}}
-                        await self.port.patch(RESOURCE_CLAIMS, write.namespace, write.name, unprotected)
+                        stored = await self.port.patch(RESOURCE_CLAIMS, write.namespace, write.name, unprotected)
+                    version = str((stored.get("metadata") or {}).get("resourceVersion", ""))
+                    self.state.devices.releasing[f"{write.namespace}/{write.name}"] = version
                     break
                 except (Conflict, NotFound):
                     break

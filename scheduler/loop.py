@@ -107,6 +107,7 @@ class SchedulingLoop:
     def sync(self) -> None:
         state, queue, cycle = self.state, self.queue, self.cycle
         self.starvation.refresh()
+        state.refresh_devices()  # before the gangs changed are taken: what a pod asks may change with it
         for key in state.index.take_changed():
             cycle.requeue(key)
         state.expire()

@@ -145,17 +145,18 @@ class ClusterState:
         #: Dynamic Resource Allocation: device classes, the devices drivers publish, and claims. Pods are read
         #: with the devices they claim as one more kind of resource (``devices/demand.py``).
         self.devices = Devices()
-        self.kinds: tuple[ResourceKind, ...] = (Requests(), DeviceDemand(self.devices))
+        self.device_demand = DeviceDemand(self.devices)
+        self.kinds: tuple[ResourceKind, ...] = (Requests(), self.device_demand)
         self.index = GangIndex(settings.gang_settings(), self.kinds)
         self._base_nodes: dict[str, NodeRecord] = {}  # each node as its own object says (no devices)
         self._device_supply: dict[str, dict[str, int]] = {}  # node -> devices offered, by column
         self._device_attributes: dict[str, dict[str, str]] = {}  # node -> attributes its devices agree on
         #: Pods that claim devices: the claims they name (namespace/name), and the pod as last seen.
         self._claiming: dict[str, tuple[tuple[str, ...], Mapping[str, Any]]] = {}
-        self._claimed_by: dict[str, set[str]] = {}  # claim -> the pods that name it
-        #: Allocated claims no unfinished pod names, and the keys under which the snapshot counts the devices
-        #: they keep (one per node): no pod counts them, yet nobody else may have them until deallocated.
-        self._unowned: dict[str, tuple[str, ...]] = {}
+        #: Allocated claims no pod counts as its own (shared, reserved for no pod, or their pod finished or
+        #: gone), and the keys under which the snapshot counts their devices on their nodes (one per node):
+        #: nobody else may have them until the claim is deallocated.
+        self._on_its_own: dict[str, tuple[str, ...]] = {}
         self.assumed: dict[str, Assumption] = {}
         self._expiries: list[tuple[float, str]] = []  # heap of (deadline, pod); stale entries are skipped
         self._pods: dict[str, RunningPod] = {}
@@ -212,6 +213,7 @@ class ClusterState:
         elif _same_api(resource, DISRUPTION_BUDGETS):
             known = self.budgets.known()
         elif resource.group == DRA_GROUP:
+            self.devices.relisted(resource)
             known = self.devices.known(resource)
         else:
             known = set(self._groups.get(resource, set()))
@@ -227,7 +229,8 @@ class ClusterState:
         obj = change.object
         namespace, name = _key(obj)
         key = f"{namespace}/{name}"
-        named_before = self._claiming[key][0] if key in self._claiming else ()
+        was = self._pods.get(key)
+        named_before = self._claiming[key][0] if key in self._claiming and was and not was.finished else ()
         if change.type == "DELETED":
             self._drop_pod(key)
             self._claiming.pop(key, None)
@@ -297,24 +300,34 @@ class ClusterState:
         )
         self.index.upsert_pod(obj)
         if named_before or key in self._claiming:
-            self._name_claims(key, named_before, self._claiming[key][0] if key in self._claiming else ())
+            named_now = self._claiming[key][0] if key in self._claiming and not finished else ()
+            self._name_claims(key, named_before, named_now)
 
     def _name_claims(self, pod: str, before: tuple[str, ...], after: tuple[str, ...]) -> None:
-        """``pod`` named the claims ``before`` and now ``after``: whether each is still owned is checked."""
-        for claim in before:
-            if claim not in after and (naming := self._claimed_by.get(claim)) is not None:
+        """``pod``, unfinished, named the claims ``before`` and now ``after``. A claim whose pods change is
+        shared by more or fewer: the others ask their devices again and their gangs are compiled again."""
+        named_by = self.devices.named_by
+        changed = [claim for claim in before if claim not in after] + [claim for claim in after if claim not in before]
+        for claim in changed:
+            naming = named_by.setdefault(claim, set())
+            if claim in after:
+                naming.add(pod)
+            else:
                 naming.discard(pod)
-                if not naming:
-                    del self._claimed_by[claim]
-        for claim in after:
-            self._claimed_by.setdefault(claim, set()).add(pod)
+            others = sorted(naming - {pod})
+            if not naming:
+                del named_by[claim]
+            self.index.touch(others)
+            for other in others:
+                if other in self._claiming:
+                    self._apply_pod(Change("MODIFIED", self._claiming[other][1]))
         for claim in {*before, *after}:
-            self._count_unowned(claim)
+            self._count_on_its_own(claim)
 
-    def _count_unowned(self, claim_key: str) -> None:
-        """Count the devices of ``claim_key`` on their nodes while it is allocated and no unfinished pod names
-        it (each pod counts its own claims' devices; these would otherwise look free)."""
-        for counted in self._unowned.pop(claim_key, ()):
+    def _count_on_its_own(self, claim_key: str) -> None:
+        """Count the devices of ``claim_key`` on their nodes while it is allocated and no pod counts them as
+        its own (``DeviceDemand.counts``): shared, reserved for no pod, or its pod finished or gone."""
+        for counted in self._on_its_own.pop(claim_key, ()):
             node = self.snapshot.node_of(counted)
             self.snapshot.forget(counted)
             if node is not None:
@@ -322,15 +335,24 @@ class ClusterState:
         claim = self.devices.claims.get(claim_key)
         if claim is None or not claim.allocated:
             return
-        pods = (self._pods.get(pod) for pod in self._claimed_by.get(claim_key, ()))
-        if any(pod is not None and not pod.finished for pod in pods):
+        naming = self.devices.named_by.get(claim_key, set())
+        owner = self._pods.get(next(iter(naming))) if len(naming) == 1 else None
+        if owner is not None and claim.reserved_for == (owner.uid,):
+            return  # reserved for its one pod, which counts the devices
+        held = self.devices.held(claim)
+        columns = {column for on_node in held.values() for column in on_node}
+        assumed = (self.assumed.get(pod) for pod in naming)
+        if any(assumption is not None and columns & set(assumption.requests) for assumption in assumed):
+            # The pod that asked the devices when its gang was placed still carries them, until its bind is
+            # seen: counting them here too would find its node short of them, and the bind crowded.
+            self._on_its_own[claim_key] = ()
             return
         counted_keys = []
-        for node, columns in self.devices.held(claim).items():
+        for node, columns_there in held.items():
             counted = f"resourceclaim:{claim_key}@{node}"
-            self.snapshot.assume(counted, node, columns)
+            self.snapshot.assume(counted, node, columns_there)
             counted_keys.append(counted)
-        self._unowned[claim_key] = tuple(counted_keys)
+        self._on_its_own[claim_key] = tuple(counted_keys)
 
     def _departed(self, key: str, previous: RunningPod) -> None:
         gang = self.index.gang_of(key)
@@ -412,11 +434,11 @@ class ClusterState:
         namespace, name = _key(change.object)
         if resource.kind == "ResourceClaim":
             claim = f"{namespace}/{name}"
-            naming = sorted(self._claimed_by.get(claim, ()))
+            naming = sorted(self.devices.named_by.get(claim, ()))
             self.index.touch(naming)
             for pod in naming:  # what they ask is read from the claim: counted again (listed before it, say)
                 self._apply_pod(Change("MODIFIED", self._claiming[pod][1]))
-            self._count_unowned(claim)
+            self._count_on_its_own(claim)
         elif resource.kind == "DeviceClass":
             self.index.touch(list(self._claiming))
 
@@ -431,13 +453,13 @@ class ClusterState:
             record = replace(record, labels={**attributes, **record.labels})
         return record
 
-    def _refresh_devices(self) -> None:
+    def refresh_devices(self) -> None:
         """Put what each node offers of every requested device into its record; room that grew is freed room,
         and a change of what its devices agree on is a change of labels."""
         if not self.devices.dirty:
             return
         self.devices.dirty = False
-        before_supply, before_attributes = self._device_supply, self._device_attributes
+        before_supply, before_attributes, most_before = self._device_supply, self._device_attributes, self.devices.most
         self._device_supply, self._device_attributes = self.devices.supply(), self.devices.node_attributes()
         for name in (
             set(self._device_supply) | set(before_supply) | set(self._device_attributes) | set(before_attributes)
@@ -451,8 +473,13 @@ class ClusterState:
             self._nodes_changed = self._nodes_changed or relabelled
             if any(count > old.get(column, 0) for column, count in new.items()):
                 self._freed.add(name)
-        for claim in list(self._unowned):  # the columns their devices count in may have changed
-            self._count_unowned(claim)
+        for claim in list(self._on_its_own):  # the columns their devices count in may have changed
+            self._count_on_its_own(claim)
+        if self.devices.most != most_before:  # which alternative of firstAvailable a pending pod asks
+            choosing = [pod for pod, (_, obj) in self._claiming.items() if self.device_demand.chooses(obj)]
+            self.index.touch(choosing)
+            for pod in choosing:
+                self._apply_pod(Change("MODIFIED", self._claiming[pod][1]))
 
     def _apply_group(self, resource: ApiResource, change: Change) -> None:
         obj = change.object
@@ -469,7 +496,7 @@ class ClusterState:
     def take_signals(self) -> tuple[set[str], bool]:
         """Nodes where capacity was freed, and whether the node set or node labels changed, since the
         last call (what may wake gangs that failed for lack of room)."""
-        self._refresh_devices()
+        self.refresh_devices()
         freed, changed = self._freed, self._nodes_changed
         self._freed, self._nodes_changed = set(), False
         return freed, changed
@@ -527,6 +554,8 @@ class ClusterState:
         assumption = self.assumed.pop(pod, None)
         if assumption is None:
             return
+        for claim in self._claiming[pod][0] if pod in self._claiming else ():
+            self._count_on_its_own(claim)  # the devices it carried for a shared claim are the claim's again
         record = self._pods.get(pod)
         if record is not None and record.node == assumption.node and not record.finished:
             return

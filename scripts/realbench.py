@@ -13,6 +13,14 @@ each, audit off, 256 nodes of 8 GPUs created with their status):
 Each figure is pods per second over the bind window, from the first bind to the last, as a watch of the
 pods sees them (so that process start-up, which differs, is not counted); the time from starting the
 scheduler to its last bind is printed beside it.
+
+With ``dra`` (``bench_e2e.py --real --dra``), devices instead of GPUs: 128 nodes that each publish 8 GPUs
+through a DRA driver (a ResourceSlice each, one DeviceClass), and 1,000 plain pods that each claim one
+device through a ResourceClaimTemplate. kube-controller-manager's resourceclaim controller runs beside the
+server and makes every pod's claim before the scheduler starts; then Phalanx or kube-scheduler (its DRA
+plugin is on by default in 1.36) allocates each claim (``status.allocation``, ``reservedFor``) and binds.
+The pods differ only in ``schedulerName``. After the last bind, every claim is checked: allocated on its
+pod's node, reserved for it, no device given twice.
 """
 
 from __future__ import annotations
@@ -42,6 +50,8 @@ from scheduler.ports.sim import ClusterShape  # noqa: E402
 from scripts.controlplane import HOW_TO_GET, ControlPlane, assets_dir, dying_with_parent, free_port  # noqa: E402
 
 NODES = "blocks=1,racks=8,nodes=32,gpus=8"  # 256 nodes of 8 GPUs
+DRA_NODES = "blocks=1,racks=4,nodes=32,gpus=0,dra=gpu.nvidia.com:8"  # 128 nodes of 8 devices
+RESOURCE = "/apis/resource.k8s.io/v1"
 PODS = 1000
 QUICK_PODS = 256
 GANG = 8
@@ -92,9 +102,11 @@ async def gather_limited(calls: list[Callable[[], Any]], limit: int) -> None:
     await asyncio.gather(*(one(call) for call in calls))
 
 
-async def prepare(api: Api, pods: list[dict[str, Any]]) -> None:
-    """Nodes (created, then their status written as a kubelet would), the namespace, then every pod."""
-    nodes = ClusterShape.parse(NODES).node_manifests()
+async def prepare(api: Api, pods: list[dict[str, Any]], *, dra: bool = False) -> None:
+    """Nodes (created, then their status written as a kubelet would), with ``dra`` their devices, the
+    namespace (and the claim template), then every pod."""
+    objects = ClusterShape.parse(DRA_NODES if dra else NODES).manifests()
+    nodes = [obj for obj in objects if obj["kind"] == "Node"]
 
     async def node(manifest: dict[str, Any]) -> None:
         await api.call("POST", "/api/v1/nodes", {k: v for k, v in manifest.items() if k != "status"})
@@ -106,8 +118,57 @@ async def prepare(api: Api, pods: list[dict[str, Any]]) -> None:
         )
 
     await gather_limited([lambda m=m: node(m) for m in nodes], 32)
+    devices = [obj for obj in objects if obj["kind"] != "Node"]
+    plurals = {"DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices"}
+    await gather_limited([lambda o=o: api.call("POST", f"{RESOURCE}/{plurals[o['kind']]}", o) for o in devices], 32)
     await api.call("POST", "/api/v1/namespaces", {"metadata": {"name": "bench"}})
+    if dra:
+        await api.call("POST", f"{RESOURCE}/namespaces/bench/resourceclaimtemplates", ONE_DEVICE)
     await gather_limited([lambda p=p: api.call("POST", "/api/v1/namespaces/bench/pods", p) for p in pods], 32)
+
+
+#: What each pod of the DRA scenario claims: one device of NVIDIA's driver.
+ONE_DEVICE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaimTemplate",
+    "metadata": {"name": "one-gpu", "namespace": "bench"},
+    "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}},
+}
+
+
+async def claims_made(api: Api, count: int) -> None:
+    """Wait until the resourceclaim controller has made every pod's claim and named it in the pod's status."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        listing = await api.call("GET", "/api/v1/namespaces/bench/pods")
+        named = sum(1 for item in listing["items"] if (item.get("status") or {}).get("resourceClaimStatuses"))
+        if named == count:
+            return
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"the resourceclaim controller named {named} of {count} claims in 300 s")
+
+
+async def check_claims(api: Api) -> None:
+    """Every claim allocated on its pod's node and reserved for it, no device given twice."""
+    pods = {item["metadata"]["uid"]: item for item in (await api.call("GET", "/api/v1/namespaces/bench/pods"))["items"]}
+    claims = (await api.call("GET", f"{RESOURCE}/namespaces/bench/resourceclaims"))["items"]
+    given: set[tuple[str, str]] = set()
+    for claim in claims:
+        status = claim.get("status") or {}
+        (owner,) = status.get("reservedFor") or [{}]
+        node = pods[owner["uid"]]["spec"].get("nodeName")
+        if node is None:
+            bound = sum(1 for item in pods.values() if item["spec"].get("nodeName"))
+            raise RuntimeError(
+                f"claim {claim['metadata']['name']} is reserved for {owner['name']}, which is not bound "
+                f"({bound} of {len(pods)} pods are)"
+            )
+        results = status["allocation"]["devices"]["results"]
+        if {result["pool"] for result in results} != {node}:
+            raise RuntimeError(f"claim {claim['metadata']['name']} is allocated off its pod's node {node}")
+        given |= {(result["pool"], result["device"]) for result in results}
+    if len(given) != len(claims):
+        raise RuntimeError(f"{len(claims)} claims were given {len(given)} devices: one device twice")
 
 
 def pod(name: str, scheduler: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -131,6 +192,19 @@ def pod(name: str, scheduler: str, annotations: dict[str, str] | None = None) ->
     }
 
 
+def dra_pod(name: str, scheduler: str) -> dict[str, Any]:
+    """A plain pod that claims one device through :data:`ONE_DEVICE`, and asks no GPUs of its node."""
+    made = pod(name, scheduler)
+    container = made["spec"]["containers"][0]
+    container["resources"] = {"requests": {"cpu": "1", "memory": "4Gi"}, "claims": [{"name": "gpu"}]}
+    made["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    return made
+
+
+def dra_pods(scheduler: str, count: int = PODS) -> list[dict[str, Any]]:
+    return [dra_pod(f"p{i:04d}", scheduler) for i in range(count)]
+
+
 def gang_pods(count: int = PODS) -> list[dict[str, Any]]:
     return [
         pod(f"g{i // GANG:03d}-{i % GANG}", "phalanx", {f"{PFN}-name": f"g{i // GANG:03d}", f"{PFN}-size": str(GANG)})
@@ -143,32 +217,45 @@ def plain_pods(scheduler: str, count: int = PODS) -> list[dict[str, Any]]:
 
 
 async def watch_binds(api: Api, version: str, count: int, started: asyncio.Event) -> list[float]:
-    """Monotonic times at which the watch saw each pod get its node, until ``count`` have."""
+    """Monotonic times at which the watch saw each pod get its node, until ``count`` have. A watch the server
+    ends is started again from the last version seen."""
     seen: dict[str, float] = {}
-    params = {"watch": "true", "resourceVersion": version, "timeoutSeconds": "600"}
     url = api.plane.url + "/api/v1/namespaces/bench/pods"
-    async with api.session.get(url, params=params, headers=api.headers, ssl=api.ssl, timeout=None) as answer:
-        started.set()
-        async for line in answer.content:
-            event = json.loads(line)
-            obj = event["object"]
-            name = obj["metadata"]["name"]
-            if (obj.get("spec") or {}).get("nodeName") and name not in seen:
-                seen[name] = time.monotonic()
-                if len(seen) == count:
-                    break
+    while len(seen) < count:
+        params = {"watch": "true", "resourceVersion": version, "timeoutSeconds": "600", "allowWatchBookmarks": "true"}
+        async with api.session.get(url, params=params, headers=api.headers, ssl=api.ssl, timeout=None) as answer:
+            started.set()
+            async for line in answer.content:
+                event = json.loads(line)
+                obj = event["object"]
+                if event["type"] == "ERROR":
+                    raise RuntimeError(f"the watch of the benchmark's pods failed: {obj}")
+                version = obj["metadata"]["resourceVersion"]
+                if event["type"] == "BOOKMARK":
+                    continue
+                name = obj["metadata"]["name"]
+                if (obj.get("spec") or {}).get("nodeName") and name not in seen:
+                    seen[name] = time.monotonic()
+                    if len(seen) == count:
+                        break
     return sorted(seen.values())
 
 
 @asynccontextmanager
-async def control_plane(assets: Path, pods: list[dict[str, Any]]) -> AsyncIterator[tuple[ControlPlane, Api, str]]:
-    """A fresh server with the nodes and ``pods`` created; yields it, an admin client and the list version."""
+async def control_plane(
+    assets: Path, pods: list[dict[str, Any]], *, dra: bool = False
+) -> AsyncIterator[tuple[ControlPlane, Api, str]]:
+    """A fresh server with the nodes and ``pods`` created (with ``dra``, their devices and every pod's claim
+    too); yields it, an admin client and the list version."""
     with tempfile.TemporaryDirectory(prefix="bench-real-") as folder:
-        plane = ControlPlane.start(assets, Path(folder) / "plane", audit=False)
+        controllers = ("resourceclaim-controller",) if dra else ()
+        plane = ControlPlane.start(assets, Path(folder) / "plane", audit=False, controllers=controllers)
         try:
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=128)) as session:
                 api = Api(plane, session)
-                await prepare(api, pods)
+                await prepare(api, pods, dra=dra)
+                if dra:
+                    await claims_made(api, len(pods))
                 listing = await api.call("GET", "/api/v1/namespaces/bench/pods?limit=1")
                 yield plane, api, str(listing["metadata"]["resourceVersion"])
         finally:
@@ -186,12 +273,17 @@ class Binder:
 
 
 async def measure(
-    name: str, assets: Path, pods: list[dict[str, Any]], start: Callable[[ControlPlane, Api, Path], Any]
+    name: str,
+    assets: Path,
+    pods: list[dict[str, Any]],
+    start: Callable[[ControlPlane, Api, Path], Any],
+    *,
+    dra: bool = False,
 ) -> Figure:
     """Create ``pods``, then call ``start`` (which starts whatever binds them and returns its
     :class:`Binder`), and time the binds as a watch sees them. A binder that fails or exits before the last
     bind ends the measurement with what it said, instead of a wait for binds that will not come."""
-    async with control_plane(assets, pods) as (plane, api, version):
+    async with control_plane(assets, pods, dra=dra) as (plane, api, version):
         watching = asyncio.Event()
         watcher = asyncio.create_task(watch_binds(api, version, len(pods), watching))
         await watching.wait()
@@ -211,6 +303,8 @@ async def measure(
             finally:
                 watcher.cancel()
                 await binder.stop()
+            if dra:
+                await check_claims(api)
     return Figure(name, len(pods), times[-1] - times[0], times[-1] - began)
 
 
@@ -281,8 +375,9 @@ async def start_raw_binder(plane: ControlPlane, api: Api, folder: Path) -> Binde
 #: a coroutine counts only the time it runs, not the time it waits).
 ACTIVITIES = {
     "binding (pods/binding requests)": "binding.py:{}(_bind_one)",
-    "placing gangs (scheduling cycles)": "cycle.py:{}(cycle)",
-    "folding cluster news into the queue": "cycle.py:{}(sync)",
+    "allocating claims (PreBind)": "binding.py:{}(_allocate_claims)",
+    "placing gangs (scheduling cycles)": "cycle.py:{}(once)",
+    "folding cluster news into the queue": "loop.py:{}(sync)",
     "watch events (informers)": "informers.py:{}(_watch)",
     "first lists (informers)": "informers.py:{}(_list)",
     "Events and status (reporter)": "reporting.py:{}(flush)",
@@ -306,13 +401,23 @@ def profile_summary(path: Path) -> str:
     return "\n".join(lines)
 
 
-async def run(repeat: int, profile: bool, *, pods: int = PODS) -> dict[str, Any]:
+async def run(repeat: int, profile: bool, *, pods: int = PODS, dra: bool = False) -> dict[str, Any]:
     assets = assets_dir()
     if assets is None:
         raise SystemExit(f"bench_e2e.py --real: KUBEBUILDER_ASSETS is not set; {HOW_TO_GET}")
     compare = os.access(assets / "kube-scheduler", os.X_OK)  # setup-envtest's directories have none
+    if dra and not compare:
+        raise SystemExit("bench_e2e.py --real --dra: KUBEBUILDER_ASSETS has no kube-scheduler to compare with")
     runs: dict[str, list[Figure]] = {"phalanx": [], "kube-scheduler": [], "raw binding": []}
     for _ in range(repeat):
+        if dra:  # binding without allocating the claims would measure nothing DRA does: no raw figure
+            runs["kube-scheduler"].append(
+                await measure(
+                    "kube-scheduler", assets, dra_pods("default-scheduler", pods), start_kube_scheduler, dra=True
+                )
+            )
+            runs["phalanx"].append(await measure("phalanx", assets, dra_pods("phalanx", pods), start_phalanx, dra=True))
+            continue
         runs["raw binding"].append(await measure("raw binding", assets, plain_pods("nobody", pods), start_raw_binder))
         if compare:
             runs["kube-scheduler"].append(
@@ -339,6 +444,7 @@ async def run(repeat: int, profile: bool, *, pods: int = PODS) -> dict[str, Any]
             async def profiled(plane: ControlPlane, api: Api, run_folder: Path) -> Binder:
                 return await start_phalanx(plane, api, run_folder, profile=path)
 
-            await measure("phalanx (profiled)", assets, gang_pods(pods), profiled)
+            profiled_pods = dra_pods("phalanx", pods) if dra else gang_pods(pods)
+            await measure("phalanx (profiled)", assets, profiled_pods, profiled, dra=dra)
             result["profile"] = profile_summary(path)
     return result

@@ -49,6 +49,12 @@ class ResourceKind(Protocol):
         or None."""
         ...
 
+    def together(self, pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+        """What the pod shares with other pods and must share a node for (a claim of devices not allocated
+        yet, named by several pods): each as ``(what, how many pods name it)``. Every pod that names it
+        goes to one node."""
+        ...
+
 
 class Requests:
     """The counted resources of ``resources.requests`` and ``status.allocatable``."""
@@ -73,6 +79,9 @@ class Requests:
     def node(self, pod: Mapping[str, Any]) -> str | None:
         return None
 
+    def together(self, pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+        return ()
+
 
 class Claims:
     """Devices claimed through Dynamic Resource Allocation (``resource.k8s.io``): refused until placed."""
@@ -94,6 +103,9 @@ class Claims:
 
     def node(self, pod: Mapping[str, Any]) -> str | None:
         return None
+
+    def together(self, pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+        return ()
 
 
 #: Every kind of resource placement counts, in the order their columns are merged.

@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.devices.claims import Claim, ClaimError, Constraint, pod_claims
+from scheduler.devices.claims import Claim, ClaimError, ClaimRequest, Constraint, Request, pod_claims
+from scheduler.devices.demand import MAX_RESERVED
 from scheduler.devices.expressions import SelectorError
 from scheduler.devices.inventory import DeviceId, Devices
 from scheduler.devices.slices import Device
@@ -36,21 +37,27 @@ class ClaimWrite:
 
     namespace: str
     name: str
-    pod: str
+    #: The pods (namespace/name) it is written for: the gang's pods that name it.
+    pods: tuple[str, ...]
     #: The claim's ``resourceVersion`` when it was read: the precondition of the first write.
     version: str
-    #: The claim's finalizers with :data:`DELETE_PROTECTION` among them (None: it is there already).
+    #: The claim's finalizers with :data:`DELETE_PROTECTION` among them (None: it is there already, or the
+    #: claim is allocated already and only reserved for more pods).
     finalizers: tuple[str, ...] | None
-    #: The ``status`` to merge in (allocation and reservedFor).
+    #: The ``status`` to merge in: the allocation and ``reservedFor``, or ``reservedFor`` alone.
     status: Mapping[str, Any]
     devices: tuple[DeviceId, ...]
+    #: For a claim allocated already: its ``reservedFor`` before, what taking this write back restores.
+    #: None when the write allocates the claim (taking it back deallocates it).
+    reserved_before: tuple[Mapping[str, Any], ...] | None = None
 
 
 def plan(devices: Devices, pods: Iterable[tuple[Mapping[str, Any], str]]) -> list[ClaimWrite] | str:
-    """The writes that give the claims of ``pods`` (each a pod object and its node) their devices, or why
-    that cannot be done (nothing is written then)."""
-    taken: set[DeviceId] = set()
-    writes: list[ClaimWrite] = []
+    """The writes that give the claims of ``pods`` (each a pod object and its node) their devices and
+    reserve each claim for the pods that name it, or why that cannot be done (nothing is written then).
+    A claim several of the pods name is allocated once, on their one node; a claim allocated already (for
+    a pod of this gang by an earlier attempt, or shared with pods that run) is only reserved for more."""
+    users: dict[str, tuple[Claim, list[tuple[dict[str, str], str]]]] = {}
     for pod, node in pods:
         metadata = pod.get("metadata") or {}
         namespace, name, uid = (str(metadata.get(field, "")) for field in ("namespace", "name", "uid"))
@@ -58,73 +65,111 @@ def plan(devices: Devices, pods: Iterable[tuple[Mapping[str, Any], str]]) -> lis
             claim = devices.claims.get(f"{namespace}/{named.claim}") if named.claim else None
             if claim is None:
                 return f"pod {namespace}/{name}: its ResourceClaim {named.claim or named.template} is not there"
-            if claim.allocated:  # for this pod (demand.py refuses any other): by an earlier attempt of ours
-                if claim.node not in (None, node):
-                    return f"ResourceClaim {claim.key} is allocated on {claim.node}, not on {node}"
-                continue
-            try:
-                free = {
-                    request.name: devices.candidates(request.alternatives[0], node, taken) for request in claim.requests
-                }
-            except (ClaimError, SelectorError) as error:
-                return f"ResourceClaim {claim.key}: {error}"
-            picked = _pick(claim, free, claim.constraints)
-            if picked is None:
-                wanted = ", ".join(
-                    f"{request.alternatives[0].count} of class {request.alternatives[0].device_class}"
-                    for request in claim.requests
+            ref = {"resource": "pods", "name": name, "uid": uid}
+            users.setdefault(claim.key, (claim, []))[1].append((ref, node))
+    taken: set[DeviceId] = set()
+    writes: list[ClaimWrite] = []
+    for claim, using in users.values():
+        if claim.key in devices.releasing:
+            return f"ResourceClaim {claim.key} is being released by an earlier attempt; the gang is tried again soon"
+        nodes = sorted({node for _, node in using})
+        if len(nodes) > 1:
+            return f"ResourceClaim {claim.key} is shared by pods placed on {' and '.join(nodes)}: its devices serve one"
+        node = nodes[0]
+        reserved = {str(ref.get("uid", "")) for ref in claim.reservations}
+        joining = [ref for ref, _ in using if ref["uid"] not in reserved]
+        reservations = [*claim.reservations, *joining]
+        if len(reservations) > MAX_RESERVED:
+            return f"ResourceClaim {claim.key} would be reserved for {len(reservations)} pods, more than {MAX_RESERVED}"
+        names = tuple(f"{claim.namespace}/{ref['name']}" for ref, _ in using)
+        if claim.allocated:
+            if claim.node not in (None, node):
+                return f"ResourceClaim {claim.key} is allocated on {claim.node}, not on {node}"
+            if joining:
+                writes.append(
+                    ClaimWrite(
+                        namespace=claim.namespace,
+                        name=claim.name,
+                        pods=names,
+                        version=claim.version,
+                        finalizers=None,
+                        status={"reservedFor": reservations},
+                        devices=(),
+                        reserved_before=claim.reservations,
+                    )
                 )
-                kept = " that satisfy its constraints" if claim.constraints else ""
-                return f"ResourceClaim {claim.key} needs {wanted} on {node}, and fewer are free there{kept}"
-            results: list[dict[str, str]] = []
-            classes: dict[str, list[str]] = {}
-            for request in claim.requests:
-                chosen = picked[request.name]
-                taken.update(device.id for device in chosen)
-                results += [
-                    {"request": request.name, "driver": device.driver, "pool": device.pool, "device": device.name}
-                    for device in chosen
-                ]
-                classes.setdefault(request.alternatives[0].device_class, []).append(request.name)
-            allocation: dict[str, Any] = {
-                "devices": {"results": results},
-                "nodeSelector": {
-                    "nodeSelectorTerms": [
-                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-                    ]
-                },
-            }
-            config = _config(devices, classes, claim.config)
-            if config:
-                allocation["devices"]["config"] = config
-            status = {"allocation": allocation, "reservedFor": [{"resource": "pods", "name": name, "uid": uid}]}
-            writes.append(
-                ClaimWrite(
-                    namespace=namespace,
-                    name=claim.name,
-                    pod=f"{namespace}/{name}",
-                    version=claim.version,
-                    finalizers=None
-                    if DELETE_PROTECTION in claim.finalizers
-                    else (*claim.finalizers, DELETE_PROTECTION),
-                    status=status,
-                    devices=tuple(result for result in _ids(results)),
-                )
+            continue
+        try:
+            ways = {request.name: _first_available(devices, request, node, taken) for request in claim.requests}
+        except (ClaimError, SelectorError) as error:
+            return f"ResourceClaim {claim.key}: {error}"
+        free = {name: found for name, (_, found) in ways.items()}
+        picked = _pick(claim, free, {name: way.count for name, (way, _) in ways.items()}, claim.constraints)
+        if picked is None:
+            wanted = ", ".join(f"{way.count} of class {way.device_class}" for way, _ in ways.values())
+            kept = " that satisfy its constraints" if claim.constraints else ""
+            return f"ResourceClaim {claim.key} needs {wanted} on {node}, and fewer are free there{kept}"
+        results: list[dict[str, str]] = []
+        classes: dict[str, list[str]] = {}
+        for request in claim.requests:
+            way, _ = ways[request.name]
+            chosen = picked[request.name]
+            taken.update(device.id for device in chosen)
+            results += [
+                {"request": way.name, "driver": device.driver, "pool": device.pool, "device": device.name}
+                for device in chosen
+            ]
+            classes.setdefault(way.device_class, []).append(way.name)
+        allocation: dict[str, Any] = {
+            "devices": {"results": results},
+            "nodeSelector": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+            },
+        }
+        config = _config(devices, classes, claim.config)
+        if config:
+            allocation["devices"]["config"] = config
+        writes.append(
+            ClaimWrite(
+                namespace=claim.namespace,
+                name=claim.name,
+                pods=names,
+                version=claim.version,
+                finalizers=None if DELETE_PROTECTION in claim.finalizers else (*claim.finalizers, DELETE_PROTECTION),
+                status={"allocation": allocation, "reservedFor": reservations},
+                devices=tuple(_ids(results)),
             )
+        )
     for write in writes:
         devices.hold(f"{write.namespace}/{write.name}", write.devices)
     return writes
 
 
+def _first_available(
+    devices: Devices, request: ClaimRequest, node: str, taken: set[DeviceId]
+) -> tuple[Request, list[Device]]:
+    """The way ``request`` is met on ``node``, and the free devices that meet it there: of ``firstAvailable``,
+    the first alternative with enough of them (the last when none has), as kube-scheduler tries them."""
+    for way in request.alternatives:
+        found = devices.candidates(way, node, taken)
+        if len(found) >= way.count or way is request.alternatives[-1]:
+            return way, found
+    raise AssertionError("a request has at least one alternative")
+
+
 def _pick(
-    claim: Claim, free: Mapping[str, list[Device]], constraints: Sequence[Constraint]
+    claim: Claim,
+    free: Mapping[str, list[Device]],
+    counts: Mapping[str, int],
+    constraints: Sequence[Constraint],
 ) -> dict[str, list[Device]] | None:
-    """Each request's devices out of ``free`` (per request), every constraint kept: ``matchAttribute`` tries
-    each value the devices have in turn (the lowest first), ``distinctAttribute`` takes devices whose
-    values differ; None when no choice keeps them all."""
+    """Each request's devices out of ``free`` (per request, ``counts`` of each), every constraint kept:
+    ``matchAttribute`` tries each value the devices have in turn (the lowest first), ``distinctAttribute``
+    takes devices whose values differ; None when no choice keeps them all. A constraint naming a
+    subrequest (``gpus/h100``) applies to its request."""
     if constraints:
         first, rest = constraints[0], constraints[1:]
-        covered = first.requests or tuple(free)
+        covered = tuple(name.split("/", 1)[0] for name in first.requests) or tuple(free)
         if first.match is not None:
             attribute = first.match
             values = sorted({str(_attribute(d, attribute)) for name in covered for d in free.get(name, ())} - {"None"})
@@ -133,7 +178,7 @@ def _pick(
                     name: [d for d in found if name not in covered or str(_attribute(d, attribute)) == value]
                     for name, found in free.items()
                 }
-                found = _pick(claim, narrowed, rest)
+                found = _pick(claim, narrowed, counts, rest)
                 if found is not None:
                     return found
             return None
@@ -149,15 +194,15 @@ def _pick(
                     if distinct is not None and str(distinct) not in used:
                         chosen.append(device)
                         used.add(str(distinct))
-                    if len(chosen) == request.alternatives[0].count:
+                    if len(chosen) == counts[request.name]:
                         break
                 narrowed[request.name] = chosen
-            return _pick(claim, narrowed, rest)
-        return _pick(claim, free, rest)
+            return _pick(claim, narrowed, counts, rest)
+        return _pick(claim, free, counts, rest)
     picked: dict[str, list[Device]] = {}
     seen: set[DeviceId] = set()
     for request in claim.requests:
-        count = request.alternatives[0].count
+        count = counts[request.name]
         chosen = [device for device in free.get(request.name, ()) if device.id not in seen][:count]
         if len(chosen) < count:
             return None
@@ -173,9 +218,14 @@ def _attribute(device: Device, qualified: str) -> object:
     return tuple(value) if isinstance(value, list) else value
 
 
-def released(version: str) -> Mapping[str, Any]:
-    """The merge patch of the status that takes an allocation back."""
-    return {"metadata": {"resourceVersion": version}, "status": {"allocation": None, "reservedFor": None}}
+def taken_back(write: ClaimWrite, version: str) -> Mapping[str, Any]:
+    """The merge patch of the status that takes ``write`` back: the allocation it made, or the reservations
+    it added to a claim allocated before."""
+    if write.reserved_before is None:
+        status: dict[str, Any] = {"allocation": None, "reservedFor": None}
+    else:
+        status = {"reservedFor": list(write.reserved_before) or None}
+    return {"metadata": {"resourceVersion": version}, "status": status}
 
 
 def _config(

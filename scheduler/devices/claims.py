@@ -76,6 +76,10 @@ class Claim:
     finalizers: tuple[str, ...] = ()
     #: ``spec.devices.config``, copied into its allocation (``source: FromClaim``).
     config: tuple[Mapping[str, Any], ...] = ()
+    #: ``status.reservedFor`` as written: a pod joining a shared claim writes it back with itself added.
+    reservations: tuple[Mapping[str, Any], ...] = ()
+    #: The ``request`` each allocated device was given for (``gpus``, or ``gpus/h100`` of firstAvailable).
+    allocated_requests: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -141,6 +145,10 @@ def read_claim(obj: Mapping[str, Any]) -> Claim:
         node=_allocated_node(allocation.get("nodeSelector")),
         finalizers=tuple(str(name) for name in _list(metadata.get("finalizers"), f"{where}: metadata.finalizers")),
         config=tuple(_list(devices.get("config"), f"{where}: spec.devices.config")),
+        allocated_requests=tuple(str(result.get("request", "")) for result in results if isinstance(result, Mapping)),
+        reservations=tuple(
+            ref for ref in _list(status.get("reservedFor"), f"{where}: status.reservedFor") if isinstance(ref, Mapping)
+        ),
     )
 
 

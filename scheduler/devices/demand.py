@@ -2,14 +2,20 @@
 
 Each request of a claim is a column of its own, named after its DeviceClass (and its own selectors, when
 it has some): ``devices/gpu.nvidia.com``. A node offers in that column every device there that satisfies
-the request (``Devices.supply``), and every pod that claims some asks its request's count, whether its
-claim is allocated yet or not, as every pod counts its GPUs. Placement then compares devices as it
-compares GPUs; which devices a pod gets is chosen when its gang binds (``allocation.py``).
+the request (``Devices.supply``), and a pod that claims some asks its request's count, whether its claim
+is allocated yet or not, as every pod counts its GPUs. Placement then compares devices as it compares
+GPUs; which devices a pod gets is chosen when its gang binds (``allocation.py``).
+
+A claim several pods name (shared) asks its devices once: while it is not allocated, of the first of its
+pods, and the pods that share it go to one node (``together``: the gang compiler keeps them on one);
+once allocated, of no pod (ClusterState counts it on its node) and each pod that names it goes there
+(``node``). A claim allocated and reserved for no pod is joined the same way.
 
 A claim's ``constraints`` (``matchAttribute``, ``distinctAttribute``) are kept when its devices are chosen;
 placement counts devices without them, so a node whose devices cannot keep them is found out then, and
-the gang backs off. What cannot be placed this way yet is refused by name (firstAvailable with several
-alternatives, ``All``, a claim shared by several pods or allocated for none), and what a pod
+the gang backs off. Of a ``firstAvailable`` request, a pod asks the first alternative some node offers
+enough of (``alternative``). What cannot be placed this way yet is refused by name (``All``, an
+allocation on no single node), and what a pod
 waits for (its template's claim, which kube-controller-manager's resourceclaim controller makes; a
 claim or a DeviceClass that does not exist yet) makes its gang wait, with nothing to fix.
 """
@@ -20,9 +26,12 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.devices.claims import EXACT_COUNT, Claim, Request, pod_claims
+from scheduler.devices.claims import EXACT_COUNT, Claim, ClaimRequest, Request, pod_claims
 from scheduler.devices.inventory import Devices
 from topology.quantities import DEVICES
+
+#: How many consumers a claim's ``status.reservedFor`` may list (``ResourceClaimReservedForMaxSize``).
+MAX_RESERVED = 256
 
 
 def column(request: Request) -> str:
@@ -41,24 +50,58 @@ class DeviceDemand:
 
     def demand(self, pod: Mapping[str, Any]) -> Mapping[str, int]:
         found: dict[str, int] = {}
+        key, uid = _pod_key(pod), _uid(pod)
         for claim in self._claims(pod):
-            if claim is None:
+            if claim is None or not self.counts(claim, key, uid):
                 continue
             for request in claim.requests:
-                wanted = request.alternatives[0]
+                wanted = self.alternative(claim, request)
                 if wanted.mode != EXACT_COUNT:
                     continue
                 name = column(wanted)
-                self.devices.register(name, wanted)
                 found[name] = found.get(name, 0) + wanted.count
         return found
+
+    def alternative(self, claim: Claim, request: ClaimRequest) -> Request:
+        """The way ``request`` is counted: the alternative its allocation used; else, of ``firstAvailable``,
+        the first that some node offers enough of (as kube-scheduler tries them in order on each node, a
+        node where only a later one fits is not used: placement counts one way per pod), else the first."""
+        for wanted in request.alternatives:
+            self.devices.register(column(wanted), wanted)  # every node offers each, so each can be chosen
+        if len(request.alternatives) == 1:
+            return request.alternatives[0]
+        if claim.allocated:
+            given = set(claim.allocated_requests)
+            return next((wanted for wanted in request.alternatives if wanted.name in given), request.alternatives[0])
+        most = self.devices.most
+        return next(
+            (wanted for wanted in request.alternatives if most.get(column(wanted), 0) >= wanted.count),
+            request.alternatives[0],
+        )
+
+    def chooses(self, pod: Mapping[str, Any]) -> bool:
+        """Whether what the pod asks depends on what nodes offer (a ``firstAvailable`` request not allocated
+        yet): it is read again whenever that changes."""
+        return any(
+            claim is not None and not claim.allocated and any(len(r.alternatives) > 1 for r in claim.requests)
+            for claim in self._claims(pod)
+        )
+
+    def counts(self, claim: Claim, pod: str, uid: str) -> bool:
+        """Whether ``pod`` counts ``claim``'s devices as its own. An allocated claim reserved for it alone
+        is; one allocated otherwise (shared, or reserved for no pod) is counted on its own by ClusterState.
+        A claim not allocated yet is counted by the first of the pods that name it (by key), so that
+        pods sharing it ask its devices once."""
+        naming = self.devices.named_by.get(claim.key, set()) | {pod}  # it may be read before it is counted
+        if claim.allocated:
+            return claim.reserved_for == (uid,) and naming == {pod}
+        return min(naming) == pod
 
     def supply(self, node: Mapping[str, Any]) -> Mapping[str, int]:
         return {}  # from ResourceSlices, not from the Node: ClusterState merges Devices.supply in
 
     def unsupported(self, pod: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         found: list[tuple[str, str]] = []
-        uid = str((pod.get("metadata") or {}).get("uid", ""))
         namespace = _namespace(pod)
         for i, (named, claim) in enumerate(zip(pod_claims(pod), self._claims(pod), strict=True)):
             where = f"spec.resourceClaims[{i}]"
@@ -67,10 +110,8 @@ class DeviceDemand:
                 found.append((where, f"a ResourceClaim that cannot be read ({problem})"))
             if claim is None:
                 continue
-            if [owner for owner in claim.reserved_for if owner != uid]:
-                found.append((where, f"ResourceClaim {claim.key} shared with other pods"))
-            elif claim.allocated and uid not in claim.reserved_for:
-                found.append((where, f"ResourceClaim {claim.key} allocated for no pod of its own"))
+            if claim.allocated and claim.node is None:
+                found.append((where, f"ResourceClaim {claim.key} allocated on no single node"))
             for request in claim.requests:
                 found.extend(self._request_problems(where, claim, request.alternatives))
         return tuple(found)
@@ -89,9 +130,12 @@ class DeviceDemand:
                 found.append((where, f"ResourceClaim {namespace}/{named.claim} to exist"))
                 continue
             for request in claim.requests if claim is not None else ():
-                wanted = request.alternatives[0].device_class
-                if wanted not in self.devices.classes:
-                    found.append((where, f"DeviceClass {wanted} to exist"))
+                for wanted in request.alternatives:
+                    if wanted.device_class not in self.devices.classes:
+                        found.append((where, f"DeviceClass {wanted.device_class} to exist"))
+            uid = _uid(pod)
+            if claim is not None and len(claim.reserved_for) >= MAX_RESERVED and uid not in claim.reserved_for:
+                found.append((where, f"a place in ResourceClaim {claim.key}, reserved for {MAX_RESERVED} pods"))
         return tuple(found)
 
     def node(self, pod: Mapping[str, Any]) -> str | None:
@@ -99,22 +143,41 @@ class DeviceDemand:
         could not be taken back): the pod goes there, with its devices."""
         return next((claim.node for claim in self._claims(pod) if claim is not None and claim.node), None)
 
+    def together(self, pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+        """The claims not allocated yet that other pods name too: the pods that share one go to one node,
+        where its devices are (node-local devices serve only their node)."""
+        found = []
+        for claim in self._claims(pod):
+            sharing = len(self.devices.named_by.get(claim.key, ())) if claim is not None else 0
+            if claim is not None and not claim.allocated and sharing > 1:
+                found.append((f"ResourceClaim {claim.key}", sharing))
+        return tuple(found)
+
     def _request_problems(self, where: str, claim: Claim, alternatives: tuple[Request, ...]) -> list[tuple[str, str]]:
-        if len(alternatives) > 1:
-            return [(where, f"firstAvailable with several alternatives in ResourceClaim {claim.key}")]
-        wanted = alternatives[0]
-        if wanted.mode != EXACT_COUNT:
-            return [(where, f"allocationMode {wanted.mode} in ResourceClaim {claim.key}")]
-        device_class = self.devices.classes.get(wanted.device_class)
-        expressions = (*(device_class.selectors if device_class else ()), *wanted.selectors)
-        problems = [self.devices.selectors.check(expression) for expression in expressions]
-        return [(where, f"a device selector that cannot be used: {problem}") for problem in problems if problem]
+        found = []
+        for wanted in alternatives:
+            if wanted.mode != EXACT_COUNT:
+                return [(where, f"allocationMode {wanted.mode} in ResourceClaim {claim.key}")]
+            device_class = self.devices.classes.get(wanted.device_class)
+            expressions = (*(device_class.selectors if device_class else ()), *wanted.selectors)
+            problems = [self.devices.selectors.check(expression) for expression in expressions]
+            found += [(where, f"a device selector that cannot be used: {problem}") for problem in problems if problem]
+        return found
 
     def _claims(self, pod: Mapping[str, Any]) -> list[Claim | None]:
         namespace = _namespace(pod)
         return [
             self.devices.claims.get(f"{namespace}/{named.claim}") if named.claim else None for named in pod_claims(pod)
         ]
+
+
+def _pod_key(pod: Mapping[str, Any]) -> str:
+    metadata = pod.get("metadata") or {}
+    return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+
+
+def _uid(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("uid", ""))
 
 
 def _namespace(pod: Mapping[str, Any]) -> str:

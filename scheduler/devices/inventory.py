@@ -29,17 +29,28 @@ class Devices:
         self.classes: dict[str, DeviceClass] = {}
         self.claims: dict[str, Claim] = {}
         self.templates: set[str] = set()  # namespace/name
+        #: The unfinished pods that name each claim (namespace/name), kept by ClusterState: a claim named by
+        #: several is shared.
+        self.named_by: dict[str, set[str]] = {}
         #: Objects that could not be read, by kind and key: what is wrong with each.
         self.problems: dict[tuple[str, str], str] = {}
         #: Every request pods have asked for, by the name of its column (``demand.column``).
         self.columns: dict[str, Request] = {}
+        #: Per column, the most devices one node offers in it (as of the last :meth:`supply`): which
+        #: alternative of a ``firstAvailable`` request a pod asks for.
+        self.most: dict[str, int] = {}
         #: Something changed what nodes offer (a device, an allocation, a class, a new column).
         self.dirty = False
         #: Devices PreBind has chosen for a claim (device -> claim) that the watch does not show allocated
         #: yet: never chosen again meanwhile, by this gang or another binding beside it.
         self.in_flight: dict[DeviceId, str] = {}
+        #: Claims whose allocation (or added reservations) PreBind took back, with the version that write
+        #: left: until the watch shows that version, the claim as known here is stale, and no PreBind uses it.
+        self.releasing: dict[str, str] = {}
         self._node_attributes: dict[str, dict[str, str]] | None = None  # cached until a slice changes
         self._by_id: dict[DeviceId, Device] | None = None  # cached until a slice changes
+        self._on_node: dict[str, list[Device]] | None = None  # cached until a slice changes
+        self._allocated: dict[DeviceId, str] = {}  # device -> the claim it is allocated to
 
     def apply(self, resource: ApiResource, change_type: str, obj: Mapping[str, Any]) -> None:
         metadata = obj.get("metadata") or {}
@@ -50,7 +61,7 @@ class Devices:
         self.dirty = self.dirty or resource.plural in (RESOURCE_SLICES.plural, DEVICE_CLASSES.plural)
         try:
             if resource.plural == RESOURCE_SLICES.plural:
-                self._node_attributes = self._by_id = None
+                self._node_attributes = self._by_id = self._on_node = None
                 self.selectors.forget(self.pools.apply(change_type, obj))
                 for slice_name, problem in self.pools.problems.items():
                     self.problems[(resource.kind, slice_name)] = problem
@@ -59,13 +70,19 @@ class Devices:
                 if not gone:
                     self.classes[key] = read_class(obj)
             elif resource.plural == RESOURCE_CLAIMS.plural:
-                self.claims.pop(key, None)
+                before = self.claims.pop(key, None)
+                for device in before.allocated if before is not None else ():
+                    if self._allocated.get(device) == key:
+                        del self._allocated[device]
+                if gone or self.releasing.get(key) == str(metadata.get("resourceVersion", "")):
+                    self.releasing.pop(key, None)  # the watch caught up with the take-back
                 if gone:
                     self.in_flight = {device: claim for device, claim in self.in_flight.items() if claim != key}
                 else:
                     claim = read_claim(obj)
                     self.claims[key] = claim
                     for device in claim.allocated:
+                        self._allocated[device] = key
                         self.in_flight.pop(device, None)  # the watch shows it given: the allocation counts now
             elif resource.plural == RESOURCE_CLAIM_TEMPLATES.plural:
                 self.templates.discard(key)
@@ -73,6 +90,11 @@ class Devices:
                     self.templates.add(key)
         except ClaimError as error:
             self.problems[(resource.kind, key)] = str(error)
+
+    def relisted(self, resource: ApiResource) -> None:
+        """``resource`` was listed again: every claim is known as it is now, none stale after a take-back."""
+        if resource.plural == RESOURCE_CLAIMS.plural:
+            self.releasing.clear()
 
     def known(self, resource: ApiResource) -> set[tuple[str, str]]:
         """(namespace, name) of what is known of ``resource``, for pruning after a relist."""
@@ -85,12 +107,21 @@ class Devices:
 
     def allocated(self) -> set[DeviceId]:
         """Devices allocated to a claim (never given to another, unless the driver allows sharing)."""
-        return {device for claim in self.claims.values() for device in claim.allocated}
+        return set(self._allocated)
 
     def matching(self, request: Request) -> list[Device]:
         """The devices that satisfy ``request``: its class's selectors and its own, all of them. Raises
         SelectorError (an expression that does not compile or fails on a device) and ClaimError (no such
         class)."""
+        expressions = self._expressions(request)
+        return [
+            device
+            for device in self.pools.devices()
+            if all(self.selectors.matches(expression, device.key, device.view) for expression in expressions)
+        ]
+
+    def _expressions(self, request: Request) -> tuple[str, ...]:
+        """The selectors a device must satisfy for ``request``, its class's first; raises as :meth:`matching`."""
         device_class = self.classes.get(request.device_class)
         if device_class is None:
             raise ClaimError(f"DeviceClass {request.device_class} does not exist")
@@ -99,11 +130,7 @@ class Devices:
             problem = self.selectors.check(expression)
             if problem is not None:
                 raise SelectorError(problem)
-        return [
-            device
-            for device in self.pools.devices()
-            if all(self.selectors.matches(expression, device.key, device.view) for expression in expressions)
-        ]
+        return expressions
 
     def held(self, claim: Claim) -> dict[str, dict[str, int]]:
         """Per node, per column, the devices allocated to ``claim`` that the column's request would take: what
@@ -151,6 +178,7 @@ class Devices:
         an allocation written while its pod binds changes nothing placement sees. (A column whose request
         cannot be evaluated offers nothing; the pods that ask for it are told why.)"""
         offered: dict[str, dict[str, int]] = {}
+        self.most = {}
         for column, request in self.columns.items():
             try:
                 found = Counter(device.node for device in self.matching(request) if device.node is not None)
@@ -158,6 +186,7 @@ class Devices:
                 continue
             for node, count in found.items():
                 offered.setdefault(node, {})[column] = count
+            self.most[column] = max(found.values(), default=0)
         return offered
 
     def node_attributes(self) -> dict[str, dict[str, str]]:
@@ -184,16 +213,21 @@ class Devices:
 
     def candidates(self, request: Request, node: str, taken: set[DeviceId]) -> list[Device]:
         """The devices on ``node`` that satisfy ``request``, not allocated and not in ``taken``; the lowest
-        names first, so that a repeated choice is the same choice."""
-        allocated = self.allocated()
+        names first, so that a repeated choice is the same choice. Only the node's devices are looked at."""
+        expressions = self._expressions(request)
+        if self._on_node is None:
+            self._on_node = {}
+            for device in self.pools.devices():
+                if device.node is not None:
+                    self._on_node.setdefault(device.node, []).append(device)
         return sorted(
             (
                 device
-                for device in self.matching(request)
-                if device.node == node
-                and device.id not in allocated
+                for device in self._on_node.get(node, ())
+                if device.id not in self._allocated
                 and device.id not in taken
                 and device.id not in self.in_flight
+                and all(self.selectors.matches(expression, device.key, device.view) for expression in expressions)
             ),
             key=lambda device: device.id,
         )

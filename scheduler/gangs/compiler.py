@@ -20,7 +20,7 @@ from scheduler.gangs.pfn import compile_pfn
 from scheduler.gangs.pods import PodInfo
 from scheduler.gangs.sources import ROOT_SOURCE, compiler
 from scheduler.gangs.upstream import compile_workload_gang, composite_minimum, composite_topology
-from topology import GangRequest
+from topology import HOSTNAME, GangRequest
 
 #: Deepest hierarchy accepted, counting the group that holds the pods (upstream's WorkloadMaxTreeDepth).
 MAX_DEPTH = 4
@@ -80,6 +80,7 @@ class GangCompiler:
         try:
             result: GangResult = build()
             if isinstance(result, GangSpec):
+                result = replace(result, request=self._together(result.request, {pod.key: pod for pod in pods}))
                 self._check_size(result, pods)
                 if held[0]:
                     result = replace(result, gated=held[0], gates=held[1])
@@ -123,6 +124,33 @@ class GangCompiler:
             f"the gang needs {needed} pods together, more than gangs.maxGangSize ({limit}) allows; "
             "lower it, or raise gangs.maxGangSize in Phalanx's configuration",
         )
+
+    def _together(self, part: GangRequest, pods: dict[str, PodInfo]) -> GangRequest:
+        """Keep on one node the pods of a leaf that must share one (a claim of devices they share and nobody
+        has allocated: ``ResourceKind.together``). Pods that share one with pods outside their leaf cannot
+        be kept together by placement: an error that says so."""
+        if not part.is_leaf:
+            children = tuple(self._together(child, pods) for child in part.children)
+            return part if children == part.children else replace(part, children=children)
+        shared: dict[str, tuple[int, list[PodInfo]]] = {}
+        for member in part.pods:
+            pod = pods.get(member.key)
+            if pod is None or member.node is not None:
+                continue
+            for kind in self.context.kinds:
+                for what, sharing in kind.together(pod.raw):
+                    shared.setdefault(what, (sharing, []))[1].append(pod)
+        for what, (sharing, here) in shared.items():
+            if len(here) < sharing:
+                raise SpecProblem(
+                    here[0].ref,
+                    "spec.resourceClaims",
+                    what,
+                    f"{what} is shared with {sharing - len(here)} pod(s) outside this part of the gang; Phalanx "
+                    "places the pods of a claim nobody has allocated yet together only when they are one part "
+                    "of one gang: put them in one, or leave this pod to another scheduler",
+                )
+        return replace(part, required=HOSTNAME) if shared else part
 
     def _warnings(self, key: GangKey, pods: list[PodInfo]) -> tuple[str, ...]:
         return tuple(

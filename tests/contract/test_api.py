@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 
-from tests.contract.conftest import Api, from_yaml, pod
+from tests.contract.conftest import Answer, Api, from_yaml, pod
 
 DATA = Path(__file__).parent / "data"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
@@ -627,3 +627,52 @@ async def test_dynamic_resource_allocation_is_served_with_a_status_only_for_clai
     assert not created.get("status")  # status is the status subresource's
     assert created["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1  # defaulted, as the API defaults
     assert created["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] == "ExactCount"
+
+
+def _allocated(request: str = "gpu", device: str = "gpu-0") -> dict[str, Any]:
+    results = [{"request": request, "driver": "gpu.example.com", "pool": "n0", "device": device}]
+    return {"devices": {"results": results},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": ["n0"]}]}]}}  # fmt: skip
+
+
+async def test_a_claim_s_status_is_validated_as_the_scheduler_writes_it(api: Api) -> None:
+    """What PreBind and a take-back write: allocation and reservations together, more reservations later,
+    both cleared together; and what the server refuses: reservations without an allocation, one pod twice,
+    an allocation changed in place, a result for no request of the claim."""
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "shared"},
+             "spec": {"devices": {"requests": [request]}}}  # fmt: skip
+    created = await api.ok("POST", api.path("resourceclaims", **DRA), claim)
+    path = api.path("resourceclaims", "shared", **DRA) + "/status"
+    # Real pods: kube-controller-manager's resourceclaim controller drops reservations of pods that do not exist.
+    first, second = [
+        {
+            "resource": "pods",
+            "name": name,
+            "uid": (await api.ok("POST", api.path("pods"), pod(name)))["metadata"]["uid"],
+        }
+        for name in ("first", "second")
+    ]
+
+    async def patch(status: dict[str, Any], version: str | None = None) -> Answer:
+        body: dict[str, Any] = {"status": status}
+        if version is not None:
+            body["metadata"] = {"resourceVersion": version}
+        return await api.request("PATCH", path, body, content_type="application/merge-patch+json")
+
+    def refused(answer: Answer, field: str) -> None:
+        assert (answer.status, answer.reason) == (422, "Invalid"), answer.body[:300]
+        assert field in [cause["field"] for cause in answer.json["details"]["causes"]], answer.json
+
+    refused(await patch({"reservedFor": [first]}), "status.reservedFor")
+    written = await patch({"allocation": _allocated(), "reservedFor": [first]}, created["metadata"]["resourceVersion"])
+    assert written.status == 200, written.body[:300]
+    refused(await patch({"reservedFor": [first, first]}), "status.reservedFor[1]")
+    joined = await patch({"reservedFor": [first, second]}, written.json["metadata"]["resourceVersion"])
+    assert joined.status == 200, joined.body[:600]
+    assert [ref["name"] for ref in joined.json["status"]["reservedFor"]] == ["first", "second"]
+    refused(await patch({"allocation": _allocated(device="gpu-1")}), "status.allocation")
+    released = await patch({"allocation": None, "reservedFor": None})
+    assert released.status == 200 and not released.json.get("status", {}).get("allocation")
+    refused(await patch({"allocation": _allocated(request="other")}), "status.allocation.devices.results[0].request")

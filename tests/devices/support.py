@@ -98,3 +98,19 @@ def claim(
             }
         }
     return obj  # fmt: skip
+
+
+def first_available(name: str, *ways: tuple[str, str, int], namespace: str = "ml") -> dict[str, Any]:
+    """A claim of one request, ``gpus``, met by the first of ``ways`` (subrequest name, CEL selector, count)
+    that can be."""
+    alternatives = [
+        {"name": sub, "deviceClassName": GPU_DRIVER, "count": count,
+         "selectors": [{"cel": {"expression": expression}}]}
+        for sub, expression, count in ways
+    ]  # fmt: skip
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+        "spec": {"devices": {"requests": [{"name": "gpus", "firstAvailable": alternatives}]}},
+    }

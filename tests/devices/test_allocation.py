@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.devices.allocation import plan
+from scheduler.devices.allocation import plan, taken_back
 from scheduler.devices.inventory import Devices
 from scheduler.ports.port import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
-from tests.devices.support import claim, device_class, node_slice
+from tests.devices.support import claim, device_class, first_available, node_slice
 
 
 def devices_with(*objects: tuple[Any, dict[str, Any]]) -> Devices:
@@ -79,3 +79,61 @@ def test_distinct_attribute_takes_devices_whose_values_differ() -> None:
                            (RESOURCE_CLAIMS, spread))  # fmt: skip
     (write,) = plan(devices, [(pod("p", "spread"), "n0")])  # type: ignore[misc]
     assert [device for *_, device in write.devices] == ["gpu-0", "gpu-4"]  # one of each clique
+
+
+def test_a_claim_the_gang_s_pods_share_is_allocated_once_and_reserved_for_each() -> None:
+    devices = devices_with((DEVICE_CLASSES, device_class()), (RESOURCE_SLICES, node_slice("n0")),
+                           (RESOURCE_CLAIMS, claim("shared", 4)))  # fmt: skip
+    writes = plan(devices, [(pod("p", "shared"), "n0"), (pod("q", "shared"), "n0")])
+    assert not isinstance(writes, str)
+    (write,) = writes
+    assert write.pods == ("ml/p", "ml/q") and len(write.devices) == 4
+    assert [ref["name"] for ref in write.status["reservedFor"]] == ["p", "q"]
+    assert plan(devices, [(pod("p", "shared"), "n0"), (pod("q", "shared"), "n1")]) == (
+        "ResourceClaim ml/shared is shared by pods placed on n0 and n1: its devices serve one"
+    )
+
+
+def test_a_pod_joining_an_allocated_claim_is_added_to_its_reservations_and_taking_back_removes_only_it() -> None:
+    running = claim("shared", 2, allocated=[("n0", "gpu-0"), ("n0", "gpu-1")])
+    running["status"]["reservedFor"] = [{"resource": "pods", "name": "first", "uid": "uid-first"}]
+    running["status"]["allocation"]["nodeSelector"] = {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n0"]}]}]}  # fmt: skip
+    devices = devices_with((DEVICE_CLASSES, device_class()), (RESOURCE_SLICES, node_slice("n0")),
+                           (RESOURCE_CLAIMS, running))  # fmt: skip
+    writes = plan(devices, [(pod("second", "shared"), "n0")])
+    assert not isinstance(writes, str)
+    (write,) = writes
+    assert write.devices == () and write.finalizers is None and set(write.status) == {"reservedFor"}
+    assert [ref["name"] for ref in write.status["reservedFor"]] == ["first", "second"]
+    assert taken_back(write, "7")["status"] == {"reservedFor": [running["status"]["reservedFor"][0]]}
+    assert plan(devices, [(pod("second", "shared"), "n1")]) == "ResourceClaim ml/shared is allocated on n0, not on n1"
+
+
+def test_first_available_takes_the_first_alternative_the_node_has_enough_of() -> None:
+    b200 = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA B200'"
+    devices = devices_with((DEVICE_CLASSES, device_class()), (RESOURCE_SLICES, node_slice("n0")),
+                           (RESOURCE_CLAIMS, first_available("f", ("b200", b200, 2), ("any", "true", 3))))  # fmt: skip
+    writes = plan(devices, [(pod("p", "f"), "n0")])
+    assert not isinstance(writes, str)
+    (write,) = writes
+    assert [result["request"] for result in write.status["allocation"]["devices"]["results"]] == ["gpus/any"] * 3
+
+
+def test_a_claim_whose_take_back_the_watch_has_not_shown_is_not_used_until_it_has() -> None:
+    """PreBind took an allocation back; until the watch shows the version that wrote, the claim known here
+    is stale (still allocated), and a PreBind that trusted it would bind a pod to devices being released."""
+    given = claim("c", 2, allocated=[("n0", "gpu-0"), ("n0", "gpu-1")])
+    given["metadata"]["resourceVersion"] = "5"
+    given["status"]["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "uid-p"}]
+    devices = devices_with((DEVICE_CLASSES, device_class()), (RESOURCE_SLICES, node_slice("n0")),
+                           (RESOURCE_CLAIMS, given))  # fmt: skip
+    devices.releasing["ml/c"] = "6"
+    assert plan(devices, [(pod("p", "c"), "n0")]) == (
+        "ResourceClaim ml/c is being released by an earlier attempt; the gang is tried again soon"
+    )
+    released = claim("c", 2)
+    released["metadata"]["resourceVersion"] = "6"
+    devices.apply(RESOURCE_CLAIMS, "MODIFIED", released)
+    writes = plan(devices, [(pod("p", "c"), "n0")])
+    assert not isinstance(writes, str) and len(writes[0].devices) == 2  # allocated afresh

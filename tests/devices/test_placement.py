@@ -3,10 +3,14 @@ the devices the nodes offer, told why not, and waiting for what another controll
 
 from __future__ import annotations
 
+from typing import Any
+
 from scheduler.decision import Code
+from scheduler.gangs import GangSpec
 from scheduler.ports.port import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Change
-from tests.devices.support import claim, device_class, node_slice
+from tests.devices.support import claim, device_class, first_available, node_slice
 from tests.scheduler.loop import Loop
+from topology import HOSTNAME
 
 
 def dra_loop(device_nodes: tuple[str, ...] = ("b0-r0-n0", "b0-r0-n1"), *, preemption: bool = False) -> Loop:
@@ -138,3 +142,97 @@ def test_devices_of_a_finished_pod_stay_taken_while_its_claim_is_allocated() -> 
     claiming(loop, "w-0", ("w", 1))
     loop.settle()
     assert set(loop.bound()) == {old}  # the finished pod's devices are still allocated to its claim
+
+
+def sharing(loop: Loop, name: str, claim_name: str, gang: tuple[str, int] | None, **submit: Any) -> str:
+    claims = [{"name": "gpus", "resourceClaimName": claim_name}]
+    return loop.submit(name, 0, gang=gang, resourceClaims=claims, **submit)
+
+
+def test_pods_of_a_gang_that_share_a_claim_go_to_one_node_and_ask_its_devices_once() -> None:
+    """Each device node has 8 GPUs: asked once, the claim's 8 fit on one node with both pods; asked by each
+    pod, they would not. A busy node would draw the second pod (the most allocated first), if it could go
+    anywhere."""
+    loop = dra_loop()
+    loop.submit("busy", 4, node="b0-r0-n2")
+    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", claim("pair-gpus", 8)))
+    pods = [sharing(loop, f"s-{i}", "pair-gpus", ("s", 2)) for i in range(2)]
+    for key in loop.state.index.take_changed():  # compiled now, to look at; then queued, as sync would
+        loop.loop.cycle.requeue(key)
+    spec = loop.state.index.get("pfn:ml/s")  # type: ignore[arg-type]
+    assert isinstance(spec, GangSpec) and spec.request.required == HOSTNAME  # kept on one node, not by luck
+    loop.settle()
+    (outcome,) = loop.outcomes("pfn:ml/s")
+    assert outcome.code is Code.SCHEDULED
+    assert len({loop.bound()[pod] for pod in pods}) == 1
+
+
+def test_a_pod_joins_an_allocated_shared_claim_on_its_node_without_asking_its_devices_again() -> None:
+    loop = dra_loop()
+    given = claim("pair-gpus", 8, allocated=[("b0-r0-n1", f"gpu-{i}") for i in range(8)])
+    given["status"]["allocation"]["nodeSelector"] = {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b0-r0-n1"]}]}]}  # fmt: skip
+    given["status"]["reservedFor"] = [{"resource": "pods", "name": "first", "uid": "first"}]
+    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", given))
+    sharing(loop, "first", "pair-gpus", None, node="b0-r0-n1")
+    second = sharing(loop, "second", "pair-gpus", ("second", 1))
+    loop.settle()
+    assert loop.bound()[second] == "b0-r0-n1"  # its 8 devices are taken, by the claim it shares
+    # The node's devices are counted once, on their own: a third pod claiming 8 of its own goes elsewhere.
+    third = claiming(loop, "third", ("third", 1))
+    loop.settle()
+    assert loop.bound()[third] == "b0-r0-n0"
+
+
+def test_pods_of_two_gangs_that_share_a_claim_nobody_allocated_are_told_they_cannot_be_kept_together() -> None:
+    loop = dra_loop()
+    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", claim("pair-gpus", 8)))
+    sharing(loop, "a-0", "pair-gpus", ("a", 1))
+    sharing(loop, "b-0", "pair-gpus", ("b", 1))
+    loop.settle()
+    (outcome,) = loop.outcomes("pfn:ml/a")
+    assert outcome.code is Code.INVALID
+    assert "ResourceClaim ml/pair-gpus is shared with 1 pod(s) outside this part of the gang" in outcome.message
+    assert not loop.bound()
+
+
+B200 = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA B200'"
+H100 = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'"
+
+
+def test_a_first_available_request_is_placed_by_the_first_alternative_some_node_offers() -> None:
+    """Eight B200s if a node has them, else four H100s: no node has B200s, so the pod asks four H100s (and
+    two such pods share a node of eight)."""
+    loop = dra_loop(device_nodes=("b0-r0-n0",))
+    pods = []
+    for i in range(2):
+        loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", first_available(f"f-{i}-gpus", ("b200", B200, 8),
+                                                                         ("h100", H100, 4))))  # fmt: skip
+        pods.append(sharing(loop, f"f-{i}", f"f-{i}-gpus", ("f", 2)))
+    loop.settle()
+    assert [loop.bound().get(pod) for pod in pods] == ["b0-r0-n0", "b0-r0-n0"]
+
+
+def test_a_shared_claim_allocated_before_its_pods_bind_is_not_counted_twice() -> None:
+    """PreBind writes the shared claim's allocation, and the watch shows it before either bind: the devices
+    the first pod's placement carries are not counted again on their own, so the node is not crowded
+    (which made the bind give the gang back, over and over)."""
+    loop = dra_loop(device_nodes=("b0-r0-n0",))
+    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", claim("pair-gpus", 8)))
+    for i in range(2):
+        sharing(loop, f"s-{i}", "pair-gpus", ("s", 2))
+    loop.loop.sync()
+    assert loop.loop.step()
+    (job,) = loop.binder.jobs
+    allocated = claim("pair-gpus", 8, allocated=[("b0-r0-n0", f"gpu-{i}") for i in range(8)])
+    allocated["status"]["allocation"]["nodeSelector"] = {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b0-r0-n0"]}]}]}  # fmt: skip
+    allocated["status"]["reservedFor"] = [{"resource": "pods", "name": f"s-{i}", "uid": f"s-{i}"} for i in range(2)]
+    loop.state.apply(RESOURCE_CLAIMS, Change("MODIFIED", allocated))
+    assert not loop.state.overcommitted(["b0-r0-n0"])
+    loop.binder.jobs.clear()
+    for pod, node in job.pods:  # the binds are seen: the devices are now the claim's, counted once
+        loop.bind(pod, node)
+    assert not loop.state.overcommitted(["b0-r0-n0"])
+    used = loop.state.snapshot.requested[loop.state.snapshot.index_of("b0-r0-n0")]
+    assert int(used[loop.state.snapshot.resources.index("devices/gpu.nvidia.com")]) == 8

@@ -177,3 +177,31 @@ def test_a_gang_whose_claims_cannot_be_kept_together_binds_nothing_and_allocates
     assert not bound(plane, "dra-mixed")
     claims = plane.call("GET", "/apis/resource.k8s.io/v1/namespaces/dra-mixed/resourceclaims")["items"]
     assert not [item["metadata"]["name"] for item in claims if (item.get("status") or {}).get("allocation")]
+
+
+def test_two_pods_of_a_gang_that_share_a_claim_bind_on_one_node_with_the_claim_reserved_for_both(
+    plane: ControlPlane, scheduler: PhalanxProcess
+) -> None:
+    """One claim named directly by both pods of a gang: allocated once, on the one node both go to, and
+    reserved for each (kube-apiserver 1.36 checks the reservations when each pod binds)."""
+    ensure_namespace(plane, "dra-shared")
+    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
+        plane.apply(device_class())
+    plane.apply(node_slice("b0-r2-n4", 4, clique="shared-lot"))
+    plane.apply(node_slice("b0-r2-n5", 4, clique="shared-lot"))
+    mine = "device.attributes['gpu.nvidia.com'].cliqueId == 'shared-lot'"  # not the other tests' devices
+    plane.apply(claim("pair-gpus", 4, mine, namespace="dra-shared"))
+    for name in ("left", "right"):
+        plane.apply(gpu_pod(name, "dra-shared", gpus=0, annotations=pfn("pair", 2),
+                            resourceClaims=[{"name": "gpus", "resourceClaimName": "pair-gpus"}]))  # fmt: skip
+    placed = eventually(
+        lambda: len(bound(plane, "dra-shared")) == 2 and bound(plane, "dra-shared"), what="both bound", timeout=60
+    )
+    (node,) = set(placed.values())
+    given = plane.call("GET", "/apis/resource.k8s.io/v1/namespaces/dra-shared/resourceclaims/pair-gpus")["status"]
+    assert {result["pool"] for result in given["allocation"]["devices"]["results"]} == {node}
+    assert len(given["allocation"]["devices"]["results"]) == 4
+    running = pods(plane, "dra-shared")
+    assert sorted(ref["uid"] for ref in given["reservedFor"]) == sorted(
+        running[f"dra-shared/{name}"]["metadata"]["uid"] for name in ("left", "right")
+    )

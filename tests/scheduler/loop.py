@@ -188,7 +188,7 @@ class Loop:
             self._runs[key] = runs
         self.state.apply(PODS, Change("ADDED", pod))
         if node is not None:
-            self._bind(key, node)
+            self.bind(key, node)
         return key
 
     def settle(self) -> None:
@@ -202,7 +202,7 @@ class Loop:
                 return
             for job in jobs:
                 for pod, node in job.pods:
-                    self._bind(pod, node)
+                    self.bind(pod, node)
 
     def advance(self, seconds: float) -> None:
         """Move the clock on, then settle (backoffs that end meanwhile are tried then)."""
@@ -261,7 +261,8 @@ class Loop:
     def on(self, node: str) -> list[str]:
         return sorted(key for key, where in self.bound().items() if where == node)
 
-    def _bind(self, pod: str, node: str) -> None:
+    def bind(self, pod: str, node: str) -> None:
+        """The watch shows ``pod`` bound to ``node`` and running."""
         obj = self.pods[pod]
         obj["spec"] = {**obj["spec"], "nodeName": node}
         obj["status"] = {"phase": "Running", "startTime": rfc3339(self.clock.wall())}

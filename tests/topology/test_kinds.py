@@ -31,6 +31,9 @@ class Widgets:
     def node(self, pod: Mapping[str, Any]) -> str | None:
         return None
 
+    def together(self, pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+        return ()
+
 
 def node(name: str, widgets: int | None = None) -> dict[str, Any]:
     annotations = {WIDGETS: str(widgets)} if widgets is not None else {}

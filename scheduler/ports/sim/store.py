@@ -58,6 +58,7 @@ from scheduler.ports.sim.status import ApiError, already_exists, conflict, not_f
 from scheduler.ports.sim.validation import (
     admit_pod,
     bad,
+    claim_status_causes,
     event_causes,
     invalid,
     name_causes,
@@ -746,6 +747,10 @@ class Store:
                 causes = pod_status_causes(current, result)
                 if causes:
                     raise invalid("Pod", "", key[1], causes)
+            elif resource.storage == ("resource.k8s.io", "resourceclaims"):
+                causes = claim_status_causes(current, result)
+                if causes:
+                    raise invalid("ResourceClaim", "resource.k8s.io", key[1], causes)
         else:
             result = {**new, "apiVersion": self._stored_version(resource), "kind": resource.kind}
             if "status" in resource.subresources:

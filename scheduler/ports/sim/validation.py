@@ -145,6 +145,45 @@ def pod_status_causes(before: Mapping[str, Any], after: Mapping[str, Any]) -> li
     return []
 
 
+#: How many consumers a claim may be reserved for (``ResourceClaimReservedForMaxSize``).
+CLAIM_RESERVED_MAX = 256
+
+
+def claim_status_causes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Cause]:
+    """What kube-apiserver refuses in a ResourceClaim's status write (``validateResourceClaimStatusUpdate``):
+    reservations without an allocation, one consumer twice, too many, an allocation changed in place (it may
+    only be set or cleared), and a result for no request of the claim."""
+    status, old = _mapping(after.get("status")), _mapping(before.get("status"))
+    causes: list[Cause] = []
+    reserved = status.get("reservedFor") or []
+    seen: set[str] = set()
+    for i, ref in enumerate(reserved):
+        uid = str(_mapping(ref).get("uid", ""))
+        if uid in seen:
+            causes.append({"reason": "FieldValueDuplicate", "message": f"Duplicate value: {_quote(uid)}",
+                           "field": f"status.reservedFor[{i}]"})  # fmt: skip
+        seen.add(uid)
+    if len(reserved) > CLAIM_RESERVED_MAX:
+        too_many = f"Too many: {len(reserved)}: must have at most {CLAIM_RESERVED_MAX} items"
+        causes.append({"reason": "FieldValueTooMany", "field": "status.reservedFor", "message": too_many})
+    allocation = status.get("allocation")
+    if reserved and not allocation:
+        causes.append(forbidden("status.reservedFor", "may not be specified when `allocated` is not set"))
+    if allocation and old.get("allocation") and allocation != old.get("allocation"):
+        causes.append(bad("status.allocation", "", "field is immutable"))
+    requests = {
+        str(_mapping(request).get("name", ""))
+        for request in _mapping(_mapping(after.get("spec")).get("devices")).get("requests") or []
+    }
+    for i, result in enumerate(_mapping(_mapping(allocation).get("devices")).get("results") or []):
+        name = str(_mapping(result).get("request", ""))
+        if name.split("/", 1)[0] not in requests:
+            causes.append(bad(f"status.allocation.devices.results[{i}].request", name,
+                              "must be the name of a request in the claim or the name of a request and a "
+                              "subrequest separated by '/'"))  # fmt: skip
+    return causes
+
+
 #: The fields a 1.36 API server knows in a Pod's spec and containers (and the 1.35 ``workloadRef``, which
 #: SimCluster's 1.35 Workload API still serves): ``fieldValidation=Strict`` refuses any other.
 POD_SPEC_FIELDS = frozenset(
