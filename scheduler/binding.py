@@ -35,6 +35,7 @@ from anyio.abc import TaskStatus
 from scheduler.clock import Clock
 from scheduler.decision import BindJob, Reason
 from scheduler.devices.allocation import DELETE_PROTECTION, ClaimWrite, plan, taken_back
+from scheduler.devices.inventory import Release
 from scheduler.gangs import GangKey
 from scheduler.jobs import Jobs
 from scheduler.metrics import Metrics
@@ -119,6 +120,10 @@ class Binder:
             why = f"nodes {', '.join(sorted(crowded))} no longer have room" if crowded else f"{gone[0]} is gone"
             self._release(job, why)
             return
+        stale = sorted({claim for pod, _ in job.pods for claim in state.claims_of(pod)} & set(state.devices.releasing))
+        if stale:  # an earlier attempt's take-back the watch has not shown yet: no Event, it passes by itself
+            self._release(job, f"ResourceClaim {stale[0]} is being released by an earlier attempt", refused=True)
+            return
         claimed = await self._allocate_claims(job)
         if isinstance(claimed, str):
             # Told on the gang's first pod, as a refused first bind is: nothing of the gang is bound.
@@ -168,13 +173,19 @@ class Binder:
         for (pod, node), result in zip(job.pods, results, strict=True):
             if result is BindResult.BOUND:
                 self.reporter.scheduled(pod, node)
-            else:
-                state.forget(pod)
         if all(result is BindResult.BOUND for result in results):
             self.metrics.gang_latency.observe(max(0.0, self.clock.wall() - job.created))
-        else:
-            lost = "members were lost while binding; the rest is placed again around the bound ones"
-            then.append(lambda: self.place_again(job.gang, lost))
+            return
+        lost = [pod for (pod, _), result in zip(job.pods, results, strict=True) if result is not BindResult.BOUND]
+
+        def place_the_rest_again() -> None:
+            for pod in lost:  # only now unplaced: a pod forgotten earlier could be placed before the take-back
+                state.forget(pod)
+            self.place_again(
+                job.gang, "members were lost while binding; the rest is placed again around the bound ones"
+            )
+
+        then.append(place_the_rest_again)
 
     async def _allocate_claims(self, job: BindJob) -> str | list[tuple[ClaimWrite, str]]:
         """PreBind: give every claim of the gang its devices before any pod is bound (``devices/allocation.py``);
@@ -222,28 +233,41 @@ class Binder:
         return written
 
     async def _take_back(self, written: list[tuple[ClaimWrite, str]]) -> None:
-        """Release the allocations this gang's PreBind wrote, so that no claim stays allocated for a pod that
-        is not bound; a claim changed since (its version differs) is someone else's now and left alone."""
+        """Release the allocations this gang's PreBind wrote (or the reservations it added), so that no claim
+        stays allocated for a pod that is not bound; a claim changed since (its version differs) is someone
+        else's now and left alone. Until the watch shows a claim taken back, no PreBind trusts what is known
+        of it (``Devices.releasing``): it would still look allocated for the pod."""
+        devices = self.state.devices
+        for write, _ in written:
+            before = {str(ref.get("uid", "")) for ref in write.reserved_before or ()}
+            added = {str(ref.get("uid", "")) for ref in write.status.get("reservedFor") or ()} - before
+            devices.releasing[f"{write.namespace}/{write.name}"] = Release(write.reserved_before is None, added)
         for write, written_version in written:
+            key = f"{write.namespace}/{write.name}"
+            taken = False
             for attempt in range(3):
                 try:
                     stored = await self.port.patch_status(
                         RESOURCE_CLAIMS, write.namespace, write.name, taken_back(write, written_version)
                     )
+                    taken = True
                     if write.finalizers is not None:  # the finalizer was ours: it goes with the allocation
                         kept = [name for name in write.finalizers if name != DELETE_PROTECTION]
                         now = str((stored.get("metadata") or {}).get("resourceVersion", ""))
                         unprotected = {"metadata": {"finalizers": kept or None, "resourceVersion": now}}
-                        stored = await self.port.patch(RESOURCE_CLAIMS, write.namespace, write.name, unprotected)
-                    version = str((stored.get("metadata") or {}).get("resourceVersion", ""))
-                    self.state.devices.releasing[f"{write.namespace}/{write.name}"] = version
+                        await self.port.patch(RESOURCE_CLAIMS, write.namespace, write.name, unprotected)
                     break
                 except (Conflict, NotFound):
                     break
                 except PortError as error:
+                    if taken:
+                        break  # only our finalizer is left on the claim: it does not keep it from being allocated
                     log.warning("claim allocation not taken back yet", claim=write.name, error=str(error)[:200])
                     await anyio.sleep(0.2 * (attempt + 1))
-            self.state.devices.release(write.devices)
+            if taken:
+                devices.release(write.devices)  # free again once the watch shows the claim without them
+            else:  # still allocated as written: what is known of it will be true once the watch shows it
+                devices.releasing.pop(key, None)
 
     def _release(self, job: BindJob, why: str, *, refused: bool = False) -> None:
         for pod, _ in job.pods:

@@ -153,6 +153,9 @@ class ClusterState:
         self._device_attributes: dict[str, dict[str, str]] = {}  # node -> attributes its devices agree on
         #: Pods that claim devices: the claims they name (namespace/name), and the pod as last seen.
         self._claiming: dict[str, tuple[tuple[str, ...], Mapping[str, Any]]] = {}
+        #: What each pod that claims devices is counted in: the claims it names (``Devices.named_by``) and
+        #: those it waits to be placed with (``Devices.waiting_by``).
+        self._naming: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         #: Allocated claims no pod counts as its own (shared, reserved for no pod, or their pod finished or
         #: gone), and the keys under which the snapshot counts their devices on their nodes (one per node):
         #: nobody else may have them until the claim is deallocated.
@@ -229,13 +232,11 @@ class ClusterState:
         obj = change.object
         namespace, name = _key(obj)
         key = f"{namespace}/{name}"
-        was = self._pods.get(key)
-        named_before = self._claiming[key][0] if key in self._claiming and was and not was.finished else ()
         if change.type == "DELETED":
             self._drop_pod(key)
             self._claiming.pop(key, None)
             self.index.delete_pod(namespace, name)
-            self._name_claims(key, named_before, ())
+            self._name_claims(key, (), ())
             return
         spec = obj.get("spec") or {}
         if spec.get("resourceClaims"):
@@ -299,29 +300,38 @@ class ClusterState:
             preempted=victim_of is not None or (previous is not None and previous.preempted and previous.uid == uid),
         )
         self.index.upsert_pod(obj)
-        if named_before or key in self._claiming:
-            named_now = self._claiming[key][0] if key in self._claiming and not finished else ()
-            self._name_claims(key, named_before, named_now)
+        if key in self._naming or key in self._claiming:
+            named = self._claiming[key][0] if key in self._claiming and not finished else ()
+            waiting = node is None and not deleting and not spec.get("schedulingGates")
+            self._name_claims(key, named, named if waiting else ())
 
-    def _name_claims(self, pod: str, before: tuple[str, ...], after: tuple[str, ...]) -> None:
-        """``pod``, unfinished, named the claims ``before`` and now ``after``. A claim whose pods change is
-        shared by more or fewer: the others ask their devices again and their gangs are compiled again."""
-        named_by = self.devices.named_by
-        changed = [claim for claim in before if claim not in after] + [claim for claim in after if claim not in before]
-        for claim in changed:
-            naming = named_by.setdefault(claim, set())
-            if claim in after:
-                naming.add(pod)
-            else:
-                naming.discard(pod)
-            others = sorted(naming - {pod})
-            if not naming:
-                del named_by[claim]
-            self.index.touch(others)
-            for other in others:
-                if other in self._claiming:
-                    self._apply_pod(Change("MODIFIED", self._claiming[other][1]))
-        for claim in {*before, *after}:
+    def _name_claims(self, pod: str, named: tuple[str, ...], waiting: tuple[str, ...]) -> None:
+        """``pod`` now names the claims ``named`` (none once it finished or is gone), and waits to be placed
+        with ``waiting`` of them. A claim whose pods change is shared by more or fewer: the others ask their
+        devices again and their gangs are compiled again."""
+        before_named, before_waiting = self._naming.pop(pod, ((), ()))
+        if named:
+            self._naming[pod] = (named, waiting)
+        touched = set()
+        for table, before, after in (
+            (self.devices.named_by, before_named, named),
+            (self.devices.waiting_by, before_waiting, waiting),
+        ):
+            for claim in {*before, *after} - ({*before} & {*after}):
+                pods = table.setdefault(claim, set())
+                if claim in after:
+                    pods.add(pod)
+                else:
+                    pods.discard(pod)
+                touched |= pods - {pod}
+                if not pods:
+                    del table[claim]
+        others = sorted(touched)
+        self.index.touch(others)
+        for other in others:
+            if other in self._claiming:
+                self._apply_pod(Change("MODIFIED", self._claiming[other][1]))
+        for claim in {*before_named, *named}:
             self._count_on_its_own(claim)
 
     def _count_on_its_own(self, claim_key: str) -> None:
@@ -606,6 +616,10 @@ class ClusterState:
         """Drop every assumption (on losing leadership: another replica schedules now)."""
         for pod in list(self.assumed):
             self.forget(pod)
+
+    def claims_of(self, pod: str) -> tuple[str, ...]:
+        """The ResourceClaims (namespace/name) the pod names, as far as they are made."""
+        return self._claiming[pod][0] if pod in self._claiming else ()
 
     def overcommitted(self, nodes: Iterable[str], resources: Iterable[str] | None = None) -> list[str]:
         """Nodes among ``nodes`` whose bound and assumed requests exceed allocatable for some resource (of

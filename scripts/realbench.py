@@ -155,7 +155,9 @@ async def check_claims(api: Api) -> None:
     given: set[tuple[str, str]] = set()
     for claim in claims:
         status = claim.get("status") or {}
-        (owner,) = status.get("reservedFor") or [{}]
+        if not status.get("allocation") or len(status.get("reservedFor") or []) != 1:
+            raise RuntimeError(f"claim {claim['metadata']['name']} is not allocated for one pod: {status}")
+        (owner,) = status["reservedFor"]
         node = pods[owner["uid"]]["spec"].get("nodeName")
         if node is None:
             bound = sum(1 for item in pods.values() if item["spec"].get("nodeName"))

@@ -5,13 +5,14 @@ asks :func:`plan` for the devices themselves: for each claim not allocated yet, 
 free devices on the pod's node that satisfy it, never one device twice (other claims' allocations, and
 this gang's other choices). Each claim's ``status`` then gets, as kube-scheduler's PreBind writes it, the
 ``allocation`` (the devices, the configuration of their class and of the claim, and a node selector that
-names the node) and ``reservedFor`` (the pod), with the claim's ``resourceVersion`` as precondition, so
-that a claim another scheduler allocated meanwhile is refused, not overwritten. First, as kube-scheduler
-does, the claim gets the ``resource.kubernetes.io/delete-protection`` finalizer: the resourceclaim
-controller then deallocates it once no pod uses it. The devices chosen are
+names the node) and ``reservedFor`` (every pod of the gang that names it: a shared claim is allocated
+once), with the claim's ``resourceVersion`` as precondition, so that a claim another scheduler allocated
+meanwhile is refused, not overwritten. A claim allocated already is only reserved for more pods. First, as
+kube-scheduler does, a claim it allocates gets the ``resource.kubernetes.io/delete-protection``
+finalizer: the resourceclaim controller then deallocates it once no pod uses it. The devices chosen are
 held (``Devices.in_flight``) until the watch shows them given, so that a gang binding beside this one never
-gets them too. If any claim of the gang cannot be written, or a pod whose claims were written is not bound
-after all, the allocations are taken back.
+gets them too. If any claim of the gang cannot be written, or none of the pods a claim was written for is
+bound after all, the write is taken back (``taken_back``).
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ def plan(devices: Devices, pods: Iterable[tuple[Mapping[str, Any], str]]) -> lis
             if claim is None:
                 return f"pod {namespace}/{name}: its ResourceClaim {named.claim or named.template} is not there"
             ref = {"resource": "pods", "name": name, "uid": uid}
-            users.setdefault(claim.key, (claim, []))[1].append((ref, node))
+            using = users.setdefault(claim.key, (claim, []))[1]
+            if all(seen["uid"] != uid for seen, _ in using):  # a pod may name one claim twice
+                using.append((ref, node))
     taken: set[DeviceId] = set()
     writes: list[ClaimWrite] = []
     for claim, using in users.values():

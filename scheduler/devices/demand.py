@@ -90,12 +90,11 @@ class DeviceDemand:
     def counts(self, claim: Claim, pod: str, uid: str) -> bool:
         """Whether ``pod`` counts ``claim``'s devices as its own. An allocated claim reserved for it alone
         is; one allocated otherwise (shared, or reserved for no pod) is counted on its own by ClusterState.
-        A claim not allocated yet is counted by the first of the pods that name it (by key), so that
-        pods sharing it ask its devices once."""
-        naming = self.devices.named_by.get(claim.key, set()) | {pod}  # it may be read before it is counted
-        if claim.allocated:
-            return claim.reserved_for == (uid,) and naming == {pod}
-        return min(naming) == pod
+        A claim not allocated yet is counted by the first (by key) of the pods waiting to be placed with it,
+        so that pods sharing it ask its devices once."""
+        if claim.allocated:  # the pod may be read before it is counted among those that name it
+            return claim.reserved_for == (uid,) and self.devices.named_by.get(claim.key, set()) | {pod} == {pod}
+        return min(self.devices.waiting_by.get(claim.key, set()) | {pod}) == pod
 
     def supply(self, node: Mapping[str, Any]) -> Mapping[str, int]:
         return {}  # from ResourceSlices, not from the Node: ClusterState merges Devices.supply in
@@ -139,8 +138,8 @@ class DeviceDemand:
         return tuple(found)
 
     def node(self, pod: Mapping[str, Any]) -> str | None:
-        """Where a claim of the pod is allocated already (for it, by an earlier attempt whose allocation
-        could not be taken back): the pod goes there, with its devices."""
+        """Where a claim of the pod is allocated already (shared with pods that run there, or for it by an
+        earlier attempt whose allocation could not be taken back): the pod goes there, with its devices."""
         return next((claim.node for claim in self._claims(pod) if claim is not None and claim.node), None)
 
     def together(self, pod: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
@@ -148,7 +147,7 @@ class DeviceDemand:
         where its devices are (node-local devices serve only their node)."""
         found = []
         for claim in self._claims(pod):
-            sharing = len(self.devices.named_by.get(claim.key, ())) if claim is not None else 0
+            sharing = len(self.devices.waiting_by.get(claim.key, ())) if claim is not None else 0
             if claim is not None and not claim.allocated and sharing > 1:
                 found.append((f"ResourceClaim {claim.key}", sharing))
         return tuple(found)

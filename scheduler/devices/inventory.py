@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from scheduler.devices.claims import Claim, ClaimError, DeviceClass, Request, read_claim, read_class
@@ -20,6 +21,19 @@ from scheduler.devices.slices import Device, Pools
 from scheduler.ports.port import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ApiResource
 
 DeviceId = tuple[str, str, str]  # (driver, pool, device)
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A take-back PreBind wrote: it deallocates the claim, or removes these pods (uids) from its
+    ``reservedFor``."""
+
+    deallocates: bool
+    pods: set[str]
+
+    def seen_in(self, claim: Claim) -> bool:
+        """Whether ``claim``, as the watch shows it, is taken back."""
+        return not claim.allocated if self.deallocates else not self.pods & set(claim.reserved_for)
 
 
 class Devices:
@@ -32,6 +46,9 @@ class Devices:
         #: The unfinished pods that name each claim (namespace/name), kept by ClusterState: a claim named by
         #: several is shared.
         self.named_by: dict[str, set[str]] = {}
+        #: Of those, the pods waiting to be placed (not bound, gated or being deleted): the pods an unallocated
+        #: shared claim's devices are asked by (one of them), and that go to one node with it.
+        self.waiting_by: dict[str, set[str]] = {}
         #: Objects that could not be read, by kind and key: what is wrong with each.
         self.problems: dict[tuple[str, str], str] = {}
         #: Every request pods have asked for, by the name of its column (``demand.column``).
@@ -44,13 +61,14 @@ class Devices:
         #: Devices PreBind has chosen for a claim (device -> claim) that the watch does not show allocated
         #: yet: never chosen again meanwhile, by this gang or another binding beside it.
         self.in_flight: dict[DeviceId, str] = {}
-        #: Claims whose allocation (or added reservations) PreBind took back, with the version that write
-        #: left: until the watch shows that version, the claim as known here is stale, and no PreBind uses it.
-        self.releasing: dict[str, str] = {}
+        #: Claims whose allocation (or added reservations) PreBind is taking back: until the watch shows them
+        #: taken back, the claim as known here is stale (it looks allocated for the pod), and no PreBind uses it.
+        self.releasing: dict[str, Release] = {}
         self._node_attributes: dict[str, dict[str, str]] | None = None  # cached until a slice changes
         self._by_id: dict[DeviceId, Device] | None = None  # cached until a slice changes
         self._on_node: dict[str, list[Device]] | None = None  # cached until a slice changes
-        self._allocated: dict[DeviceId, str] = {}  # device -> the claim it is allocated to
+        #: Device -> the claims it is allocated to (one, unless another scheduler shares devices: adminAccess).
+        self._allocated: dict[DeviceId, set[str]] = {}
 
     def apply(self, resource: ApiResource, change_type: str, obj: Mapping[str, Any]) -> None:
         metadata = obj.get("metadata") or {}
@@ -72,17 +90,21 @@ class Devices:
             elif resource.plural == RESOURCE_CLAIMS.plural:
                 before = self.claims.pop(key, None)
                 for device in before.allocated if before is not None else ():
-                    if self._allocated.get(device) == key:
-                        del self._allocated[device]
-                if gone or self.releasing.get(key) == str(metadata.get("resourceVersion", "")):
-                    self.releasing.pop(key, None)  # the watch caught up with the take-back
+                    holders = self._allocated.get(device, set())
+                    holders.discard(key)
+                    if not holders:
+                        self._allocated.pop(device, None)
+                if gone:
+                    self.releasing.pop(key, None)
                 if gone:
                     self.in_flight = {device: claim for device, claim in self.in_flight.items() if claim != key}
                 else:
                     claim = read_claim(obj)
                     self.claims[key] = claim
+                    if key in self.releasing and self.releasing[key].seen_in(claim):
+                        del self.releasing[key]  # the watch caught up with the take-back
                     for device in claim.allocated:
-                        self._allocated[device] = key
+                        self._allocated.setdefault(device, set()).add(key)
                         self.in_flight.pop(device, None)  # the watch shows it given: the allocation counts now
             elif resource.plural == RESOURCE_CLAIM_TEMPLATES.plural:
                 self.templates.discard(key)
@@ -134,8 +156,8 @@ class Devices:
 
     def held(self, claim: Claim) -> dict[str, dict[str, int]]:
         """Per node, per column, the devices allocated to ``claim`` that the column's request would take: what
-        a claim no pod counts any more (its pod finished or gone, before the resourceclaim controller
-        deallocates it) keeps from everyone else."""
+        a claim no pod counts as its own (shared, or its pod finished or gone before the resourceclaim
+        controller deallocates it) keeps from everyone else."""
         if self._by_id is None:
             self._by_id = {device.id: device for device in self.pools.devices()}
         found: dict[str, dict[str, int]] = {}
@@ -173,10 +195,11 @@ class Devices:
             self.dirty = True
 
     def supply(self) -> dict[str, dict[str, int]]:
-        """Per node, per column, the devices there that satisfy the column's request, allocated or not: every
-        pod that claims them counts its own (bound, assumed or placed), as every pod counts its GPUs, so that
-        an allocation written while its pod binds changes nothing placement sees. (A column whose request
-        cannot be evaluated offers nothing; the pods that ask for it are told why.)"""
+        """Per node, per column, the devices there that satisfy the column's request, allocated or not: the pod
+        a claim is for counts its devices (bound, assumed or placed), as every pod counts its GPUs, so that an
+        allocation written while its pod binds changes nothing placement sees; a claim no pod counts (shared,
+        or its pod gone) is counted on its own by ClusterState. (A column whose request cannot be evaluated
+        offers nothing; the pods that ask for it are told why.)"""
         offered: dict[str, dict[str, int]] = {}
         self.most = {}
         for column, request in self.columns.items():

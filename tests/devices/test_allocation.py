@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.devices.allocation import plan, taken_back
-from scheduler.devices.inventory import Devices
+from scheduler.devices.inventory import Devices, Release
 from scheduler.ports.port import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from tests.devices.support import claim, device_class, first_available, node_slice
 
@@ -128,12 +128,12 @@ def test_a_claim_whose_take_back_the_watch_has_not_shown_is_not_used_until_it_ha
     given["status"]["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "uid-p"}]
     devices = devices_with((DEVICE_CLASSES, device_class()), (RESOURCE_SLICES, node_slice("n0")),
                            (RESOURCE_CLAIMS, given))  # fmt: skip
-    devices.releasing["ml/c"] = "6"
+    devices.releasing["ml/c"] = Release(deallocates=True, pods=set())
     assert plan(devices, [(pod("p", "c"), "n0")]) == (
         "ResourceClaim ml/c is being released by an earlier attempt; the gang is tried again soon"
     )
-    released = claim("c", 2)
-    released["metadata"]["resourceVersion"] = "6"
-    devices.apply(RESOURCE_CLAIMS, "MODIFIED", released)
+    devices.apply(RESOURCE_CLAIMS, "MODIFIED", {**given, "metadata": {**given["metadata"], "resourceVersion": "6"}})
+    assert "ml/c" in devices.releasing  # a later version, still allocated: not the take-back yet
+    devices.apply(RESOURCE_CLAIMS, "MODIFIED", claim("c", 2))
     writes = plan(devices, [(pod("p", "c"), "n0")])
     assert not isinstance(writes, str) and len(writes[0].devices) == 2  # allocated afresh

@@ -11,6 +11,7 @@ from tests.scheduler.checks import check_invariants
 from tests.scheduler.support import Cluster, cluster, eventually, gpu_pod, pfn, phalanx
 
 SHAPE = "blocks=1,racks=1,nodes=3,gpus=8"
+SEED = 6
 
 
 def claims(where: Cluster) -> dict[str, dict[str, Any]]:
@@ -59,4 +60,28 @@ async def test_a_refused_claim_write_binds_nothing_and_leaves_no_claim_allocated
         assert not any(obj["metadata"].get("finalizers") for obj in claims(where).values())  # taken off too
         faults.rules.clear()  # the refusal is lifted: the gang binds at its next attempt
         await eventually(lambda: len(where.bound()) == 2, what="the gang bound once the writes pass", timeout=60)
+        check_invariants(where)
+
+
+async def test_a_claim_taken_back_after_a_lost_bind_is_allocated_afresh_before_its_pods_bind() -> None:
+    """Both pods of a gang share one claim, and binds find their pod gone half the time (a 404) after PreBind
+    allocated the claim, whose writes are slow: in the end both pods are bound on the claim's node with the
+    claim reserved for both, and at each bind the claim was allocated for the pod (the invariant monitor)."""
+    lost = FaultRule(verbs=frozenset({"bind"}), error_rate=0.5, codes=(404,))
+    slow = FaultRule(verbs=frozenset({"patch"}), resources=frozenset({"resourceclaims"}), latency=0.05)
+    faults = Faults(seed=SEED, rules=[lost, slow])
+    async with cluster(SHAPE, faults=faults) as where, phalanx(where):
+        where.create(device_class())
+        where.create(node_slice("b0-r0-n0"))
+        where.create({**claim("pair-gpus", 8), "metadata": {"name": "pair-gpus", "namespace": "team"}})
+        for name in ("left", "right"):
+            where.create(gpu_pod(name, gpus=0, annotations=pfn("pair", 2),
+                                 resourceClaims=[{"name": "gpus", "resourceClaimName": "pair-gpus"}]))  # fmt: skip
+        bound = await eventually(lambda: len(where.bound()) == 2 and where.bound(), what="both bound", timeout=60)
+        assert set(bound.values()) == {"b0-r0-n0"}
+        status = claims(where)["pair-gpus"]["status"]
+        pods = where.pods()
+        assert sorted(ref["uid"] for ref in status["reservedFor"]) == sorted(
+            pods[f"team/{name}"]["metadata"]["uid"] for name in ("left", "right")
+        )
         check_invariants(where)

@@ -171,13 +171,16 @@ def claim_status_causes(before: Mapping[str, Any], after: Mapping[str, Any]) -> 
         causes.append(forbidden("status.reservedFor", "may not be specified when `allocated` is not set"))
     if allocation and old.get("allocation") and allocation != old.get("allocation"):
         causes.append(bad("status.allocation", "", "field is immutable"))
-    requests = {
-        str(_mapping(request).get("name", ""))
-        for request in _mapping(_mapping(after.get("spec")).get("devices")).get("requests") or []
-    }
+    requests: set[str] = set()
+    for request in _mapping(_mapping(after.get("spec")).get("devices")).get("requests") or []:
+        name = str(_mapping(request).get("name", ""))
+        requests.add(name)
+        requests.update(
+            f"{name}/{_mapping(sub).get('name', '')}" for sub in _mapping(request).get("firstAvailable") or []
+        )
     for i, result in enumerate(_mapping(_mapping(allocation).get("devices")).get("results") or []):
         name = str(_mapping(result).get("request", ""))
-        if name.split("/", 1)[0] not in requests:
+        if name not in requests:
             causes.append(bad(f"status.allocation.devices.results[{i}].request", name,
                               "must be the name of a request in the claim or the name of a request and a "
                               "subrequest separated by '/'"))  # fmt: skip
