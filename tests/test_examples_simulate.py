@@ -115,6 +115,8 @@ def test_the_dra_job_binds_whole_in_one_rack_on_nodes_that_publish_devices(capsy
     report = json.loads(capsys.readouterr().out)
     assert len(report["bound"]) == 4 and not report["pending"]
     assert len({node.rsplit("-", 1)[0] for node in report["bound"].values()}) == 1  # one rack, as it requires
+    assert report["stats"]["gpu_allocation"] == 0.5  # 32 of the 64 GPUs the DRA driver publishes
+    assert report["stats"]["peak_gpu_allocation"] == 0.5  # counted when the pods bound, with their claims
 
 
 def test_the_compute_domain_jobset_binds_whole_in_one_nvlink_clique(capsys: pytest.CaptureFixture[str]) -> None:

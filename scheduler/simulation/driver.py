@@ -47,7 +47,7 @@ from scheduler.ports.sim.status import ApiError
 from scheduler.ports.sim.store import Store
 from scheduler.settings import LeaderSettings, Settings
 from scheduler.simulation.controllers import Api, Controller, Controllers, WorkloadError
-from scheduler.simulation.history import History, pod_gpus
+from scheduler.simulation.history import History, claimed_gpus, pod_gpus, slice_gpus
 from scheduler.simulation.kubelet import RUN_SECONDS, AnnotationError, Kubelets, run_seconds
 from scheduler.simulation.report import (
     BOUND,
@@ -343,6 +343,9 @@ class Simulation:
         nodes = list(self.store.objects(self.store.resource("v1", "Node")))
         node_labels = {node["metadata"]["name"]: dict(node["metadata"].get("labels") or {}) for node in nodes}
         node_gpus = {node["metadata"]["name"]: _gpus((node.get("status") or {}).get("allocatable")) for node in nodes}
+        for name, gpus in slice_gpus(self.store).items():  # the GPUs DRA drivers publish
+            if name in node_gpus:
+                node_gpus[name] += gpus
         placement: dict[str, str] = {}
         gpus_by_pod: dict[str, int] = {}
         bound: dict[str, str] = {}
@@ -354,7 +357,7 @@ class Simulation:
                 continue
             if node:
                 placement[key] = node
-                gpus_by_pod[key] = pod_gpus(pod)
+                gpus_by_pod[key] = pod_gpus(pod) + claimed_gpus(self.store, pod)
             elif spec.get("schedulerName") in names:
                 why = app.reporter.why_pending(key)
                 pending[key] = why[1] if why else "not tried yet: the run ended first"

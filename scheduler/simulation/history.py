@@ -11,7 +11,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.devices.claims import pod_claims
 from scheduler.gangs.pods import FINISHED_PHASES
+from scheduler.ports.sim.status import ApiError
 from scheduler.ports.sim.store import Obj, Store
 from topology import SpecError, pod_demand
 
@@ -39,6 +41,7 @@ class History:
         self._fresh: list[str] = []
         self._created: list[str] = []
         self._storage = store.resource("v1", "Pod").storage
+        self._store = store
         store.observe(self._observe)
 
     def _observe(self, storage: tuple[str, str], kind: str, obj: Obj, previous: Obj | None) -> None:
@@ -61,6 +64,7 @@ class History:
         node = (obj.get("spec") or {}).get("nodeName")
         if kind != "DELETED" and node and record.node is None:
             record.node, record.bound = node, now
+            record.gpus = pod_gpus(obj) + claimed_gpus(self._store, obj)  # its claims are allocated by now
             self._fresh.append(key)
             self._use(now, record.gpus)
             running = True
@@ -111,6 +115,39 @@ class History:
         if not records or any(record is None or record.ended is None or record.bound is None for record in records):
             return None
         return max(record.ended for record in records if record is not None and record.ended is not None)
+
+
+#: DRA drivers whose devices are GPUs (NVIDIA's ``gpu.nvidia.com``, AMD's ``gpu.amd.com``, Intel's ...).
+GPU_DRIVERS = "gpu."
+
+
+def claimed_gpus(store: Store, pod: Mapping[str, Any]) -> int:
+    """GPUs allocated to the pod's ResourceClaims (devices of a GPU driver), as far as they are allocated."""
+    claims = pod_claims(pod)
+    if not claims:
+        return 0
+    namespace = str((pod.get("metadata") or {}).get("namespace", ""))
+    resource = store.resource("resource.k8s.io/v1", "ResourceClaim")
+    total = 0
+    for named in claims:
+        try:
+            claim = store.get(resource, namespace, named.claim) if named.claim else None
+        except ApiError:
+            continue  # not made yet, or gone
+        results = ((((claim or {}).get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
+        total += sum(1 for result in results or () if str(result.get("driver", "")).startswith(GPU_DRIVERS))
+    return total
+
+
+def slice_gpus(store: Store) -> dict[str, int]:
+    """Per node, the GPUs its ResourceSlices publish (devices of a GPU driver)."""
+    found: dict[str, int] = {}
+    for published in store.objects(store.resource("resource.k8s.io/v1", "ResourceSlice")):
+        spec = published.get("spec") or {}
+        node = spec.get("nodeName")
+        if node and str(spec.get("driver", "")).startswith(GPU_DRIVERS):
+            found[node] = found.get(node, 0) + len(spec.get("devices") or [])
+    return found
 
 
 def pod_gpus(pod: Mapping[str, Any]) -> int:

@@ -24,6 +24,7 @@ from scheduler.ports.sim import ClusterShape, Store, load
 from scheduler.ports.sim.schema import crd_documents
 from scheduler.simulation.oracle import InvariantMonitor
 from scripts.controlplane import ControlPlane, ControlPlaneError, dying_with_parent, free_port
+from tests.scheduler.support import gpu_pod
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
@@ -341,3 +342,16 @@ def refused_requests(plane: ControlPlane, user: str, offset: int = 0) -> list[st
         for event in requests_by(plane, user, offset)
         if (event.get("responseStatus") or {}).get("code") in (401, 403)
     ]
+
+
+def priority_class(plane: ControlPlane, name: str, value: int) -> None:
+    status, _ = plane.request(
+        "POST",
+        "/apis/scheduling.k8s.io/v1/priorityclasses",
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value},
+    )
+    assert status in (201, 409)
+    # Admission reads PriorityClasses from its informer: wait until a pod naming this one is admitted.
+    probe = gpu_pod("probe", "default", scheduler="nobody", priorityClassName=name)
+    eventually(lambda: plane.request("POST", "/api/v1/namespaces/default/pods?dryRun=All", probe)[0] == 201,
+               what=f"PriorityClass {name} known to admission")  # fmt: skip

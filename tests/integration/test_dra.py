@@ -14,6 +14,7 @@ from tests.integration.support import (
     ensure_namespace,
     eventually,
     pods,
+    priority_class,
     requests_by,
 )
 from tests.scheduler.support import gpu_pod, pfn
@@ -205,3 +206,33 @@ def test_two_pods_of_a_gang_that_share_a_claim_bind_on_one_node_with_the_claim_r
     assert sorted(ref["uid"] for ref in given["reservedFor"]) == sorted(
         running[f"dra-shared/{name}"]["metadata"]["uid"] for name in ("left", "right")
     )
+
+
+def test_a_high_priority_gang_preempts_the_pod_holding_the_devices_and_binds_once_its_claim_is_released(
+    plane: ControlPlane, scheduler: PhalanxProcess
+) -> None:
+    """A low-priority pod holds all eight devices of b1-r1-n0 through its claim; a high-priority gang asks
+    for them. Phalanx evicts the holder; kube-controller-manager's resourceclaim controller deallocates the
+    holder's claim once it is gone; then the gang's claim gets the devices and the gang binds."""
+    ensure_namespace(plane, "dra-preempt")
+    priority_class(plane, "itest-batch", 10)
+    priority_class(plane, "itest-production", 100000)
+    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
+        plane.apply(device_class())
+    plane.apply(node_slice("b1-r1-n0", 8, clique="preempt-lot"))
+    mine = "device.attributes['gpu.nvidia.com'].cliqueId == 'preempt-lot'"  # not the other tests' devices
+    for name in ("holder", "vip"):
+        plane.apply(claim(f"{name}-gpus", 8, mine, namespace="dra-preempt"))
+    plane.apply(gpu_pod("holder", "dra-preempt", gpus=0, annotations=pfn("holder", 1), priorityClassName="itest-batch",
+                        terminationGracePeriodSeconds=0,
+                        resourceClaims=[{"name": "gpus", "resourceClaimName": "holder-gpus"}]))  # fmt: skip
+    eventually(lambda: bound(plane, "dra-preempt").get("dra-preempt/holder"), what="the holder bound", timeout=60)
+    plane.apply(gpu_pod("vip", "dra-preempt", gpus=0, annotations=pfn("vip", 1), priorityClassName="itest-production",
+                        resourceClaims=[{"name": "gpus", "resourceClaimName": "vip-gpus"}]))  # fmt: skip
+    placed = eventually(lambda: bound(plane, "dra-preempt").get("dra-preempt/vip"), what="the vip bound", timeout=90)
+    assert placed == "b1-r1-n0"
+    assert "dra-preempt/holder" not in pods(plane, "dra-preempt")
+    path = "/apis/resource.k8s.io/v1/namespaces/dra-preempt/resourceclaims"
+    given = {item["metadata"]["name"]: item.get("status") or {} for item in plane.call("GET", path)["items"]}
+    assert not given["holder-gpus"].get("allocation")
+    assert len(given["vip-gpus"]["allocation"]["devices"]["results"]) == 8

@@ -16,22 +16,10 @@ from tests.integration.support import (
     ensure_namespace,
     eventually,
     pods,
+    priority_class,
     requests_by,
 )
 from tests.scheduler.support import gpu_pod, pfn
-
-
-def priority_class(plane: ControlPlane, name: str, value: int) -> None:
-    status, _ = plane.request(
-        "POST",
-        "/apis/scheduling.k8s.io/v1/priorityclasses",
-        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value},
-    )
-    assert status in (201, 409)
-    # Admission reads PriorityClasses from its informer: wait until a pod naming this one is admitted.
-    probe = gpu_pod("probe", "default", scheduler="nobody", priorityClassName=name)
-    eventually(lambda: plane.request("POST", "/api/v1/namespaces/default/pods?dryRun=All", probe)[0] == 201,
-               what=f"PriorityClass {name} known to admission")  # fmt: skip
 
 
 def condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
