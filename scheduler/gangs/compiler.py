@@ -80,7 +80,9 @@ class GangCompiler:
         try:
             result: GangResult = build()
             if isinstance(result, GangSpec):
-                result = replace(result, request=self._together(result.request, {pod.key: pod for pod in pods}))
+                together = self._together(result.request, pods)
+                if together is not result.request:
+                    result = replace(result, request=together)
                 self._check_size(result, pods)
                 if held[0]:
                     result = replace(result, gated=held[0], gates=held[1])
@@ -125,13 +127,19 @@ class GangCompiler:
             "lower it, or raise gangs.maxGangSize in Phalanx's configuration",
         )
 
-    def _together(self, part: GangRequest, pods: dict[str, PodInfo]) -> GangRequest:
+    def _together(self, part: GangRequest, pods: list[PodInfo]) -> GangRequest:
         """Keep on one node the pods of a leaf that must share one (a claim of devices they share and nobody
         has allocated: ``ResourceKind.together``). Pods that share one with pods outside their leaf cannot
         be kept together by placement: an error that says so."""
+        if not any((pod.raw.get("spec") or {}).get("resourceClaims") for pod in pods):
+            return part  # most gangs: nothing to share
+        return self._kept_together(part, {pod.key: pod for pod in pods})
+
+    def _kept_together(self, part: GangRequest, pods: dict[str, PodInfo]) -> GangRequest:
         if not part.is_leaf:
-            children = tuple(self._together(child, pods) for child in part.children)
-            return part if children == part.children else replace(part, children=children)
+            children = tuple(self._kept_together(child, pods) for child in part.children)
+            same = all(new is old for new, old in zip(children, part.children, strict=True))
+            return part if same else replace(part, children=children)
         shared: dict[str, tuple[int, list[PodInfo]]] = {}
         for member in part.pods:
             pod = pods.get(member.key)
