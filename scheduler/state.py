@@ -45,6 +45,7 @@ from scheduler.devices.demand import DeviceDemand
 from scheduler.devices.inventory import Devices
 from scheduler.gangs import GangIndex, GangKey
 from scheduler.gangs.fields import timestamp
+from scheduler.gangs.pods import UPSTREAM_GROUP
 from scheduler.ports.port import DISRUPTION_BUDGETS, DRA_GROUP, NODES, PODS, ApiResource, Change
 from scheduler.settings import Settings
 from topology import (
@@ -496,6 +497,8 @@ class ClusterState:
         if "apiVersion" not in obj or "kind" not in obj:
             obj = {**obj, "apiVersion": resource.api_version, "kind": resource.kind}
         known = self._groups.setdefault(resource, set())
+        if (resource.group, resource.kind) == (UPSTREAM_GROUP, "PodGroup"):
+            self.devices.apply_group(change.type, obj)
         if change.type == "DELETED":
             known.discard(_key(obj))
             self.index.delete_group(obj)

@@ -37,7 +37,8 @@ HOW_TO_GET = (
 )
 
 FEATURE_GATES = (
-    "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true,WorkloadAwarePreemption=true"
+    "GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true,WorkloadAwarePreemption=true,"
+    "DRAWorkloadResourceClaims=true"
 )
 
 #: Audit every request's metadata (user, verb, resource, status code): what a ClusterRole must allow.

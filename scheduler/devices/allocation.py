@@ -1,18 +1,18 @@
 """Which devices each claim of a placed gang gets, written before any of its pods is bound (PreBind).
 
-Placement decided where each pod goes by counts (``demand.py``); when the gang is permitted, the binder
-asks :func:`plan` for the devices themselves: for each claim not allocated yet, the request's count of
-free devices on the pod's node that satisfy it, never one device twice (other claims' allocations, and
-this gang's other choices). Each claim's ``status`` then gets, as kube-scheduler's PreBind writes it, the
-``allocation`` (the devices, the configuration of their class and of the claim, and a node selector that
-names the node) and ``reservedFor`` (every pod of the gang that names it: a shared claim is allocated
-once), with the claim's ``resourceVersion`` as precondition, so that a claim another scheduler allocated
-meanwhile is refused, not overwritten. A claim allocated already is only reserved for more pods. First, as
-kube-scheduler does, a claim it allocates gets the ``resource.kubernetes.io/delete-protection``
-finalizer: the resourceclaim controller then deallocates it once no pod uses it. The devices chosen are
-held (``Devices.in_flight``) until the watch shows them given, so that a gang binding beside this one never
-gets them too. If any claim of the gang cannot be written, or none of the pods a claim was written for is
-bound after all, the write is taken back (``taken_back``).
+Placement decided where each pod goes by counts (``demand.py``); when the gang is permitted, the binder asks
+:func:`plan` for the devices themselves: for each claim not allocated yet, the request's count of free devices
+on the pod's node that satisfy it, never one device twice (other claims' allocations, and this gang's other
+choices). Each claim's ``status`` then gets, as kube-scheduler's PreBind writes it, the ``allocation`` (the
+devices, the configuration of their class and of the claim, and a node selector that names the node) and
+``reservedFor`` (every pod of the gang that names it, or the PodGroup when the claim is the group's: a shared
+claim is allocated once), with the claim's ``resourceVersion`` as precondition, so that a claim another
+scheduler allocated meanwhile is refused, not overwritten. A claim allocated already is only reserved for more
+pods. First, as kube-scheduler does, a claim it allocates gets the ``resource.kubernetes.io/delete-protection``
+finalizer: the resourceclaim controller then deallocates it once no pod uses it. The devices
+chosen are held (``Devices.in_flight``) until the watch shows them given, so that a gang binding beside this
+one never gets them too. If any claim of the gang cannot be written, or none of the pods a claim was written
+for is bound after all, the write is taken back (``taken_back``).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def plan(devices: Devices, pods: Iterable[tuple[Mapping[str, Any], str]]) -> lis
     reserve each claim for the pods that name it, or why that cannot be done (nothing is written then).
     A claim several of the pods name is allocated once, on their one node; a claim allocated already (for
     a pod of this gang by an earlier attempt, or shared with pods that run) is only reserved for more."""
-    users: dict[str, tuple[Claim, list[tuple[dict[str, str], str]]]] = {}
+    users: dict[str, tuple[Claim, list[tuple[dict[str, str], str, str]]]] = {}
     for pod, node in pods:
         metadata = pod.get("metadata") or {}
         namespace, name, uid = (str(metadata.get(field, "")) for field in ("namespace", "name", "uid"))
@@ -66,25 +66,26 @@ def plan(devices: Devices, pods: Iterable[tuple[Mapping[str, Any], str]]) -> lis
             claim = devices.claims.get(f"{namespace}/{named.claim}") if named.claim else None
             if claim is None:
                 return f"pod {namespace}/{name}: its ResourceClaim {named.claim or named.template} is not there"
-            ref = {"resource": "pods", "name": name, "uid": uid}
+            group = devices.group_of(pod, named)
+            ref = group.consumer() if group is not None else {"resource": "pods", "name": name, "uid": uid}
             using = users.setdefault(claim.key, (claim, []))[1]
-            if all(seen["uid"] != uid for seen, _ in using):  # a pod may name one claim twice
-                using.append((ref, node))
+            if all(seen_pod != f"{namespace}/{name}" for _, _, seen_pod in using):  # a pod may name one claim twice
+                using.append((ref, node, f"{namespace}/{name}"))
     taken: set[DeviceId] = set()
     writes: list[ClaimWrite] = []
     for claim, using in users.values():
         if claim.key in devices.releasing:
             return f"ResourceClaim {claim.key} is being released by an earlier attempt; the gang is tried again soon"
-        nodes = sorted({node for _, node in using})
+        nodes = sorted({node for _, node, _ in using})
         if len(nodes) > 1:
             return f"ResourceClaim {claim.key} is shared by pods placed on {' and '.join(nodes)}: its devices serve one"
         node = nodes[0]
         reserved = {str(ref.get("uid", "")) for ref in claim.reservations}
-        joining = [ref for ref, _ in using if ref["uid"] not in reserved]
+        joining = list({ref["uid"]: ref for ref, _, _ in using if ref["uid"] not in reserved}.values())
         reservations = [*claim.reservations, *joining]
         if len(reservations) > MAX_RESERVED:
             return f"ResourceClaim {claim.key} would be reserved for {len(reservations)} pods, more than {MAX_RESERVED}"
-        names = tuple(f"{claim.namespace}/{ref['name']}" for ref, _ in using)
+        names = tuple(pod for _, _, pod in using)
         if claim.allocated:
             if claim.node not in (None, node):
                 return f"ResourceClaim {claim.key} is allocated on {claim.node}, not on {node}"

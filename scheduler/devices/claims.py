@@ -3,6 +3,11 @@
 A pod's ``spec.resourceClaims`` names each claim directly (``resourceClaimName``) or through a template
 (``resourceClaimTemplateName``): then kube-controller-manager's resourceclaim controller makes the claim
 and names it in the pod's ``status.resourceClaimStatuses``; until it has, the pod cannot be placed.
+
+A claim may also be its PodGroup's (``scheduling.k8s.io`` 1.36+, KEP-5729 ``DRAWorkloadResourceClaims``):
+when a pod's entry is exactly an entry of its PodGroup's ``spec.resourceClaims``, the claim is the
+group's (one claim, made once from a template, the same name in every member's status) and it is
+reserved for the PodGroup, not for each pod (``GroupClaims``).
 """
 
 from __future__ import annotations
@@ -93,6 +98,51 @@ class PodClaim:
     name: str
     claim: str | None
     template: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupClaims:
+    """A PodGroup's ``spec.resourceClaims``: the entries (name -> (resourceClaimName, resourceClaimTemplateName))
+    a member pod must repeat exactly to use the group's claim, and the consumer the claim is reserved for."""
+
+    namespace: str
+    name: str
+    uid: str
+    entries: Mapping[str, tuple[str | None, str | None]]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def serves(self, named: PodClaim) -> bool:
+        """Whether the pod's entry ``named`` is one of the group's (every field equal, as the API requires)."""
+        direct = named.claim if named.template is None else None
+        return self.entries.get(named.name) == (direct, named.template)
+
+    def consumer(self) -> dict[str, str]:
+        """The group as ``status.reservedFor`` names it."""
+        return {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": self.name, "uid": self.uid}
+
+
+def read_group_claims(obj: Mapping[str, Any]) -> GroupClaims:
+    """The claims a ``scheduling.k8s.io`` PodGroup shares with its pods (none in versions without the field)."""
+    metadata = obj.get("metadata") or {}
+    namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+    where = f"podgroup {namespace}/{name}: spec.resourceClaims"
+    entries = {}
+    for i, raw in enumerate(_list(_mapping(obj.get("spec"), f"podgroup {namespace}/{name}: spec").get("resourceClaims"),
+                                  where)):  # fmt: skip
+        entry = _mapping(raw, f"{where}[{i}]")
+        direct, template = entry.get("resourceClaimName"), entry.get("resourceClaimTemplateName")
+        entries[str(entry.get("name", ""))] = (str(direct) if direct else None, str(template) if template else None)
+    return GroupClaims(namespace, name, str(metadata.get("uid", "")), entries)
+
+
+def pod_group(pod: Mapping[str, Any]) -> str | None:
+    """namespace/name of the ``scheduling.k8s.io`` PodGroup the pod belongs to (1.36's field), if any."""
+    group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+    namespace = (pod.get("metadata") or {}).get("namespace", "")
+    return f"{namespace}/{group}" if isinstance(group, str) and group else None
 
 
 def read_class(obj: Mapping[str, Any]) -> DeviceClass:

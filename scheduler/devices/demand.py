@@ -6,10 +6,10 @@ the request (``Devices.supply``), and a pod that claims some asks its request's 
 is allocated yet or not, as every pod counts its GPUs. Placement then compares devices as it compares
 GPUs; which devices a pod gets is chosen when its gang binds (``allocation.py``).
 
-A claim several pods name (shared) asks its devices once: while it is not allocated, of the first of its
-pods, and the pods that share it go to one node (``together``: the gang compiler keeps them on one);
-once allocated, of no pod (ClusterState counts it on its node) and each pod that names it goes there
-(``node``). A claim allocated and reserved for no pod is joined the same way.
+A claim several pods name (shared, a PodGroup's among them) asks its devices once: while it is not allocated,
+of the first of its pods, and the pods that share it go to one node (``together``: the gang compiler keeps
+them on one); once allocated, of no pod (ClusterState counts it on its node) and each pod that names it goes
+there (``node``). A claim allocated and reserved for no pod is joined the same way.
 
 A claim's ``constraints`` (``matchAttribute``, ``distinctAttribute``) are kept when its devices are chosen;
 placement counts devices without them, so a node whose devices cannot keep them is found out then, and
@@ -120,8 +120,10 @@ class DeviceDemand:
         namespace = _namespace(pod)
         for i, named in enumerate(pod_claims(pod)):
             where = f"spec.resourceClaims[{i}]"
+            group = self.devices.group_of(pod, named)
             if named.claim is None:
-                found.append((where, f"its ResourceClaim from template {named.template}, which the resourceclaim "
+                of = f" for PodGroup {group.key}" if group is not None else ""
+                found.append((where, f"its ResourceClaim from template {named.template}{of}, which the resourceclaim "
                                      "controller makes"))  # fmt: skip
                 continue
             claim = self.devices.claims.get(f"{namespace}/{named.claim}")
@@ -132,7 +134,7 @@ class DeviceDemand:
                 for wanted in request.alternatives:
                     if wanted.device_class not in self.devices.classes:
                         found.append((where, f"DeviceClass {wanted.device_class} to exist"))
-            uid = _uid(pod)
+            uid = group.uid if group is not None else _uid(pod)  # a group's claim is reserved for the group
             if claim is not None and len(claim.reserved_for) >= MAX_RESERVED and uid not in claim.reserved_for:
                 found.append((where, f"a place in ResourceClaim {claim.key}, reserved for {MAX_RESERVED} pods"))
         return tuple(found)

@@ -15,7 +15,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.devices.claims import Claim, ClaimError, DeviceClass, Request, read_claim, read_class
+from scheduler.devices.claims import (
+    Claim,
+    ClaimError,
+    DeviceClass,
+    GroupClaims,
+    PodClaim,
+    Request,
+    pod_group,
+    read_claim,
+    read_class,
+    read_group_claims,
+)
 from scheduler.devices.expressions import SelectorError, Selectors
 from scheduler.devices.slices import Device, Pools
 from scheduler.ports.port import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ApiResource
@@ -43,6 +54,8 @@ class Devices:
         self.classes: dict[str, DeviceClass] = {}
         self.claims: dict[str, Claim] = {}
         self.templates: set[str] = set()  # namespace/name
+        #: The claims each ``scheduling.k8s.io`` PodGroup (namespace/name) shares with its pods.
+        self.groups: dict[str, GroupClaims] = {}
         #: The unfinished pods that name each claim (namespace/name), kept by ClusterState: a claim named by
         #: several is shared.
         self.named_by: dict[str, set[str]] = {}
@@ -112,6 +125,26 @@ class Devices:
                     self.templates.add(key)
         except ClaimError as error:
             self.problems[(resource.kind, key)] = str(error)
+
+    def apply_group(self, change_type: str, obj: Mapping[str, Any]) -> None:
+        """A ``scheduling.k8s.io`` PodGroup changed: the claims it shares with its pods are read again."""
+        metadata = obj.get("metadata") or {}
+        key = f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+        self.groups.pop(key, None)
+        if change_type == "DELETED":
+            return
+        try:
+            found = read_group_claims(obj)
+        except ClaimError:
+            return  # the API server validates the field; a group that got past it shares nothing
+        if found.entries:
+            self.groups[key] = found
+
+    def group_of(self, pod: Mapping[str, Any], named: PodClaim) -> GroupClaims | None:
+        """The PodGroup whose claim ``named`` is (the pod's entry is exactly one of its group's), else None:
+        the claim is then reserved for the group, not for the pod."""
+        group = self.groups.get(pod_group(pod) or "")
+        return group if group is not None and group.serves(named) else None
 
     def relisted(self, resource: ApiResource) -> None:
         """``resource`` was listed again: every claim is known as it is now, none stale after a take-back."""

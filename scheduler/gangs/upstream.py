@@ -27,6 +27,12 @@ from scheduler.gangs.model import ObjectRef
 from scheduler.gangs.pods import UPSTREAM_GROUP, PodInfo
 from topology import GangRequest
 
+#: A PodGroup's own claims (KEP-5729), read by ``devices.claims.read_group_claims``.
+_GROUP_CLAIMS = (
+    "spec.resourceClaims[].name",
+    "spec.resourceClaims[].resourceClaimName",
+    "spec.resourceClaims[].resourceClaimTemplateName",
+)
 _POD_GROUP_1_37 = (
     "spec.schedulingPolicy.gang.minCount",
     "spec.schedulingPolicy.basic",
@@ -38,6 +44,7 @@ _POD_GROUP_1_37 = (
     "spec.priorityClassName",
     "spec.disruptionMode.all",
     "status.conditions[]",
+    *_GROUP_CLAIMS,
 )
 _WORKLOAD_TEMPLATES = (
     "spec.podGroupTemplates[].name",
@@ -59,6 +66,7 @@ FIELDS_READ: dict[str, dict[str, tuple[str, ...]]] = {
             "spec.priorityClassName",
             "spec.disruptionMode",
             "status.conditions[]",
+            *_GROUP_CLAIMS,
         ),
         "Workload": _WORKLOAD_TEMPLATES,
     },

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.app import Phalanx
-from scheduler.devices.claims import pod_claims, read_claim
+from scheduler.devices.claims import pod_claims, pod_group, read_claim
 from scheduler.gangs import GangIndex, GangKey, GangSettings, GangSpec
 from scheduler.gangs.groups import Role
 from scheduler.gangs.model import PodKey
@@ -370,9 +370,10 @@ class InvariantMonitor:
 
     def _check_claims(self, key: str, pod: Obj, node: str) -> None:
         """At a bind of ours of a pod that claims devices: each claim is allocated, on this node, and reserved
-        for this pod; and no device is allocated to two claims."""
+        for this pod or its PodGroup (as the kubelet accepts); and no device is allocated to two claims."""
         self.checks["devices"] += 1
         namespace, uid = key.split("/", 1)[0], (pod.get("metadata") or {}).get("uid")
+        group = (pod_group(pod) or "/").split("/", 1)[1]
         resource = self.store.resource("resource.k8s.io/v1", "ResourceClaim")
         claims = {
             obj["metadata"]["name"]: obj
@@ -385,7 +386,7 @@ class InvariantMonitor:
             if not status.get("allocation"):
                 self._violate(f"pod {key} bound to {node} with its claim {named.name} not allocated")
                 continue
-            if not any(owner.get("uid") == uid for owner in status.get("reservedFor") or []):
+            if not any(_consumes(owner, uid, group) for owner in status.get("reservedFor") or []):
                 self._violate(f"pod {key} bound with claim {named.claim} not reserved for it")
             allocated_on = read_claim(claim or {}).node
             if allocated_on not in (None, node):
@@ -405,3 +406,10 @@ class InvariantMonitor:
             if self._ours_on.get(node):
                 self._check_node(node)
         return self.violations[before:]
+
+
+def _consumes(owner: Mapping[str, Any], uid: object, group: str) -> bool:
+    """Whether a ``reservedFor`` entry lets the pod (``uid``, in PodGroup ``group``) use the claim."""
+    if owner.get("resource") == "podgroups":
+        return bool(group) and owner.get("name") == group
+    return owner.get("uid") == uid

@@ -676,3 +676,24 @@ async def test_a_claim_s_status_is_validated_as_the_scheduler_writes_it(api: Api
     released = await patch({"allocation": None, "reservedFor": None})
     assert released.status == 200 and not released.json.get("status", {}).get("allocation")
     refused(await patch({"allocation": _allocated(request="other")}), "status.allocation.devices.results[0].request")
+
+
+async def test_a_podgroup_shares_its_claims_and_a_claim_may_be_reserved_for_the_group(api: Api) -> None:
+    """KEP-5729 (DRAWorkloadResourceClaims on): a 1.36 PodGroup keeps ``spec.resourceClaims`` under strict
+    validation, and a claim's ``reservedFor`` may name the PodGroup, as PreBind writes a group's claim."""
+    entry = {"name": "gpus", "resourceClaimTemplateName": "node-gpus"}
+    group = {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup", "metadata": {"name": "replica"},
+             "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, "resourceClaims": [entry]}}  # fmt: skip
+    path = api.path("podgroups", group="scheduling.k8s.io", version="v1alpha2") + "?fieldValidation=Strict"
+    created = await api.ok("POST", path, group)
+    assert created["spec"]["resourceClaims"] == [entry]
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "replica-gpus"},
+             "spec": {"devices": {"requests": [request]}}}  # fmt: skip
+    await api.ok("POST", api.path("resourceclaims", **DRA), claim)
+    consumer = {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "replica",
+                "uid": created["metadata"]["uid"]}  # fmt: skip
+    written = await api.ok("PATCH", api.path("resourceclaims", "replica-gpus", **DRA) + "/status",
+                           {"status": {"allocation": _allocated(), "reservedFor": [consumer]}},
+                           content_type="application/merge-patch+json")  # fmt: skip
+    assert written["status"]["reservedFor"] == [consumer]

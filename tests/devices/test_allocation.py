@@ -137,3 +137,34 @@ def test_a_claim_whose_take_back_the_watch_has_not_shown_is_not_used_until_it_ha
     devices.apply(RESOURCE_CLAIMS, "MODIFIED", claim("c", 2))
     writes = plan(devices, [(pod("p", "c"), "n0")])
     assert not isinstance(writes, str) and len(writes[0].devices) == 2  # allocated afresh
+
+
+def test_a_podgroup_s_claim_is_reserved_once_for_the_group_and_a_later_member_writes_nothing() -> None:
+    """A pod whose entry is exactly its PodGroup's uses the group's claim: it is reserved for the PodGroup (one
+    entry, whatever the number of pods), and a member placed once it is allocated joins without a write. A pod
+    whose entry differs from the group's keeps its own reservation."""
+    group = {"metadata": {"name": "replica", "namespace": "ml", "uid": "uid-replica"},
+             "spec": {"resourceClaims": [{"name": "c0", "resourceClaimName": "shared"}]}}  # fmt: skip
+    devices = devices_with((DEVICE_CLASSES, device_class()), (RESOURCE_SLICES, node_slice("n0")),
+                           (RESOURCE_CLAIMS, claim("shared", 4)))  # fmt: skip
+    devices.apply_group("ADDED", group)
+
+    def member(name: str) -> dict[str, Any]:
+        found = pod(name, "shared")
+        found["spec"]["schedulingGroup"] = {"podGroupName": "replica"}
+        return found
+
+    writes = plan(devices, [(member("p"), "n0"), (member("q"), "n0")])
+    assert not isinstance(writes, str)
+    (write,) = writes
+    assert write.pods == ("ml/p", "ml/q") and len(write.devices) == 4
+    assert write.status["reservedFor"] == [
+        {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "replica", "uid": "uid-replica"}
+    ]
+    given = claim("shared", 4, allocated=[("n0", f"gpu-{i}") for i in range(4)])
+    given["status"]["reservedFor"] = write.status["reservedFor"]
+    given["status"]["allocation"]["nodeSelector"] = write.status["allocation"]["nodeSelector"]
+    devices.apply(RESOURCE_CLAIMS, "MODIFIED", given)
+    assert plan(devices, [(member("r"), "n0")]) == []
+    (outsider,) = plan(devices, [(pod("s", "shared"), "n0")])  # type: ignore[misc]  # not in the group
+    assert [ref["name"] for ref in outsider.status["reservedFor"]] == ["replica", "s"]

@@ -19,6 +19,7 @@ from tests.scheduler.support import cluster, gpu_pod, kubeconfig, pfn
 
 JOB = Path(__file__).resolve().parents[2] / "examples" / "dra" / "job.yaml"
 JOBSET = JOB.with_name("computedomain-jobset.yaml")
+GROUP_CLAIM = JOB.with_name("podgroup-claim.yaml")
 LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
 
 
@@ -80,6 +81,32 @@ def test_a_compute_domain_jobset_gets_a_channel_and_four_gpus_per_worker_in_one_
     assert config["source"] == "FromClaim" and config["opaque"]["parameters"]["kind"] == "ComputeDomainChannelConfig"
     monitor.check_gangs()
     monitor.assert_clean()
+
+
+def test_a_podgroup_s_claim_is_made_once_allocated_once_and_reserved_for_the_group() -> None:
+    """KEP-5729: both pods repeat their PodGroup's claim entry, so they share one claim made for the group; its
+    eight GPUs are on one node, so both go there, and the claim is reserved for the PodGroup, not per pod."""
+    simulation = Simulation(Settings(levels=LEVELS))
+    objects = ClusterShape.parse("blocks=1,racks=2,nodes=4,gpus=0,dra=gpu.nvidia.com:8").manifests()
+    simulation.add_nodes([obj for obj in objects if obj["kind"] == "Node"])
+    simulation.add_objects([obj for obj in objects if obj["kind"] != "Node"], source="cluster")
+    monitor = InvariantMonitor(simulation.store, gang_settings=GangSettings(levels=LEVELS))
+    simulation.add_objects(read_manifest_file(str(GROUP_CLAIM)), source=str(GROUP_CLAIM))
+    report = anyio.run(lambda: simulation.run(timeout=60))
+    assert len(report.bound) == 2 and len(set(report.bound.values())) == 1
+    store = simulation.store
+    (made,) = store.objects(store.resource("resource.k8s.io/v1", "ResourceClaim"))
+    group = store.get(store.resource("scheduling.k8s.io/v1alpha2", "PodGroup"), "serve", "replica-0")
+    (owner,) = made["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("PodGroup", "replica-0")
+    assert group["status"]["resourceClaimStatuses"] == [{"name": "gpus", "resourceClaimName": made["metadata"]["name"]}]
+    assert made["status"]["reservedFor"] == [{"apiGroup": "scheduling.k8s.io", "resource": "podgroups",
+                                              "name": "replica-0", "uid": group["metadata"]["uid"]}]  # fmt: skip
+    results = made["status"]["allocation"]["devices"]["results"]
+    assert len(results) == 8 and {result["pool"] for result in results} == set(report.bound.values())
+    monitor.check_gangs()
+    monitor.assert_clean()
+    assert monitor.checks["devices"] == 2
 
 
 def test_devices_a_finished_pod_held_are_given_to_the_next_wave_of_its_job() -> None:

@@ -236,3 +236,40 @@ def test_a_high_priority_gang_preempts_the_pod_holding_the_devices_and_binds_onc
     given = {item["metadata"]["name"]: item.get("status") or {} for item in plane.call("GET", path)["items"]}
     assert not given["holder-gpus"].get("allocation")
     assert len(given["vip-gpus"]["allocation"]["devices"]["results"]) == 8
+
+
+def test_a_podgroup_s_claim_from_a_template_is_made_once_and_reserved_for_the_group_whose_pods_bind_on_its_node(
+    plane: ControlPlane, scheduler: PhalanxProcess
+) -> None:
+    """KEP-5729 (DRAWorkloadResourceClaims): both pods repeat their PodGroup's claim entry;
+    kube-controller-manager's resourceclaim controller makes one claim for the group and names it in the
+    group's status and in each pod's; Phalanx places both on the node of its devices, allocates it once and
+    reserves it for the PodGroup (kube-apiserver 1.36 checks the reservation when each pod binds)."""
+    ensure_namespace(plane, "dra-group")
+    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
+        plane.apply(device_class())
+    plane.apply(node_slice("b1-r0-n6", 4, clique="group-lot"))
+    plane.apply(node_slice("b1-r0-n7", 2, clique="group-lot"))
+    mine = "device.attributes['gpu.nvidia.com'].cliqueId == 'group-lot'"  # not the other tests' devices
+    template = claim_template("group-gpus", 4)
+    template["metadata"]["namespace"] = "dra-group"
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [{"cel": {"expression": mine}}]
+    plane.apply(template)
+    entry = {"name": "gpus", "resourceClaimTemplateName": "group-gpus"}
+    plane.apply({"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+                 "metadata": {"name": "replica", "namespace": "dra-group"},
+                 "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, "resourceClaims": [entry]}})  # fmt: skip
+    for name in ("prefill", "decode"):
+        plane.apply(gpu_pod(name, "dra-group", gpus=0, schedulingGroup={"podGroupName": "replica"},
+                            resourceClaims=[entry]))  # fmt: skip
+    placed = eventually(
+        lambda: len(bound(plane, "dra-group")) == 2 and bound(plane, "dra-group"), what="both bound", timeout=60
+    )
+    assert set(placed.values()) == {"b1-r0-n6"}  # the only node with the claim's 4 devices
+    group = plane.call("GET", "/apis/scheduling.k8s.io/v1alpha2/namespaces/dra-group/podgroups/replica")
+    (made,) = plane.call("GET", "/apis/resource.k8s.io/v1/namespaces/dra-group/resourceclaims")["items"]
+    assert group["status"]["resourceClaimStatuses"] == [{"name": "gpus", "resourceClaimName": made["metadata"]["name"]}]
+    assert made["status"]["reservedFor"] == [{"apiGroup": "scheduling.k8s.io", "resource": "podgroups",
+                                              "name": "replica", "uid": group["metadata"]["uid"]}]  # fmt: skip
+    results = made["status"]["allocation"]["devices"]["results"]
+    assert len(results) == 4 and {result["pool"] for result in results} == {"b1-r0-n6"}
