@@ -26,6 +26,7 @@ refusal (the API server answers 409 when a pod still has ``spec.schedulingGates`
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from enum import Enum
 
 import anyio
@@ -35,6 +36,7 @@ from anyio.abc import TaskStatus
 from scheduler.clock import Clock
 from scheduler.decision import BindJob, Reason
 from scheduler.devices.allocation import DELETE_PROTECTION, ClaimWrite, plan, taken_back
+from scheduler.devices.extended import claim_body, pod_claim_status, resource_names
 from scheduler.devices.inventory import Release
 from scheduler.gangs import GangKey
 from scheduler.jobs import Jobs
@@ -191,18 +193,30 @@ class Binder:
         """PreBind: give every claim of the gang its devices before any pod is bound (``devices/allocation.py``);
         the claims written, with their new versions, or why not (what was written is taken back then)."""
         pods = []
+        devices = self.state.devices
+        served = devices.served()
         for pod, node in job.pods:
             info = self.state.index.pod(pod)
-            if info is not None and (info.raw.get("spec") or {}).get("resourceClaims"):
+            if info is None:
+                continue
+            if (info.raw.get("spec") or {}).get("resourceClaims") or not served.keys().isdisjoint(
+                resource_names(info.raw)
+            ):
                 pods.append((info.raw, node))
+            if pod in devices.extended_of:  # made by an attempt that did not bind: gone before another is made
+                await self._delete_made(devices.extended_of[pod])
         if not pods:
             return []
-        writes = plan(self.state.devices, pods)
+        writes = plan(devices, pods, self.state.own_allocatable)
         if isinstance(writes, str):
             return writes
         written: list[tuple[ClaimWrite, str]] = []
-        for i, write in enumerate(writes):
+        for i, planned in enumerate(writes):
+            write = planned
             try:
+                if write.extended:  # made now (KEP-5004); from here on, taking the gang back deletes it
+                    write = await self._make_claim(write)
+                    written.append((write, write.version))
                 version = write.version
                 if write.finalizers is not None:
                     await self.limiter.take()
@@ -216,6 +230,12 @@ class Binder:
                     write.name,
                     {"metadata": {"resourceVersion": version}, "status": write.status},
                 )
+                if write.extended:  # the pod names its claim, as kube-scheduler's PreBind writes it
+                    written.pop()
+                    written.append((write, str((stored.get("metadata") or {}).get("resourceVersion", ""))))
+                    await self.limiter.take()
+                    await self.port.patch_status(PODS, write.namespace, write.pods[0].split("/", 1)[1],
+                                                 {"status": pod_claim_status(write.name, write.extended)})  # fmt: skip
             except PortError as error:
                 for unwritten in writes[i:]:
                     self.state.devices.release(unwritten.devices)
@@ -228,9 +248,36 @@ class Binder:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_BACK_SECONDS):
                     await self._take_back(written)
                 raise
-            written.append((write, str((stored.get("metadata") or {}).get("resourceVersion", ""))))
+            if not write.extended:
+                written.append((write, str((stored.get("metadata") or {}).get("resourceVersion", ""))))
         log.info("claims allocated", gang=job.gang, claims=len(written))
         return written
+
+    async def _make_claim(self, write: ClaimWrite) -> ClaimWrite:
+        """Make the claim of a pod's extended resources (KEP-5004), with kube-scheduler's finalizer on: the
+        write with its name and version."""
+        info = self.state.index.pod(write.pods[0])
+        pod = info.raw if info is not None else {"metadata": {"name": write.pods[0].split("/", 1)[1]}}
+        await self.limiter.take()
+        made = await self.port.create(RESOURCE_CLAIMS, write.namespace, claim_body(pod, write.extended,
+                                                                                   DELETE_PROTECTION))  # fmt: skip
+        metadata = made.get("metadata") or {}
+        return replace(write, name=str(metadata.get("name", "")), version=str(metadata.get("resourceVersion", "")),
+                       finalizers=None)  # fmt: skip
+
+    async def _delete_made(self, key: str) -> None:
+        """Delete a claim made for a pod's extended resources, its finalizer taken off first (as kube-scheduler's
+        Unreserve does); one that is gone already is fine, one that cannot be deleted now is tried next time."""
+        namespace, name = key.split("/", 1)
+        known = self.state.devices.claims.get(key)
+        kept = [finalizer for finalizer in (known.finalizers if known else ()) if finalizer != DELETE_PROTECTION]
+        try:
+            await self.port.patch(RESOURCE_CLAIMS, namespace, name, {"metadata": {"finalizers": kept or None}})
+            await self.port.delete(RESOURCE_CLAIMS, namespace, name)
+        except NotFound:
+            pass
+        except PortError as error:
+            log.warning("claim made for extended resources not deleted yet", claim=key, error=str(error)[:200])
 
     async def _take_back(self, written: list[tuple[ClaimWrite, str]]) -> None:
         """Release the allocations this gang's PreBind wrote (or the reservations it added), so that no claim
@@ -239,11 +286,17 @@ class Binder:
         of it (``Devices.releasing``): it would still look allocated for the pod."""
         devices = self.state.devices
         for write, _ in written:
+            if write.extended:
+                continue  # deleted, not taken back: nothing of it stays to be seen
             before = {str(ref.get("uid", "")) for ref in write.reserved_before or ()}
             added = {str(ref.get("uid", "")) for ref in write.status.get("reservedFor") or ()} - before
             devices.releasing[f"{write.namespace}/{write.name}"] = Release(write.reserved_before is None, added)
         for write, written_version in written:
             key = f"{write.namespace}/{write.name}"
+            if write.extended:
+                await self._delete_made(key)
+                devices.release(write.devices)
+                continue
             taken = False
             for attempt in range(3):
                 try:

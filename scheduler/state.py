@@ -62,6 +62,7 @@ from topology import (
 )
 from topology.kinds import Requests
 from topology.nodes import NodeRecord
+from topology.quantities import DEVICES
 from topology.running import RunningPods
 
 log = structlog.get_logger("phalanx.state")
@@ -238,6 +239,8 @@ class ClusterState:
             self._claiming.pop(key, None)
             self.index.delete_pod(namespace, name)
             self._name_claims(key, (), ())
+            if key in self.devices.extended_of:
+                self._count_on_its_own(self.devices.extended_of[key])
             return
         spec = obj.get("spec") or {}
         if spec.get("resourceClaims"):
@@ -305,6 +308,8 @@ class ClusterState:
             named = self._claiming[key][0] if key in self._claiming and not finished else ()
             waiting = node is None and not deleting and not spec.get("schedulingGates")
             self._name_claims(key, named, named if waiting else ())
+        if key in self.devices.extended_of:  # its extended resources' claim counts as it counts
+            self._count_on_its_own(self.devices.extended_of[key])
 
     def _name_claims(self, pod: str, named: tuple[str, ...], waiting: tuple[str, ...]) -> None:
         """``pod`` now names the claims ``named`` (none once it finished or is gone), and waits to be placed
@@ -351,6 +356,10 @@ class ClusterState:
         if owner is not None and claim.reserved_for == (owner.uid,):
             return  # reserved for its one pod, which counts the devices
         held = self.devices.held(claim)
+        if claim.extended_for is not None and self._unfinished(claim.extended_for):
+            # Made for the pod's extended resources (KEP-5004): the pod counts what it asks of them on its node,
+            # so the devices count here only where claims ask for them.
+            held = {node: {c: n for c, n in there.items() if c.startswith(DEVICES)} for node, there in held.items()}
         columns = {column for on_node in held.values() for column in on_node}
         assumed = (self.assumed.get(pod) for pod in naming)
         if any(assumption is not None and columns & set(assumption.requests) for assumption in assumed):
@@ -364,6 +373,15 @@ class ClusterState:
             self.snapshot.assume(counted, node, columns_there)
             counted_keys.append(counted)
         self._on_its_own[claim_key] = tuple(counted_keys)
+
+    def _unfinished(self, pod: str) -> bool:
+        known = self._pods.get(pod)
+        return pod in self.assumed or (known is not None and not known.finished)
+
+    def own_allocatable(self, node: str) -> Mapping[str, int]:
+        """What the node itself says it has (devices DRA drivers publish not counted in)."""
+        base = self._base_nodes.get(node)
+        return base.allocatable if base is not None else {}
 
     def _departed(self, key: str, previous: RunningPod) -> None:
         gang = self.index.gang_of(key)
@@ -459,7 +477,10 @@ class ClusterState:
         supply = self._device_supply.get(record.name)
         attributes = self._device_attributes.get(record.name)
         if supply:
-            record = replace(record, allocatable={**record.allocatable, **supply})
+            # An extended resource a class serves (KEP-5004) is served by devices only where the node has none
+            # of its own (a device plugin's), as kube-scheduler decides per node.
+            offered = {name: count for name, count in supply.items() if record.allocatable.get(name, 0) == 0}
+            record = replace(record, allocatable={**record.allocatable, **offered})
         if attributes:
             record = replace(record, labels={**attributes, **record.labels})
         return record

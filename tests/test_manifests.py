@@ -14,6 +14,7 @@ import yaml
 
 from scheduler.gangs.sources import SOURCES, SourceApi
 from scheduler.ports.sim import Faults
+from scheduler.ports.sim.store import MERGE_PATCH
 from scheduler.settings import LeaderSettings, Settings, load_settings
 from tests.devices.support import claim, device_class, node_slice
 from tests.gangs.support import EXAMPLES, EXPANDED_EXAMPLES
@@ -192,6 +193,23 @@ async def test_rbac_allows_exactly_the_calls_the_scheduler_makes() -> None:
             where.create({**claim("dra-gpus", 1), "metadata": {"name": "dra-gpus", "namespace": "team"}})
             where.create(gpu_pod("dra", gpus=0, annotations=pfn("dra", 1),
                                  resourceClaims=[{"name": "gpus", "resourceClaimName": "dra-gpus"}]))  # fmt: skip
+            # A pod asking an extended resource a DeviceClass serves (KEP-5004) gets a claim made for it; a
+            # claim an earlier attempt made for it is deleted first.
+            served = device_class("dra-gpu")
+            served["spec"]["extendedResourceName"] = "example.com/dra-gpu"
+            where.create(served)
+            extended = gpu_pod("extended", gpus=0, annotations=pfn("extended", 1), schedulingGates=[{"name": "wait"}],
+                               nodeSelector={"kubernetes.io/hostname": node})  # fmt: skip
+            extended["spec"]["containers"][0]["resources"]["limits"]["example.com/dra-gpu"] = "1"
+            uid = where.create(extended)["metadata"]["uid"]
+            stale = claim("extended-extended-resources-old", 1)
+            stale["metadata"] = {"name": "extended-extended-resources-old", "namespace": "team",
+                                 "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"},
+                                 "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "extended",
+                                                      "uid": uid, "controller": True}]}  # fmt: skip
+            where.create(stale)
+            pods = where.store.resource("v1", "Pod")
+            where.store.patch(pods, "team", "extended", {"spec": {"schedulingGates": None}}, MERGE_PATCH)
             lease_updates = lambda: where.server.audit["update", "coordination.k8s.io", "leases"]  # noqa: E731
             await eventually(lambda: lease_updates() >= 2, what="the lease renewed")
             expected = granted()

@@ -17,13 +17,14 @@ for is bound after all, the write is taken back (``taken_back``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler.devices.claims import Claim, ClaimError, ClaimRequest, Constraint, Request, pod_claims
 from scheduler.devices.demand import MAX_RESERVED
 from scheduler.devices.expressions import SelectorError
+from scheduler.devices.extended import ExtendedRequest, extended_requests
 from scheduler.devices.inventory import DeviceId, Devices
 from scheduler.devices.slices import Device
 
@@ -51,17 +52,36 @@ class ClaimWrite:
     #: For a claim allocated already: its ``reservedFor`` before, what taking this write back restores.
     #: None when the write allocates the claim (taking it back deallocates it).
     reserved_before: tuple[Mapping[str, Any], ...] | None = None
+    #: For the claim of a pod's extended resources (KEP-5004): the requests it is made with. It does not
+    #: exist yet: the binder makes it (``extended.claim_body``), names it in the pod's status, and deletes it
+    #: to take the write back.
+    extended: tuple[ExtendedRequest, ...] = ()
 
 
-def plan(devices: Devices, pods: Iterable[tuple[Mapping[str, Any], str]]) -> list[ClaimWrite] | str:
+def plan(
+    devices: Devices,
+    pods: Iterable[tuple[Mapping[str, Any], str]],
+    own: Callable[[str], Mapping[str, int]] = lambda node: {},
+) -> list[ClaimWrite] | str:
     """The writes that give the claims of ``pods`` (each a pod object and its node) their devices and
     reserve each claim for the pods that name it, or why that cannot be done (nothing is written then).
     A claim several of the pods name is allocated once, on their one node; a claim allocated already (for
-    a pod of this gang by an earlier attempt, or shared with pods that run) is only reserved for more."""
+    a pod of this gang by an earlier attempt, or shared with pods that run) is only reserved for more. A pod
+    that asks an extended resource its node has none of (``own``: what each node itself has) gets a claim
+    of the devices that serve it, made for it (KEP-5004)."""
     users: dict[str, tuple[Claim, list[tuple[dict[str, str], str, str]]]] = {}
+    made: dict[str, tuple[ExtendedRequest, ...]] = {}
+    served = devices.served()
     for pod, node in pods:
         metadata = pod.get("metadata") or {}
         namespace, name, uid = (str(metadata.get(field, "")) for field in ("namespace", "name", "uid"))
+        extended = extended_requests(pod, served, own(node)) if served else ()
+        if extended:
+            key = f"{namespace}/{name}-extended-resources-"  # its generateName: no claim has such a name
+            requests = tuple(ClaimRequest(request.name, (request.request(),)) for request in extended)
+            to_make = Claim(namespace, key.split("/", 1)[1], "", requests, (), (), ())
+            users[key] = (to_make, [({"resource": "pods", "name": name, "uid": uid}, node, f"{namespace}/{name}")])
+            made[key] = extended
         for named in pod_claims(pod):
             claim = devices.claims.get(f"{namespace}/{named.claim}") if named.claim else None
             if claim is None:
@@ -142,6 +162,7 @@ def plan(devices: Devices, pods: Iterable[tuple[Mapping[str, Any], str]]) -> lis
                 finalizers=None if DELETE_PROTECTION in claim.finalizers else (*claim.finalizers, DELETE_PROTECTION),
                 status={"allocation": allocation, "reservedFor": reservations},
                 devices=tuple(_ids(results)),
+                extended=made.get(claim.key, ()),
             )
         )
     for write in writes:

@@ -32,6 +32,8 @@ class DeviceClass:
     extended_resource: str | None = None
     #: ``spec.config``, copied into each allocation of the class's devices (``source: FromClass``).
     config: tuple[Mapping[str, Any], ...] = ()
+    #: ``metadata.creationTimestamp``: of two classes naming one extended resource, the newer serves it.
+    created: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,8 @@ class Claim:
     reservations: tuple[Mapping[str, Any], ...] = ()
     #: The ``request`` each allocated device was given for (``gpus``, or ``gpus/h100`` of firstAvailable).
     allocated_requests: tuple[str, ...] = ()
+    #: namespace/name of the pod whose extended resources it serves (KEP-5004: made by a scheduler for it).
+    extended_for: str | None = None
 
     @property
     def key(self) -> str:
@@ -154,6 +158,7 @@ def read_class(obj: Mapping[str, Any]) -> DeviceClass:
         selectors=_selectors(spec.get("selectors"), f"deviceclass {name}: spec.selectors"),
         extended_resource=str(extended) if extended else None,
         config=tuple(_list(spec.get("config"), f"deviceclass {name}: spec.config")),
+        created=str((obj.get("metadata") or {}).get("creationTimestamp") or ""),
     )
 
 
@@ -199,7 +204,19 @@ def read_claim(obj: Mapping[str, Any]) -> Claim:
         reservations=tuple(
             ref for ref in _list(status.get("reservedFor"), f"{where}: status.reservedFor") if isinstance(ref, Mapping)
         ),
+        extended_for=_extended_for(metadata),
     )
+
+
+def _extended_for(metadata: Mapping[str, Any]) -> str | None:
+    """The pod (namespace/name) a claim made for its extended resources belongs to: annotated so, and owned by
+    that pod as its controller."""
+    if (metadata.get("annotations") or {}).get("resource.kubernetes.io/extended-resource-claim") != "true":
+        return None
+    for owner in metadata.get("ownerReferences") or []:
+        if isinstance(owner, Mapping) and owner.get("kind") == "Pod" and owner.get("controller") is True:
+            return f"{metadata.get('namespace', '')}/{owner.get('name', '')}"
+    return None
 
 
 def pod_claims(pod: Mapping[str, Any]) -> tuple[PodClaim, ...]:

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scheduler.devices.claims import EXACT_COUNT, Claim, ClaimRequest, Request, pod_claims
+from scheduler.devices.extended import asked, resource_names
 from scheduler.devices.inventory import Devices
 from topology.quantities import DEVICES
 
@@ -49,6 +50,7 @@ class DeviceDemand:
         self.devices = devices
 
     def demand(self, pod: Mapping[str, Any]) -> Mapping[str, int]:
+        self._offer_extended(pod)
         found: dict[str, int] = {}
         key, uid = _pod_key(pod), _uid(pod)
         for claim in self._claims(pod):
@@ -61,6 +63,16 @@ class DeviceDemand:
                 name = column(wanted)
                 found[name] = found.get(name, 0) + wanted.count
         return found
+
+    def _offer_extended(self, pod: Mapping[str, Any]) -> None:
+        """An extended resource the pod asks that a class serves (KEP-5004): nodes without it of their own offer
+        it from then on, counting their devices of the class. (The pod's count of it is the extended resource
+        kind's, as on any node.)"""
+        served = self.devices.served()
+        if not served or served.keys().isdisjoint(resource_names(pod)):
+            return  # most pods: a look at the names, no quantity read
+        for name, device_class in asked(pod, served).items():
+            self.devices.register(name, Request(name, device_class.name, (), EXACT_COUNT, 1))
 
     def alternative(self, claim: Claim, request: ClaimRequest) -> Request:
         """The way ``request`` is counted: the alternative its allocation used; else, of ``firstAvailable``,

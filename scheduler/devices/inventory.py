@@ -28,6 +28,7 @@ from scheduler.devices.claims import (
     read_group_claims,
 )
 from scheduler.devices.expressions import SelectorError, Selectors
+from scheduler.devices.extended import served_by
 from scheduler.devices.slices import Device, Pools
 from scheduler.ports.port import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ApiResource
 
@@ -56,6 +57,9 @@ class Devices:
         self.templates: set[str] = set()  # namespace/name
         #: The claims each ``scheduling.k8s.io`` PodGroup (namespace/name) shares with its pods.
         self.groups: dict[str, GroupClaims] = {}
+        #: The claim made for each pod's extended resources (pod -> claim, both namespace/name; KEP-5004).
+        self.extended_of: dict[str, str] = {}
+        self._served: dict[str, DeviceClass] | None = None  # cached until a class changes
         #: The unfinished pods that name each claim (namespace/name), kept by ClusterState: a claim named by
         #: several is shared.
         self.named_by: dict[str, set[str]] = {}
@@ -97,11 +101,14 @@ class Devices:
                 for slice_name, problem in self.pools.problems.items():
                     self.problems[(resource.kind, slice_name)] = problem
             elif resource.plural == DEVICE_CLASSES.plural:
+                self._served = None
                 self.classes.pop(key, None)
                 if not gone:
                     self.classes[key] = read_class(obj)
             elif resource.plural == RESOURCE_CLAIMS.plural:
                 before = self.claims.pop(key, None)
+                if before is not None and before.extended_for is not None:
+                    self.extended_of.pop(before.extended_for, None)
                 for device in before.allocated if before is not None else ():
                     holders = self._allocated.get(device, set())
                     holders.discard(key)
@@ -114,6 +121,8 @@ class Devices:
                 else:
                     claim = read_claim(obj)
                     self.claims[key] = claim
+                    if claim.extended_for is not None:
+                        self.extended_of[claim.extended_for] = key
                     if key in self.releasing and self.releasing[key].seen_in(claim):
                         del self.releasing[key]  # the watch caught up with the take-back
                     for device in claim.allocated:
@@ -139,6 +148,12 @@ class Devices:
             return  # the API server validates the field; a group that got past it shares nothing
         if found.entries:
             self.groups[key] = found
+
+    def served(self) -> dict[str, DeviceClass]:
+        """Which class serves each extended resource name (KEP-5004, ``extended.served_by``)."""
+        if self._served is None:
+            self._served = served_by(self.classes)
+        return self._served
 
     def group_of(self, pod: Mapping[str, Any], named: PodClaim) -> GroupClaims | None:
         """The PodGroup whose claim ``named`` is (the pod's entry is exactly one of its group's), else None:

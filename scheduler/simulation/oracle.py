@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.app import Phalanx
-from scheduler.devices.claims import pod_claims, pod_group, read_claim
+from scheduler.devices.claims import PodClaim, pod_claims, pod_group, read_claim
 from scheduler.gangs import GangIndex, GangKey, GangSettings, GangSpec
 from scheduler.gangs.groups import Role
 from scheduler.gangs.model import PodKey
@@ -255,6 +255,10 @@ class InvariantMonitor:
         if not _counts(pod):
             return
         requests = pod_demand(pod)
+        extended = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+        if extended:  # KEP-5004: devices serve these, counted by the claim (``_check_claims``), not the node
+            served = {str(mapping.get("resourceName")) for mapping in extended.get("requestMappings") or []}
+            requests = {name: amount for name, amount in requests.items() if name not in served}
         self._bound[key] = (uid, node, requests)
         self._used.setdefault(node, Counter()).update(requests)
         if ours:
@@ -262,7 +266,7 @@ class InvariantMonitor:
         if newly_bound and ours:
             self._check_node(node, requests)
             self._check_nominated(key, node, requests)
-            if (pod.get("spec") or {}).get("resourceClaims"):
+            if (pod.get("spec") or {}).get("resourceClaims") or extended:
                 self._check_claims(key, pod, node)
 
     def _gang_priority(self, pod: str) -> int:
@@ -380,7 +384,8 @@ class InvariantMonitor:
             for obj in self.store.objects(resource)
             if obj["metadata"].get("namespace") == namespace
         }
-        for named in pod_claims(pod):
+        extended = ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+        for named in (*pod_claims(pod), *((PodClaim("extended resources", str(extended), None),) if extended else ())):
             claim = claims.get(named.claim or "")
             status = (claim or {}).get("status") or {}
             if not status.get("allocation"):

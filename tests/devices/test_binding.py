@@ -85,3 +85,30 @@ async def test_a_claim_taken_back_after_a_lost_bind_is_allocated_afresh_before_i
             pods[f"team/{name}"]["metadata"]["uid"] for name in ("left", "right")
         )
         check_invariants(where)
+
+
+async def test_a_claim_made_for_extended_resources_is_deleted_when_its_pod_cannot_bind_and_made_again() -> None:
+    """KEP-5004 over HTTP: the pod's first binds are refused (a 403 for good), so the claim PreBind made for
+    its ``example.com/dra-gpu`` is deleted, finalizer and all; once binds pass, a claim is made again, and
+    the pod binds with it named in its status."""
+    refused = FaultRule(verbs=frozenset({"bind"}), error_rate=1.0, codes=(403,))
+    faults = Faults(seed=SEED, rules=[refused])
+    async with cluster(SHAPE, faults=faults) as where, phalanx(where):
+        served = device_class("dra-gpu")
+        served["spec"]["extendedResourceName"] = "example.com/dra-gpu"
+        where.create(served)
+        where.create(node_slice("b0-r0-n0"))
+        pod = gpu_pod("solo", gpus=0, annotations=pfn("solo", 1))
+        pod["spec"]["containers"][0]["resources"]["limits"]["example.com/dra-gpu"] = "2"
+        where.create(pod)
+        await eventually(lambda: where.events("FailedBinding"), what="the refusal told")
+        await eventually(lambda: not claims(where), what="the claim made for it deleted")
+        faults.rules.clear()
+        bound = await eventually(lambda: where.bound(), what="the pod bound once binds pass", timeout=60)
+        assert bound == {"team/solo": "b0-r0-n0"}
+        (made,) = claims(where).values()
+        assert where.pods()["team/solo"]["status"]["extendedResourceClaimStatus"]["resourceClaimName"] == (
+            made["metadata"]["name"]
+        )
+        assert len(made["status"]["allocation"]["devices"]["results"]) == 2
+        check_invariants(where)

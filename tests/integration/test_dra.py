@@ -273,3 +273,43 @@ def test_a_podgroup_s_claim_from_a_template_is_made_once_and_reserved_for_the_gr
                                               "name": "replica", "uid": group["metadata"]["uid"]}]  # fmt: skip
     results = made["status"]["allocation"]["devices"]["results"]
     assert len(results) == 4 and {result["pool"] for result in results} == {"b1-r0-n6"}
+
+
+def test_pods_asking_an_extended_resource_a_class_serves_get_claims_made_allocated_and_named_before_they_bind(
+    plane: ControlPlane, scheduler: PhalanxProcess
+) -> None:
+    """KEP-5004 (DRAExtendedResource, on in 1.36): no node reports example.com/dra-gpu, a DeviceClass serves it
+    with the GPUs of b1-r0-n5. Phalanx makes each pod's claim as kube-scheduler does (owned by the pod,
+    annotated, a request per container and resource), allocates and reserves it, names it in the pod's
+    status (kube-apiserver validates the mapping against the pod's containers), then binds."""
+    ensure_namespace(plane, "dra-extended")
+    plane.apply(node_slice("b1-r0-n5", 8, clique="ext-lot"))
+    served = device_class("dra-gpu", "device.attributes['gpu.nvidia.com'].cliqueId == 'ext-lot'")
+    served["spec"]["extendedResourceName"] = "example.com/dra-gpu"
+    plane.apply(served)
+    for name in ("left", "right"):
+        pod = gpu_pod(name, "dra-extended", gpus=0, annotations=pfn("pair", 2))
+        pod["spec"]["containers"][0]["resources"]["limits"]["example.com/dra-gpu"] = "4"
+        plane.apply(pod)
+    placed = eventually(
+        lambda: len(bound(plane, "dra-extended")) == 2 and bound(plane, "dra-extended"), what="both bound", timeout=60
+    )
+    assert set(placed.values()) == {"b1-r0-n5"}
+    running = pods(plane, "dra-extended")
+    path = "/apis/resource.k8s.io/v1/namespaces/dra-extended/resourceclaims"
+    claims = {item["metadata"]["name"]: item for item in plane.call("GET", path)["items"]}
+    taken: set[str] = set()
+    for name in ("left", "right"):
+        pod = running[f"dra-extended/{name}"]
+        status = pod["status"]["extendedResourceClaimStatus"]
+        assert status["requestMappings"] == [
+            {"containerName": "main", "resourceName": "example.com/dra-gpu", "requestName": "container-0-request-0"}
+        ]
+        made = claims[status["resourceClaimName"]]
+        assert made["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
+        assert made["metadata"]["annotations"]["resource.kubernetes.io/extended-resource-claim"] == "true"
+        assert made["status"]["reservedFor"] == [{"resource": "pods", "name": name, "uid": pod["metadata"]["uid"]}]
+        results = made["status"]["allocation"]["devices"]["results"]
+        assert len(results) == 4 and {result["pool"] for result in results} == {"b1-r0-n5"}
+        taken |= {result["device"] for result in results}
+    assert len(taken) == 8  # no device given twice
