@@ -51,6 +51,7 @@ from topology import HOSTNAME, GangRequest, PodShape, Snapshot
 from topology.domains import FloatArray, IntArray
 from topology.drain import DrainPlan, Level, choose_drain, minimum_shapes
 from topology.fit import cumsum_by_group
+from topology.quantities import resource_words
 from topology.reasons import short_name
 
 Requests = tuple[tuple[str, int], ...]
@@ -524,7 +525,8 @@ def runtime_bound(spec: GangSpec, state: ClusterState) -> float | None:
 
 
 def amount_words(resource: str, amount: int) -> str:
-    """``64 GPUs``, ``12 CPUs``, ``256Gi of memory``: an amount of a resource for a sentence."""
+    """``64 GPUs``, ``12 CPUs``, ``256Gi of memory``, ``16 devices of class gpu.nvidia.com``: an amount of a
+    resource for a sentence."""
     if resource.endswith("/gpu"):
         return f"{amount} GPU" if amount == 1 else f"{amount} GPUs"
     if resource == "cpu":
@@ -532,7 +534,7 @@ def amount_words(resource: str, amount: int) -> str:
         return f"{cores:g} CPU" if cores == 1 else f"{cores:g} CPUs"
     if resource in ("memory", "ephemeral-storage"):
         return f"{amount / 2**30:g}Gi of {resource}"
-    return f"{amount} {resource}"
+    return f"{amount} {resource_words(resource)}"  # devices by their class
 
 
 def _still_in_use(starvation: Starvation, held: DomainReservation) -> str:

@@ -154,3 +154,51 @@ async def test_serve_expands_a_job_given_with_workload_and_its_controller_replac
         with anyio.fail_after(60):  # the Job controller makes a new pod, and Phalanx binds it
             while len(now := await bound()) != 2 or gone in now or not all(now.values()):
                 await anyio.sleep(0.05)
+
+
+async def test_serve_places_a_dra_job_from_workload_and_a_claim_kubectl_applies(tmp_path: Path) -> None:
+    """``--cluster ...,dra=`` publishes devices; the Job of examples/dra/ gets its claims from its template (the
+    simulated resourceclaim controller) and binds with them allocated; a claim and a pod applied with kubectl
+    afterwards take devices that are still free."""
+    address = f"127.0.0.1:{free_port()}"
+    url = f"http://{address}"
+    argv = ("--address", address, "--write-kubeconfig", str(tmp_path / "k"),
+            "--cluster", "blocks=1,racks=2,nodes=4,gpus=0,dra=gpu.nvidia.com:8",
+            "--workload", str(ROOT / "examples" / "dra" / "job.yaml"))  # fmt: skip
+    async with sandbox(*argv):
+
+        async def allocated() -> dict[str, str]:
+            listed = (await send(url, "GET", "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims")).json
+            return {
+                claim["metadata"]["name"]: claim["status"]["allocation"]["devices"]["results"][0]["pool"]
+                for claim in listed["items"]
+                if (claim.get("status") or {}).get("allocation")
+            }
+
+        with anyio.fail_after(60):
+            while len(await allocated()) != 4:
+                await anyio.sleep(0.05)
+        claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                 "metadata": {"name": "notebook-gpu", "namespace": "ml"},
+                 "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "notebook", "namespace": "ml"},
+               "spec": {"schedulerName": "phalanx", "containers": [{"name": "main", "image": "jupyter:1"}],
+                        "resourceClaims": [{"name": "gpu", "resourceClaimName": "notebook-gpu"}]}}  # fmt: skip
+        for path, obj in (("/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims", claim),
+                          ("/api/v1/namespaces/ml/pods", pod)):  # fmt: skip
+            answer = await send(url, "POST", path + "?fieldValidation=Strict", json.dumps(obj).encode(),
+                                content_type="application/json")  # fmt: skip
+            assert answer.status == 201, answer.body
+        with anyio.fail_after(60):
+            while "notebook-gpu" not in (given := await allocated()):
+                await anyio.sleep(0.05)
+        used_by_job = {node for name, node in given.items() if name != "notebook-gpu"}
+        assert given["notebook-gpu"] not in used_by_job  # the Job's nodes have none of their 8 left
+
+        async def notebook_node() -> str:
+            return str((await send(url, "GET", "/api/v1/namespaces/ml/pods/notebook")).json["spec"].get("nodeName", ""))
+
+        with anyio.fail_after(60):  # PreBind allocated its claim; the bind follows
+            while not (node := await notebook_node()):
+                await anyio.sleep(0.05)
+        assert node == given["notebook-gpu"]

@@ -27,6 +27,7 @@ from topology import (
     node_record,
     pod_demand,
 )
+from topology.quantities import DEVICES, resource_words
 from topology.reasons import short_name
 
 #: Domains listed per table; the roomiest come first.
@@ -342,5 +343,9 @@ def amount_text(resource: str, amount: int) -> str:
 
 
 def _shape_text(shape: PodShape) -> str:
-    shown = [f"{name} {amount_text(name, amount)}" for name, amount in shape.requests if name != "pods"]
+    shown = [
+        f"{amount} {resource_words(name)}" if name.startswith(DEVICES) else f"{name} {amount_text(name, amount)}"
+        for name, amount in shape.requests
+        if name != "pods"
+    ]
     return "{" + ", ".join(shown) + "}" if shown else "{no requests}"

@@ -104,7 +104,7 @@ async def test_a_claim_made_for_extended_resources_is_deleted_when_its_pod_canno
         await eventually(lambda: where.events("FailedBinding"), what="the refusal told")
         await eventually(lambda: not claims(where), what="the claim made for it deleted")
         faults.rules.clear()
-        bound = await eventually(lambda: where.bound(), what="the pod bound once binds pass", timeout=60)
+        bound = await eventually(where.bound, what="the pod bound once binds pass", timeout=60)
         assert bound == {"team/solo": "b0-r0-n0"}
         (made,) = claims(where).values()
         assert where.pods()["team/solo"]["status"]["extendedResourceClaimStatus"]["resourceClaimName"] == (

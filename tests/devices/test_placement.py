@@ -236,3 +236,27 @@ def test_a_shared_claim_allocated_before_its_pods_bind_is_not_counted_twice() ->
     assert not loop.state.overcommitted(["b0-r0-n0"])
     used = loop.state.snapshot.requested[loop.state.snapshot.index_of("b0-r0-n0")]
     assert int(used[loop.state.snapshot.resources.index("devices/gpu.nvidia.com")]) == 8
+
+
+def test_a_gang_that_claims_devices_and_waited_too_long_holds_the_rack_whose_devices_free_up_first() -> None:
+    """Starvation with devices: a reservation holds devices as it holds GPUs. Every node publishes 8 GPUs
+    through DRA and runs another scheduler's pod holding some; a 4-pod gang claiming 8 each (one rack
+    required) waits, then reserves the rack with fewest devices in use, and a small pod claiming devices
+    finds room only where the gang does not need it."""
+    nodes = tuple(f"b0-r{rack}-n{i}" for rack in range(2) for i in range(4))
+    loop = dra_loop(nodes)
+    for node, used in zip(nodes, [8, 8, 8, 4, 4, 4, 6, 6], strict=True):
+        loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", claim(f"busy-{node}-gpus", used)))
+        sharing(loop, f"busy-{node}", f"busy-{node}-gpus", None, node=node)
+    rack = {"scheduling.phalanx.dev/topology-required": "example.com/rack"}
+    big = [claiming(loop, f"big-{i}", ("big", 4), annotations=rack) for i in range(4)]
+    loop.run_until(301)
+    held = loop.loop.starvation.get("pfn:ml/big")  # type: ignore[arg-type]
+    assert held is not None and held.where == "rack b0-r1"
+    assert "holds rack b0-r1 for its 32 devices of class gpu.nvidia.com; 20 devices of class gpu.nvidia.com there " \
+        "are still in use" in loop.told.pending[big[0]]
+    first, second = claiming(loop, "four-a", ("four-a", 1), 4), claiming(loop, "four-b", ("four-b", 1), 4)
+    loop.settle()
+    assert loop.bound().get(first) == "b0-r0-n3"
+    assert second not in loop.bound()
+    assert "held for gang pfn:ml/big" in loop.told.pending[second].lower()

@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from scheduler.frontends.dryrun import dry_run, read_real_cluster
+from scheduler.frontends.explain import explain
 from scheduler.gangs import GangSettings
 from scheduler.ports.sim import ClusterShape, ManifestError, read_manifest_file
 from scheduler.settings import Settings
@@ -147,3 +148,20 @@ async def test_dry_run_reads_the_devices_and_claims_and_places_a_gang_that_claim
         copy = await read_real_cluster(str(kubeconfig(tmp_path / "kubeconfig", where.url)), None)
     report = await dry_run(copy, Settings(levels=LEVELS))
     assert report.bound == {"team/new": "b0-r0-n1"}  # the node whose devices are not the running pod's
+
+
+async def test_explain_names_the_devices_a_gang_waits_for_by_class_and_count(tmp_path: Path) -> None:
+    """`phalanx explain` of a gang whose claims the nodes cannot hold: what each pod asks, and the devices
+    the gang needs in the words of its Unschedulable condition."""
+    async with cluster("blocks=1,racks=1,nodes=2,gpus=0") as where:
+        where.create(device_class())
+        for node in ("b0-r0-n0", "b0-r0-n1"):
+            where.create(node_slice(node))
+        for i in range(3):
+            where.create({**claim(f"w-{i}-gpus", 8), "metadata": {"name": f"w-{i}-gpus", "namespace": "team"}})
+            where.create(gpu_pod(f"w-{i}", gpus=0, annotations=pfn("w", 3),
+                                 resourceClaims=[{"name": "gpus", "resourceClaimName": f"w-{i}-gpus"}]))  # fmt: skip
+        copy = await read_real_cluster(str(kubeconfig(tmp_path / "kubeconfig", where.url)), None)
+    text = await explain(copy, Settings(levels=LEVELS), "team/w-0")
+    assert text.splitlines()[0].endswith("at least 3 together; {8 devices of class gpu.nvidia.com}.")
+    assert "Gang team/w needs 3 pods (24 devices of class gpu.nvidia.com)" in text
