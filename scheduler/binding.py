@@ -207,7 +207,7 @@ class Binder:
                 await self._delete_made(devices.extended_of[pod])
         if not pods:
             return []
-        writes = plan(devices, pods, self.state.own_allocatable)
+        writes = plan(devices, pods, self.state.own_allocatable, self.state.reaches)
         if isinstance(writes, str):
             return writes
         written: list[tuple[ClaimWrite, str]] = []

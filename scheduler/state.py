@@ -60,9 +60,11 @@ from topology import (
     node_record,
     pod_demand,
 )
+from topology.eligibility import affinity_mask
 from topology.kinds import Requests
 from topology.nodes import NodeRecord
 from topology.quantities import DEVICES
+from topology.request import NodeConstraints, NodeSelectorTerm
 from topology.running import RunningPods
 
 log = structlog.get_logger("phalanx.state")
@@ -378,6 +380,22 @@ class ClusterState:
         known = self._pods.get(pod)
         return pod in self.assumed or (known is not None and not known.finished)
 
+    def reach(self, terms: tuple[NodeSelectorTerm, ...]) -> list[str]:
+        """The nodes that reach a networked device: all of them (``allNodes``), or those its node selector's
+        terms select (one vectorized pass over the nodes)."""
+        names = self.snapshot.names
+        if not terms:
+            return list(names)
+        selected = affinity_mask(self.snapshot, NodeConstraints(affinity=terms))
+        return [names[row] for row in np.flatnonzero(selected)]
+
+    def reaches(self, terms: tuple[NodeSelectorTerm, ...], node: str) -> bool:
+        """Whether ``node`` reaches a networked device whose node selector has these terms."""
+        row = self.snapshot.index_of(node)
+        if not terms or row is None:
+            return row is not None
+        return bool(affinity_mask(self.snapshot, NodeConstraints(affinity=terms))[row])
+
     def own_allocatable(self, node: str) -> Mapping[str, int]:
         """What the node itself says it has (devices DRA drivers publish not counted in)."""
         base = self._base_nodes.get(node)
@@ -488,11 +506,12 @@ class ClusterState:
     def refresh_devices(self) -> None:
         """Put what each node offers of every requested device into its record; room that grew is freed room,
         and a change of what its devices agree on is a change of labels."""
-        if not self.devices.dirty:
-            return
+        if not self.devices.dirty and not (self._nodes_changed and self.devices.networked_pools):
+            return  # (the nodes that reach a networked device may change with the nodes)
         self.devices.dirty = False
         before_supply, before_attributes, most_before = self._device_supply, self._device_attributes, self.devices.most
-        self._device_supply, self._device_attributes = self.devices.supply(), self.devices.node_attributes()
+        self._device_supply = self.devices.supply(self.reach)
+        self._device_attributes = self.devices.node_attributes()
         for name in (
             set(self._device_supply) | set(before_supply) | set(self._device_attributes) | set(before_attributes)
         ):

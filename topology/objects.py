@@ -120,8 +120,13 @@ def _affinity_terms(spec: Mapping[str, Any]) -> tuple[NodeSelectorTerm, ...] | N
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if required is None:
         return None
+    return node_selector_terms(required, base)
+
+
+def node_selector_terms(selector: object, base: str) -> tuple[NodeSelectorTerm, ...]:
+    """A ``NodeSelector`` (``nodeSelectorTerms``, ORed) as placement evaluates it; ``base`` names it in errors."""
     terms = []
-    for i, raw in enumerate(_list(_mapping(required, base).get("nodeSelectorTerms"), f"{base}.nodeSelectorTerms")):
+    for i, raw in enumerate(_list(_mapping(selector, base).get("nodeSelectorTerms"), f"{base}.nodeSelectorTerms")):
         where = f"{base}.nodeSelectorTerms[{i}]"
         term = _mapping(raw, where)
         expressions = tuple(

@@ -26,7 +26,8 @@ from scheduler.devices.demand import MAX_RESERVED
 from scheduler.devices.expressions import SelectorError
 from scheduler.devices.extended import ExtendedRequest, extended_requests
 from scheduler.devices.inventory import DeviceId, Devices
-from scheduler.devices.slices import Device
+from scheduler.devices.slices import ALL_NODES, Device
+from topology.request import NodeSelectorTerm
 
 #: What kube-scheduler puts on a claim it allocates: the resourceclaim controller deallocates the claim
 #: (and removes it) once no pod uses it, and the claim cannot be deleted while allocated.
@@ -62,13 +63,15 @@ def plan(
     devices: Devices,
     pods: Iterable[tuple[Mapping[str, Any], str]],
     own: Callable[[str], Mapping[str, int]] = lambda node: {},
+    reaches: Callable[[tuple[NodeSelectorTerm, ...], str], bool] = lambda terms, node: not terms,
 ) -> list[ClaimWrite] | str:
     """The writes that give the claims of ``pods`` (each a pod object and its node) their devices and
     reserve each claim for the pods that name it, or why that cannot be done (nothing is written then).
     A claim several of the pods name is allocated once, on their one node; a claim allocated already (for
     a pod of this gang by an earlier attempt, or shared with pods that run) is only reserved for more. A pod
     that asks an extended resource its node has none of (``own``: what each node itself has) gets a claim
-    of the devices that serve it, made for it (KEP-5004)."""
+    of the devices that serve it, made for it (KEP-5004). A node uses its own devices first, then networked
+    ones it reaches (``reaches``: whether a node selector's terms select the node)."""
     users: dict[str, tuple[Claim, list[tuple[dict[str, str], str, str]]]] = {}
     made: dict[str, tuple[ExtendedRequest, ...]] = {}
     served = devices.served()
@@ -124,7 +127,9 @@ def plan(
                 )
             continue
         try:
-            ways = {request.name: _first_available(devices, request, node, taken) for request in claim.requests}
+            ways = {
+                request.name: _first_available(devices, request, node, taken, reaches) for request in claim.requests
+            }
         except (ClaimError, SelectorError) as error:
             return f"ResourceClaim {claim.key}: {error}"
         free = {name: found for name, (_, found) in ways.items()}
@@ -144,12 +149,14 @@ def plan(
                 for device in chosen
             ]
             classes.setdefault(way.device_class, []).append(way.name)
-        allocation: dict[str, Any] = {
-            "devices": {"results": results},
-            "nodeSelector": {
+        allocation: dict[str, Any] = {"devices": {"results": results}}
+        chosen_all = [device for request in claim.requests for device in picked[request.name]]
+        if not all(device.node is None and device.reach == ALL_NODES for device in chosen_all):
+            # Usable on this node only (a device of a node, or reached by some nodes): as kube-scheduler's
+            # allocator names a node. Devices every node reaches leave the claim usable anywhere.
+            allocation["nodeSelector"] = {
                 "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
-            },
-        }
+            }
         config = _config(devices, classes, claim.config)
         if config:
             allocation["devices"]["config"] = config
@@ -171,12 +178,16 @@ def plan(
 
 
 def _first_available(
-    devices: Devices, request: ClaimRequest, node: str, taken: set[DeviceId]
+    devices: Devices,
+    request: ClaimRequest,
+    node: str,
+    taken: set[DeviceId],
+    reaches: Callable[[tuple[NodeSelectorTerm, ...], str], bool],
 ) -> tuple[Request, list[Device]]:
     """The way ``request`` is met on ``node``, and the free devices that meet it there: of ``firstAvailable``,
     the first alternative with enough of them (the last when none has), as kube-scheduler tries them."""
     for way in request.alternatives:
-        found = devices.candidates(way, node, taken)
+        found = devices.candidates(way, node, taken, reaches)
         if len(found) >= way.count or way is request.alternatives[-1]:
             return way, found
     raise AssertionError("a request has at least one alternative")

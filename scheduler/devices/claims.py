@@ -89,6 +89,8 @@ class Claim:
     allocated_requests: tuple[str, ...] = ()
     #: namespace/name of the pod whose extended resources it serves (KEP-5004: made by a scheduler for it).
     extended_for: str | None = None
+    #: Allocated with no node selector (every device networked, reached from all nodes): usable anywhere.
+    anywhere: bool = False
 
     @property
     def key(self) -> str:
@@ -205,6 +207,7 @@ def read_claim(obj: Mapping[str, Any]) -> Claim:
             ref for ref in _list(status.get("reservedFor"), f"{where}: status.reservedFor") if isinstance(ref, Mapping)
         ),
         extended_for=_extended_for(metadata),
+        anywhere=bool(results) and allocation.get("nodeSelector") is None,
     )
 
 

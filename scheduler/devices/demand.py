@@ -61,8 +61,17 @@ class DeviceDemand:
                 if wanted.mode != EXACT_COUNT:
                     continue
                 name = column(wanted)
-                found[name] = found.get(name, 0) + wanted.count
+                found[name] = found.get(name, 0) + wanted.count - self._networked(claim, wanted)
         return found
+
+    def _networked(self, claim: Claim, wanted: Request) -> int:
+        """Of an allocated claim's devices for ``wanted``, those on no one node: no node offers them any more
+        (``Devices.supply``), so its pod does not count them on its own node."""
+        if not claim.allocated or not self.devices.networked_pools:
+            return 0
+        given = (device for device, request in zip(claim.allocated, claim.allocated_requests, strict=False)
+                 if request == wanted.name)  # fmt: skip
+        return self.devices.networked(given)
 
     def _offer_extended(self, pod: Mapping[str, Any]) -> None:
         """An extended resource the pod asks that a class serves (KEP-5004): nodes without it of their own offer
@@ -121,7 +130,7 @@ class DeviceDemand:
                 found.append((where, f"a ResourceClaim that cannot be read ({problem})"))
             if claim is None:
                 continue
-            if claim.allocated and claim.node is None:
+            if claim.allocated and claim.node is None and not claim.anywhere:
                 found.append((where, f"ResourceClaim {claim.key} allocated on no single node"))
             for request in claim.requests:
                 found.extend(self._request_problems(where, claim, request.alternatives))

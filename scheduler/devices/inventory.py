@@ -11,7 +11,7 @@ what is wrong with it is kept in ``problems`` for the pods that name it to be to
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from scheduler.devices.expressions import SelectorError, Selectors
 from scheduler.devices.extended import served_by
 from scheduler.devices.slices import Device, Pools
 from scheduler.ports.port import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ApiResource
+from topology.request import NodeSelectorTerm
 
 DeviceId = tuple[str, str, str]  # (driver, pool, device)
 
@@ -60,6 +61,9 @@ class Devices:
         #: The claim made for each pod's extended resources (pod -> claim, both namespace/name; KEP-5004).
         self.extended_of: dict[str, str] = {}
         self._served: dict[str, DeviceClass] | None = None  # cached until a class changes
+        #: Whether some device is on no one node (as of the last :meth:`supply`): its allocations, and the
+        #: nodes' labels, change what nodes offer.
+        self.networked_pools = False
         #: The unfinished pods that name each claim (namespace/name), kept by ClusterState: a claim named by
         #: several is shared.
         self.named_by: dict[str, set[str]] = {}
@@ -114,12 +118,16 @@ class Devices:
                     holders.discard(key)
                     if not holders:
                         self._allocated.pop(device, None)
+                if self.networked_pools and before is not None:  # which networked devices are free changes
+                    self.dirty = self.dirty or self.networked(before.allocated) > 0
+                claim = None if gone else read_claim(obj)
+                if self.networked_pools and claim is not None:
+                    self.dirty = self.dirty or self.networked(claim.allocated) > 0
                 if gone:
                     self.releasing.pop(key, None)
                 if gone:
                     self.in_flight = {device: claim for device, claim in self.in_flight.items() if claim != key}
-                else:
-                    claim = read_claim(obj)
+                elif claim is not None:
                     self.claims[key] = claim
                     if claim.extended_for is not None:
                         self.extended_of[claim.extended_for] = key
@@ -202,15 +210,24 @@ class Devices:
                 raise SelectorError(problem)
         return expressions
 
+    def device(self, device_id: DeviceId) -> Device | None:
+        if self._by_id is None:
+            self._by_id = {device.id: device for device in self.pools.devices()}
+        return self._by_id.get(device_id)
+
+    def networked(self, device_ids: Iterable[DeviceId]) -> int:
+        """How many of these devices are on no one node (reached from several: ``Device.reach``)."""
+        found = (self.device(device_id) for device_id in device_ids)
+        return sum(1 for device in found if device is not None and device.node is None)
+
     def held(self, claim: Claim) -> dict[str, dict[str, int]]:
         """Per node, per column, the devices allocated to ``claim`` that the column's request would take: what
         a claim no pod counts as its own (shared, or its pod finished or gone before the resourceclaim
-        controller deallocates it) keeps from everyone else."""
-        if self._by_id is None:
-            self._by_id = {device.id: device for device in self.pools.devices()}
+        controller deallocates it) keeps from everyone else. (A device on no one node is not offered once
+        allocated: nothing holds it.)"""
         found: dict[str, dict[str, int]] = {}
         for device_id in claim.allocated:
-            device = self._by_id.get(device_id)
+            device = self.device(device_id)
             if device is None or device.node is None:
                 continue
             for column, request in self.columns.items():
@@ -242,22 +259,35 @@ class Devices:
             self.columns[column] = request
             self.dirty = True
 
-    def supply(self) -> dict[str, dict[str, int]]:
+    def supply(self, reach: Callable[[tuple[NodeSelectorTerm, ...]], Iterable[str]]) -> dict[str, dict[str, int]]:
         """Per node, per column, the devices there that satisfy the column's request, allocated or not: the pod
         a claim is for counts its devices (bound, assumed or placed), as every pod counts its GPUs, so that an
         allocation written while its pod binds changes nothing placement sees; a claim no pod counts (shared,
-        or its pod gone) is counted on its own by ClusterState. (A column whose request cannot be evaluated
-        offers nothing; the pods that ask for it are told why.)"""
+        or its pod gone) is counted on its own by ClusterState. Devices on no one node (network-attached) are
+        offered by every node that reaches them (``reach``: the nodes a node selector selects) while they
+        are free: a pod counts only the devices of its claim that are on its node. (A column whose request
+        cannot be evaluated offers nothing; the pods that ask for it are told why.)"""
         offered: dict[str, dict[str, int]] = {}
         self.most = {}
+        # Not the devices PreBind holds: their pods still count them until the watch shows them allocated.
+        taken = self._allocated
         for column, request in self.columns.items():
             try:
-                found = Counter(device.node for device in self.matching(request) if device.node is not None)
+                matching = self.matching(request)
             except (ClaimError, SelectorError):
                 continue
+            found = Counter(device.node for device in matching if device.node is not None)
+            free_networked = Counter(
+                device.reach for device in matching if device.node is None and device.reach is not None
+                and device.id not in taken
+            )  # fmt: skip
+            for terms, count in free_networked.items():
+                for node in reach(terms):
+                    found[node] += count
             for node, count in found.items():
                 offered.setdefault(node, {})[column] = count
             self.most[column] = max(found.values(), default=0)
+        self.networked_pools = any(device.node is None and device.reach is not None for device in self.pools.devices())
         return offered
 
     def node_attributes(self) -> dict[str, dict[str, str]]:
@@ -282,25 +312,35 @@ class Devices:
         }
         return self._node_attributes
 
-    def candidates(self, request: Request, node: str, taken: set[DeviceId]) -> list[Device]:
-        """The devices on ``node`` that satisfy ``request``, not allocated and not in ``taken``; the lowest
-        names first, so that a repeated choice is the same choice. Only the node's devices are looked at."""
+    def candidates(
+        self,
+        request: Request,
+        node: str,
+        taken: set[DeviceId],
+        reaches: Callable[[tuple[NodeSelectorTerm, ...], str], bool] = lambda terms, node: not terms,
+    ) -> list[Device]:
+        """The devices ``node`` can use that satisfy ``request``, not allocated and not in ``taken``: its own,
+        then those on no one node that it reaches (``reaches``); the lowest names first within each, so that a
+        repeated choice is the same choice. Only the node's devices and the networked ones are looked at."""
         expressions = self._expressions(request)
         if self._on_node is None:
             self._on_node = {}
             for device in self.pools.devices():
                 if device.node is not None:
                     self._on_node.setdefault(device.node, []).append(device)
+                elif device.reach is not None:
+                    self._on_node.setdefault("", []).append(device)  # networked: "" is no node's name
         return sorted(
             (
                 device
-                for device in self._on_node.get(node, ())
+                for device in (*self._on_node.get(node, ()), *self._on_node.get("", ()))
+                if device.node is not None or (device.reach is not None and reaches(device.reach, node))
                 if device.id not in self._allocated
                 and device.id not in taken
                 and device.id not in self.in_flight
                 and all(self.selectors.matches(expression, device.key, device.view) for expression in expressions)
             ),
-            key=lambda device: device.id,
+            key=lambda device: (device.node is None, device.id),
         )
 
     def hold(self, claim: str, devices: Iterable[DeviceId]) -> None:

@@ -3,9 +3,9 @@
 A driver publishes each pool of devices in one or more ResourceSlices; ``spec.pool`` says the pool's
 generation and how many slices it has at that generation. As kube-scheduler's allocator does, only the
 newest generation of a pool counts, and only once all its slices are there (a pool half published, as
-while a driver restarts, offers nothing). A slice's devices are on the node it names (``nodeName``);
-those of a slice for ``allNodes`` or a ``nodeSelector`` (network-attached devices) are read and kept
-apart, ``shared``: placement does not offer them yet.
+while a driver restarts, offers nothing). A slice's devices are on the node it names (``nodeName``), or
+reachable from several (network-attached devices): from every node (``allNodes``) or from the nodes a
+``nodeSelector`` selects (``reach``); with ``perDeviceNodeSelection`` each device says which.
 """
 
 from __future__ import annotations
@@ -15,9 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.devices.expressions import DeviceView, milli
-from topology import QuantityError
+from topology import QuantityError, SpecError
+from topology.objects import node_selector_terms
+from topology.request import NodeSelectorTerm
 
 PoolKey = tuple[str, str]  # (driver, pool name)
+#: The ``reach`` of a device every node reaches (``allNodes``).
+ALL_NODES: tuple[NodeSelectorTerm, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,11 +29,13 @@ class Device:
     driver: str
     pool: str
     name: str
-    #: The node it is on; None for a device of ``allNodes`` or a ``nodeSelector`` (see ``shared``).
+    #: The node it is on; None for a device reachable from several (``reach``).
     node: str | None
     view: DeviceView
     #: Changes whenever the slice that publishes the device does (selector results are kept by it).
     key: tuple[str, str, str, str]
+    #: Of a device on no one node, the nodes that reach it: ``ALL_NODES``, or node selector terms (ORed).
+    reach: tuple[NodeSelectorTerm, ...] | None = None
 
     @property
     def id(self) -> tuple[str, str, str]:
@@ -107,25 +113,38 @@ def read_slice(obj: Mapping[str, Any]) -> _Slice:
         count = int(pool.get("resourceSliceCount", 1))
     except (TypeError, ValueError):
         return _Slice(name, pool_key, 0, 1, (), f"slice {name}: spec.pool generation and count must be integers")
-    node = spec.get("nodeName")
     per_device = spec.get("perDeviceNodeSelection") is True
     devices = []
     try:
-        for raw in spec.get("devices") or []:
-            device_node = raw.get("nodeName") if per_device else node
+        where = _reach(spec, f"slice {name}: spec")
+        for i, raw in enumerate(spec.get("devices") or []):
+            device_node, reach = _reach(raw, f"slice {name}: spec.devices[{i}]") if per_device else where
             devices.append(
                 Device(
                     driver=driver,
                     pool=pool_key[1],
                     name=str(raw.get("name", "")),
-                    node=str(device_node) if isinstance(device_node, str) and device_node else None,
+                    node=device_node,
                     view=DeviceView(driver, _attributes(raw.get("attributes"), driver), _capacity(raw, driver)),
                     key=(driver, pool_key[1], str(raw.get("name", "")), version),
+                    reach=reach,
                 )
             )
-    except (QuantityError, TypeError, ValueError, AttributeError) as error:
+    except (QuantityError, SpecError, TypeError, ValueError, AttributeError) as error:
         return _Slice(name, pool_key, generation, count, (), f"slice {name}: {error}")
     return _Slice(name, pool_key, generation, count, tuple(devices))
+
+
+def _reach(spec: Mapping[str, Any], where: str) -> tuple[str | None, tuple[NodeSelectorTerm, ...] | None]:
+    """(the node, None) of a node's devices; (None, the nodes that reach them) of network-attached ones."""
+    node = spec.get("nodeName")
+    if isinstance(node, str) and node:
+        return node, None
+    if spec.get("allNodes") is True:
+        return None, ALL_NODES
+    if spec.get("nodeSelector") is not None:
+        return None, node_selector_terms(spec["nodeSelector"], f"{where}.nodeSelector")
+    return None, None  # perDeviceNodeSelection: each device says
 
 
 def _split(name: str, driver: str) -> tuple[str, str]:

@@ -114,3 +114,12 @@ def first_available(name: str, *ways: tuple[str, str, int], namespace: str = "ml
         "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
         "spec": {"devices": {"requests": [{"name": "gpus", "firstAvailable": alternatives}]}},
     }
+
+
+def networked_slice(name: str, count: int, *, selector: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A pool of ``count`` GPUs on no one node (network-attached): every node reaches them, or those
+    ``selector`` (a NodeSelector) selects."""
+    found = node_slice(name, count, clique=f"{name}-fabric")
+    del found["spec"]["nodeName"]
+    found["spec"].update({"nodeSelector": selector} if selector is not None else {"allNodes": True})
+    return found

@@ -11,10 +11,12 @@ import pytest
 from scheduler.clock import ManualClock
 from scheduler.devices.claims import ClaimError, PodClaim, pod_claims, read_claim
 from scheduler.devices.expressions import SelectorError
+from scheduler.devices.inventory import Devices
 from scheduler.ports.port import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES, Change
 from scheduler.settings import Settings
 from scheduler.state import ClusterState
-from tests.devices.support import claim, device_class, node_slice
+from tests.devices.support import claim, device_class, networked_slice, node_slice
+from topology.request import NodeSelectorTerm
 
 
 def state_with(*objects: tuple[Any, dict[str, Any]]) -> ClusterState:
@@ -116,3 +118,34 @@ def test_a_pod_names_its_claims_directly_or_through_a_template_once_its_claim_is
     )
     pod["status"] = {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "train-0-gpus-x7k2p"}]}
     assert pod_claims(pod)[0] == PodClaim("gpus", "train-0-gpus-x7k2p", "eight-gpus")
+
+
+def test_networked_devices_are_offered_by_every_node_that_reaches_them_while_they_are_free() -> None:
+    """A fabric of 4 GPUs every node reaches, and 2 that only rack r1 reaches, beside n0's own 2: each node
+    offers its own and the free networked ones it reaches; allocating 3 of the fabric's takes them from all."""
+    racked = networked_slice("racked", 2, selector={"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "example.com/rack", "operator": "In", "values": ["r1"]}]}]})  # fmt: skip
+    devices = Devices()
+    for resource, obj in ((DEVICE_CLASSES, device_class()), (RESOURCE_SLICES, node_slice("n0", 2)),
+                          (RESOURCE_SLICES, networked_slice("fabric", 4)), (RESOURCE_SLICES, racked)):  # fmt: skip
+        devices.apply(resource, "ADDED", obj)
+    wanted = request_of(claim("c", 1))
+    devices.register("gpus", wanted)
+    nodes = {"n0": "r0", "n1": "r0", "n2": "r1"}
+
+    def reach(terms: tuple[NodeSelectorTerm, ...]) -> list[str]:
+        if not terms:
+            return list(nodes)
+        values = set(terms[0].match_expressions[0].values)
+        return [node for node, rack in nodes.items() if rack in values]
+
+    assert devices.supply(reach) == {"n0": {"gpus": 6}, "n1": {"gpus": 4}, "n2": {"gpus": 6}}
+    devices.dirty = False
+    given = claim("given", 3, allocated=[("fabric", f"gpu-{i}") for i in range(3)])
+    devices.apply(RESOURCE_CLAIMS, "ADDED", given)
+    assert devices.dirty  # what networked devices are free changed
+    assert devices.supply(reach) == {"n0": {"gpus": 3}, "n1": {"gpus": 1}, "n2": {"gpus": 3}}
+    # A node uses its own devices first, then networked ones it reaches.
+    found = devices.candidates(wanted, "n2", set(), lambda terms, node: not terms or node == "n2")
+    assert [(device.pool, device.name) for device in found] == [("fabric", "gpu-3"), ("racked", "gpu-0"),
+                                                               ("racked", "gpu-1")]  # fmt: skip

@@ -4,6 +4,7 @@ the resourceclaim controller that makes each pod's claim from its template, as k
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -15,7 +16,7 @@ from scheduler.ports.sim import ClusterShape, ManifestError, read_manifest_file
 from scheduler.settings import Settings
 from scheduler.simulation.driver import Simulation
 from scheduler.simulation.oracle import InvariantMonitor
-from tests.devices.support import claim, device_class, node_slice
+from tests.devices.support import claim, device_class, networked_slice, node_slice
 from tests.scheduler.support import cluster, gpu_pod, kubeconfig, pfn
 
 JOB = Path(__file__).resolve().parents[2] / "examples" / "dra" / "job.yaml"
@@ -165,3 +166,42 @@ async def test_explain_names_the_devices_a_gang_waits_for_by_class_and_count(tmp
     text = await explain(copy, Settings(levels=LEVELS), "team/w-0")
     assert text.splitlines()[0].endswith("at least 3 together; {8 devices of class gpu.nvidia.com}.")
     assert "Gang team/w needs 3 pods (24 devices of class gpu.nvidia.com)" in text
+
+
+def test_networked_devices_serve_pods_on_any_node_once_each_and_a_gang_they_cannot_all_serve_binds_nothing() -> None:
+    """A fabric of 4 GPUs every node reaches (a slice for allNodes) and nodes with none of their own. A gang of
+    three claiming 2 each cannot all be served: placement counts the fabric on every node, PreBind finds it
+    short, and nothing of the gang binds nor stays allocated. A gang of two claiming 2 each then binds, its
+    claims usable anywhere (no node selector); the fabric is then offered by no node."""
+    simulation = Simulation(Settings(levels=LEVELS))
+    simulation.add_nodes(ClusterShape.parse("blocks=1,racks=1,nodes=4,gpus=0").manifests())
+    simulation.add_objects([device_class(), networked_slice("fabric", 4)], source="cluster")
+    monitor = InvariantMonitor(simulation.store, gang_settings=GangSettings(levels=LEVELS))
+
+    def gang(name: str, size: int) -> list[dict[str, Any]]:
+        found = []
+        for i in range(size):
+            metadata = {"name": f"{name}-{i}-gpus", "namespace": "ml"}
+            found.append({**claim(metadata["name"], 2), "metadata": metadata})
+            named = [{"name": "gpus", "resourceClaimName": metadata["name"]}]
+            found.append(gpu_pod(f"{name}-{i}", "ml", gpus=0, annotations=pfn(name, size), resourceClaims=named))
+        return found
+
+    store = simulation.store
+    claims = store.resource("resource.k8s.io/v1", "ResourceClaim")
+    simulation.add_objects(gang("trio", 3), source="trio")
+    report = anyio.run(lambda: simulation.run(timeout=30))
+    assert not report.bound
+    assert not any(obj.get("status", {}).get("allocation") for obj in store.objects(claims))
+    events = store.objects(store.resource("v1", "Event"))
+    refused = [e.get("message") or e.get("note", "") for e in events if e.get("reason") == "FailedBinding"]
+    assert any("needs 2 of class gpu.nvidia.com" in message for message in refused)
+    simulation.add_objects(gang("pair", 2), source="pair")
+    report = anyio.run(lambda: simulation.run(timeout=30))
+    assert sorted(report.bound) == ["ml/pair-0", "ml/pair-1"]
+    for i in range(2):
+        allocation = store.get(claims, "ml", f"pair-{i}-gpus")["status"]["allocation"]
+        assert "nodeSelector" not in allocation
+        assert {result["pool"] for result in allocation["devices"]["results"]} == {"fabric"}
+    monitor.check_gangs()
+    monitor.assert_clean()

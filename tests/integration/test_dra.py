@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from scripts.controlplane import ControlPlane
-from tests.devices.support import claim, device_class, node_slice
+from tests.devices.support import claim, device_class, networked_slice, node_slice
 from tests.integration.support import (
     PHALANX_USER,
     PhalanxProcess,
@@ -313,3 +313,36 @@ def test_pods_asking_an_extended_resource_a_class_serves_get_claims_made_allocat
         assert len(results) == 4 and {result["pool"] for result in results} == {"b1-r0-n5"}
         taken |= {result["device"] for result in results}
     assert len(taken) == 8  # no device given twice
+
+
+def test_networked_devices_every_node_reaches_are_allocated_without_a_node_and_never_twice(
+    plane: ControlPlane, scheduler: PhalanxProcess
+) -> None:
+    """A slice for allNodes (network-attached GPUs): three pods claiming 2 each from a fabric of 4. Two bind,
+    their claims allocated with no node selector (kube-apiserver 1.36 accepts it so); the third waits for
+    devices and none of its claim is allocated."""
+    ensure_namespace(plane, "dra-fabric")
+    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
+        plane.apply(device_class())
+    plane.apply(networked_slice("fabric", 4))
+    mine = "device.attributes['gpu.nvidia.com'].cliqueId == 'fabric-fabric'"  # not the other tests' devices
+    for name in ("a", "b", "c"):
+        plane.apply(claim(f"{name}-gpus", 2, mine, namespace="dra-fabric"))
+        plane.apply(gpu_pod(name, "dra-fabric", gpus=0, annotations=pfn(name, 1),
+                            resourceClaims=[{"name": "gpus", "resourceClaimName": f"{name}-gpus"}]))  # fmt: skip
+        if name == "b":  # the first two take the fabric, whichever node they go to
+            eventually(lambda: len(bound(plane, "dra-fabric")) == 2, what="two bound", timeout=60)
+    path = "/apis/resource.k8s.io/v1/namespaces/dra-fabric/resourceclaims"
+
+    def told() -> str:
+        conditions = pods(plane, "dra-fabric")["dra-fabric/c"].get("status", {}).get("conditions") or []
+        return next((c.get("message", "") for c in conditions if c.get("type") == "PodScheduled"), "")
+
+    assert "Insufficient devices of class gpu.nvidia.com" in eventually(told, what="c told why", timeout=60)
+    given = {item["metadata"]["name"]: item.get("status") or {} for item in plane.call("GET", path)["items"]}
+    assert not given["c-gpus"].get("allocation")
+    devices = [result["device"] for name in ("a-gpus", "b-gpus")
+               for result in given[name]["allocation"]["devices"]["results"]]  # fmt: skip
+    assert sorted(devices) == [f"gpu-{i}" for i in range(4)]
+    assert all("nodeSelector" not in given[name]["allocation"] for name in ("a-gpus", "b-gpus"))
+    plane.request("DELETE", "/apis/resource.k8s.io/v1/resourceslices/fabric-gpu")
