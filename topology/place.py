@@ -35,7 +35,7 @@ from topology.domains import BoolArray, Domains, FloatArray, IdArray, IntArray
 from topology.fit import ShapeFit, domain_totals, shape_fit
 from topology.nodes import HOSTNAME
 from topology.outcome import Assignment, DomainChoice, HeldRoom, Infeasible, Placement
-from topology.quantities import DEVICES, resource_words
+from topology.quantities import counts_devices, resource_words
 from topology.reasons import devices_wanted, node_limit, node_reasons, plural, short_name
 from topology.request import GangRequest, PodShape
 from topology.snapshot import Snapshot
@@ -684,7 +684,7 @@ class _Search:
             f"{int(domain_totals(ids, np.where(usable, free[:, column], 0), domains.n_domains)[roomiest])} "
             f"{resource_words(names[column])} free"
             for column in shape.columns.tolist()
-            if names[column].startswith(DEVICES)
+            if counts_devices(names[column])
         ]
         return f" (it has {', '.join(found)})" if found else ""
 

@@ -30,6 +30,9 @@ PODS: Final = "pods"
 #: The columns of claimed devices (``devices/<DeviceClass>``, then a digest of the claim's own selectors
 #: when it has some): named by the scheduler's device kind, worded here for the reasons.
 DEVICES: Final = "devices/"
+#: Appended to a column of devices for pods whose request takes every matching device of their node
+#: (``allocationMode: All``): a node whose count of them is the largest offers one such set.
+WHOLE_NODE: Final = "#all"
 
 #: Largest amount a single quantity is given, in base units (2**62 - 1): a handful of these
 #: still add up inside int64.
@@ -53,8 +56,15 @@ def resource_words(resource: str) -> str:
     (``devices of class gpu.nvidia.com``)."""
     if not resource.startswith(DEVICES):
         return resource
+    if resource.endswith(WHOLE_NODE):
+        return f"nodes with all their {resource_words(resource.removesuffix(WHOLE_NODE))} free (allocationMode All)"
     device_class, _, digest = resource.removeprefix(DEVICES).partition("/")
     return f"devices of class {device_class}" + (" that satisfy the claim's selectors" if digest else "")
+
+
+def counts_devices(resource: str) -> bool:
+    """Whether a column counts devices (for sentences that add them up)."""
+    return resource.startswith(DEVICES) and not resource.endswith(WHOLE_NODE)
 
 
 class QuantityError(SpecError):

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.devices.claims import Claim, ClaimError, ClaimRequest, Constraint, Request, pod_claims
+from scheduler.devices.claims import ALL, Claim, ClaimError, ClaimRequest, Constraint, Request, pod_claims
 from scheduler.devices.demand import MAX_RESERVED
 from scheduler.devices.expressions import SelectorError
 from scheduler.devices.extended import ExtendedRequest, extended_requests
@@ -132,16 +132,19 @@ def plan(
             }
         except (ClaimError, SelectorError) as error:
             return f"ResourceClaim {claim.key}: {error}"
-        free = {name: found for name, (_, found) in ways.items()}
-        picked = _pick(claim, free, {name: way.count for name, (way, _) in ways.items()}, claim.constraints)
+        free = {name: found for name, (_, found, _) in ways.items()}
+        picked = _pick(claim, free, {name: count for name, (_, _, count) in ways.items()}, claim.constraints)
         if picked is None:
-            wanted = ", ".join(f"{way.count} of class {way.device_class}" for way, _ in ways.values())
+            wanted = ", ".join(
+                f"{'every device' if way.mode == ALL else way.count} of class {way.device_class}"
+                for way, _, _ in ways.values()
+            )
             kept = " that satisfy its constraints" if claim.constraints else ""
             return f"ResourceClaim {claim.key} needs {wanted} on {node}, and fewer are free there{kept}"
         results: list[dict[str, str]] = []
         classes: dict[str, list[str]] = {}
         for request in claim.requests:
-            way, _ = ways[request.name]
+            way, _, _ = ways[request.name]
             chosen = picked[request.name]
             taken.update(device.id for device in chosen)
             results += [
@@ -183,13 +186,22 @@ def _first_available(
     node: str,
     taken: set[DeviceId],
     reaches: Callable[[tuple[NodeSelectorTerm, ...], str], bool],
-) -> tuple[Request, list[Device]]:
-    """The way ``request`` is met on ``node``, and the free devices that meet it there: of ``firstAvailable``,
-    the first alternative with enough of them (the last when none has), as kube-scheduler tries them."""
+) -> tuple[Request, list[Device], int]:
+    """The way ``request`` is met on ``node``, the free devices that meet it there and how many it takes: of
+    ``firstAvailable``, the first alternative with enough of them (the last when none has), as kube-scheduler
+    tries them. ``All`` takes every one of the node's own devices that satisfy it, and is met only if none is
+    taken (and there is one)."""
     for way in request.alternatives:
         found = devices.candidates(way, node, taken, reaches)
-        if len(found) >= way.count or way is request.alternatives[-1]:
-            return way, found
+        count = way.count
+        if way.mode == ALL:
+            found = [device for device in found if device.node == node]
+            count = devices.on_node(way, node)
+            enough = 0 < count == len(found)
+        else:
+            enough = len(found) >= count
+        if enough or way is request.alternatives[-1]:
+            return way, found, max(count, 1)
     raise AssertionError("a request has at least one alternative")
 
 

@@ -14,8 +14,9 @@ there (``node``). A claim allocated and reserved for no pod is joined the same w
 A claim's ``constraints`` (``matchAttribute``, ``distinctAttribute``) are kept when its devices are chosen;
 placement counts devices without them, so a node whose devices cannot keep them is found out then, and
 the gang backs off. Of a ``firstAvailable`` request, a pod asks the first alternative some node offers
-enough of (``alternative``). What cannot be placed this way yet is refused by name (``All``, an
-allocation on no single node), and what a pod
+enough of (``alternative``). ``allocationMode: All`` asks one whole set (``<column>#all``), which the nodes
+with the most matching devices offer, and counts that many of the column's devices. What cannot be placed
+this way is refused by name (an allocation on no single node), and what a pod
 waits for (its template's claim, which kube-controller-manager's resourceclaim controller makes; a
 claim or a DeviceClass that does not exist yet) makes its gang wait, with nothing to fix.
 """
@@ -26,10 +27,10 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.devices.claims import EXACT_COUNT, Claim, ClaimRequest, Request, pod_claims
+from scheduler.devices.claims import ALL, EXACT_COUNT, Claim, ClaimRequest, Request, pod_claims
 from scheduler.devices.extended import asked, resource_names
 from scheduler.devices.inventory import Devices
-from topology.quantities import DEVICES
+from topology.quantities import DEVICES, WHOLE_NODE
 
 #: How many consumers a claim's ``status.reservedFor`` may list (``ResourceClaimReservedForMaxSize``).
 MAX_RESERVED = 256
@@ -58,9 +59,14 @@ class DeviceDemand:
                 continue
             for request in claim.requests:
                 wanted = self.alternative(claim, request)
-                if wanted.mode != EXACT_COUNT:
-                    continue
                 name = column(wanted)
+                if wanted.mode == ALL:  # every matching device of its node: a whole set, and what it holds
+                    whole = name + WHOLE_NODE
+                    self.devices.register(whole, wanted)
+                    found[whole] = found.get(whole, 0) + 1
+                    given = sum(1 for given in claim.allocated_requests if given == wanted.name)
+                    found[name] = found.get(name, 0) + (given if claim.allocated else self.devices.most.get(whole, 0))
+                    continue
                 found[name] = found.get(name, 0) + wanted.count - self._networked(claim, wanted)
         return found
 
@@ -96,15 +102,22 @@ class DeviceDemand:
             return next((wanted for wanted in request.alternatives if wanted.name in given), request.alternatives[0])
         most = self.devices.most
         return next(
-            (wanted for wanted in request.alternatives if most.get(column(wanted), 0) >= wanted.count),
+            (
+                wanted
+                for wanted in request.alternatives
+                if (most.get(column(wanted) + WHOLE_NODE, 0) > 0 if wanted.mode == ALL else
+                    most.get(column(wanted), 0) >= wanted.count)
+            ),
             request.alternatives[0],
-        )
+        )  # fmt: skip
 
     def chooses(self, pod: Mapping[str, Any]) -> bool:
-        """Whether what the pod asks depends on what nodes offer (a ``firstAvailable`` request not allocated
-        yet): it is read again whenever that changes."""
+        """Whether what the pod asks depends on what nodes offer (a ``firstAvailable`` or ``All`` request not
+        allocated yet): it is read again whenever that changes."""
         return any(
-            claim is not None and not claim.allocated and any(len(r.alternatives) > 1 for r in claim.requests)
+            claim is not None
+            and not claim.allocated
+            and any(len(r.alternatives) > 1 or r.alternatives[0].mode == ALL for r in claim.requests)
             for claim in self._claims(pod)
         )
 
@@ -178,8 +191,6 @@ class DeviceDemand:
     def _request_problems(self, where: str, claim: Claim, alternatives: tuple[Request, ...]) -> list[tuple[str, str]]:
         found = []
         for wanted in alternatives:
-            if wanted.mode != EXACT_COUNT:
-                return [(where, f"allocationMode {wanted.mode} in ResourceClaim {claim.key}")]
             device_class = self.devices.classes.get(wanted.device_class)
             expressions = (*(device_class.selectors if device_class else ()), *wanted.selectors)
             problems = [self.devices.selectors.check(expression) for expression in expressions]

@@ -31,6 +31,7 @@ from scheduler.devices.expressions import SelectorError, Selectors
 from scheduler.devices.extended import served_by
 from scheduler.devices.slices import Device, Pools
 from scheduler.ports.port import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ApiResource
+from topology.quantities import WHOLE_NODE
 from topology.request import NodeSelectorTerm
 
 DeviceId = tuple[str, str, str]  # (driver, pool, device)
@@ -277,6 +278,13 @@ class Devices:
             except (ClaimError, SelectorError):
                 continue
             found = Counter(device.node for device in matching if device.node is not None)
+            if column.endswith(WHOLE_NODE):  # allocationMode All: one set per node with the most of them
+                most = max(found.values(), default=0)
+                for node, count in found.items():
+                    if count == most:
+                        offered.setdefault(node, {})[column] = 1
+                self.most[column] = most  # what a pod taking such a set counts of the devices
+                continue
             free_networked = Counter(
                 device.reach for device in matching if device.node is None and device.reach is not None
                 and device.id not in taken
@@ -311,6 +319,16 @@ class Devices:
             node: {key: value for key, value in found.items() if value is not None} for node, found in seen.items()
         }
         return self._node_attributes
+
+    def on_node(self, request: Request, node: str) -> int:
+        """How many of ``node``'s own devices satisfy ``request``, taken or not (what ``All`` takes there)."""
+        expressions = self._expressions(request)
+        self.candidates(request, node, set())  # builds the per-node index
+        return sum(
+            1
+            for device in (self._on_node or {}).get(node, ())
+            if all(self.selectors.matches(expression, device.key, device.view) for expression in expressions)
+        )
 
     def candidates(
         self,

@@ -8,7 +8,7 @@ from typing import Any
 from scheduler.devices.allocation import plan, taken_back
 from scheduler.devices.inventory import Devices, Release
 from scheduler.ports.port import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
-from tests.devices.support import claim, device_class, first_available, node_slice
+from tests.devices.support import GPU_DRIVER, claim, device_class, first_available, node_slice
 
 
 def devices_with(*objects: tuple[Any, dict[str, Any]]) -> Devices:
@@ -168,3 +168,17 @@ def test_a_podgroup_s_claim_is_reserved_once_for_the_group_and_a_later_member_wr
     assert plan(devices, [(member("r"), "n0")]) == []
     (outsider,) = plan(devices, [(pod("s", "shared"), "n0")])  # type: ignore[misc]  # not in the group
     assert [ref["name"] for ref in outsider.status["reservedFor"]] == ["replica", "s"]
+
+
+def test_every_device_takes_all_of_the_node_s_own_and_is_refused_while_one_is_taken() -> None:
+    whole = claim("whole", 1)
+    whole["spec"]["devices"]["requests"][0]["exactly"] = {"deviceClassName": GPU_DRIVER, "allocationMode": "All"}
+    devices = devices_with((DEVICE_CLASSES, device_class()), (RESOURCE_SLICES, node_slice("n0", 4)),
+                           (RESOURCE_CLAIMS, whole))  # fmt: skip
+    (write,) = plan(devices, [(pod("p", "whole"), "n0")])  # type: ignore[misc]
+    assert sorted(device for _, _, device in write.devices) == [f"gpu-{i}" for i in range(4)]
+    devices.release(write.devices)
+    devices.apply(RESOURCE_CLAIMS, "ADDED", claim("one", 1, allocated=[("n0", "gpu-2")]))
+    assert plan(devices, [(pod("p", "whole"), "n0")]) == (
+        "ResourceClaim ml/whole needs every device of class gpu.nvidia.com on n0, and fewer are free there"
+    )

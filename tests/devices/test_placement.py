@@ -73,17 +73,47 @@ def test_a_pod_whose_template_claim_is_not_made_yet_waits_and_binds_once_it_is()
     assert loop.bound()[pod] in ("b0-r0-n0", "b0-r0-n1")
 
 
-def test_a_claim_this_placement_cannot_honour_is_refused_by_name() -> None:
-    loop = dra_loop()
-    obj = claim("c-0-gpus", 2)
+def every_device(name: str) -> dict[str, Any]:
+    """A claim of every GPU of its pod's node (``allocationMode: All``)."""
+    obj = claim(name, 1)
     obj["spec"]["devices"]["requests"][0] = {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com",
                                                                          "allocationMode": "All"}}  # fmt: skip
+    return obj
+
+
+def test_a_pod_claiming_every_device_goes_where_none_is_taken_and_keeps_the_others_out() -> None:
+    """allocationMode All: n0 has one of its 8 GPUs taken, so the pod goes to n1, and counts all eight there: a
+    pod claiming one more GPU goes to n0, and one claiming every device finds no node."""
+    loop = dra_loop()
+    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", claim("one-gpus", 1)))
+    sharing(loop, "one", "one-gpus", None, node="b0-r0-n0")
+    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", every_device("whole-gpus")))
+    whole = sharing(loop, "whole", "whole-gpus", ("whole", 1))
+    loop.settle()
+    assert loop.bound()[whole] == "b0-r0-n1"
+    extra = claiming(loop, "extra", ("extra", 1), 1)
+    loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", every_device("again-gpus")))
+    again = sharing(loop, "again", "again-gpus", ("again", 1))
+    loop.settle()
+    assert loop.bound()[extra] == "b0-r0-n0"
+    assert again not in loop.bound()
+    (outcome,) = loop.outcomes("pfn:ml/again")
+    wanted = "Insufficient nodes with all their devices of class gpu.nvidia.com free (allocationMode All)"
+    assert wanted in outcome.message
+
+
+def test_a_claim_this_placement_cannot_honour_is_refused_by_name() -> None:
+    """Another scheduler allocated the claim with a node selector that names no single node (a rack)."""
+    loop = dra_loop()
+    obj = claim("c-0-gpus", 1, allocated=[("b0-r0-n0", "gpu-0")])
+    obj["status"]["allocation"]["nodeSelector"] = {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "example.com/rack", "operator": "In", "values": ["b0-r0"]}]}]}  # fmt: skip
     loop.state.apply(RESOURCE_CLAIMS, Change("ADDED", obj))
     loop.submit("c-0", 0, gang=("c", 1), resourceClaims=[{"name": "gpus", "resourceClaimName": "c-0-gpus"}])
     loop.settle()
     (outcome,) = loop.outcomes("pfn:ml/c")
     assert outcome.code is Code.INVALID
-    assert "Phalanx does not implement allocationMode All in ResourceClaim ml/c-0-gpus" in outcome.message
+    assert "Phalanx does not implement ResourceClaim ml/c-0-gpus allocated on no single node" in outcome.message
 
 
 def test_a_gang_short_of_devices_preempts_the_pod_that_holds_them_and_no_other() -> None:

@@ -315,6 +315,28 @@ def test_pods_asking_an_extended_resource_a_class_serves_get_claims_made_allocat
     assert len(taken) == 8  # no device given twice
 
 
+def test_a_claim_of_every_device_gets_all_of_its_node_s(plane: ControlPlane, scheduler: PhalanxProcess) -> None:
+    """allocationMode All: the pod goes to the node with its class's devices and its claim is allocated every
+    one of them (kube-apiserver 1.36 accepts the request without a count)."""
+    ensure_namespace(plane, "dra-all")
+    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
+        plane.apply(device_class())
+    plane.apply(node_slice("b1-r0-n4", 3, clique="all-lot"))
+    whole = claim("whole-gpus", 1, "device.attributes['gpu.nvidia.com'].cliqueId == 'all-lot'", namespace="dra-all")
+    exactly = whole["spec"]["devices"]["requests"][0]["exactly"]
+    del exactly["count"]
+    exactly["allocationMode"] = "All"
+    plane.apply(whole)
+    plane.apply(gpu_pod("whole", "dra-all", gpus=0, annotations=pfn("whole", 1),
+                        resourceClaims=[{"name": "gpus", "resourceClaimName": "whole-gpus"}]))  # fmt: skip
+    placed = eventually(lambda: bound(plane, "dra-all"), what="the pod bound", timeout=60)
+    assert placed == {"dra-all/whole": "b1-r0-n4"}
+    given = plane.call("GET", "/apis/resource.k8s.io/v1/namespaces/dra-all/resourceclaims/whole-gpus")["status"]
+    assert sorted(result["device"] for result in given["allocation"]["devices"]["results"]) == [
+        "gpu-0", "gpu-1", "gpu-2"
+    ]
+
+
 def test_networked_devices_every_node_reaches_are_allocated_without_a_node_and_never_twice(
     plane: ControlPlane, scheduler: PhalanxProcess
 ) -> None:
