@@ -122,7 +122,12 @@ class Binder:
             why = f"nodes {', '.join(sorted(crowded))} no longer have room" if crowded else f"{gone[0]} is gone"
             self._release(job, why)
             return
-        stale = sorted({claim for pod, _ in job.pods for claim in state.claims_of(pod)} & set(state.devices.releasing))
+        made = [state.devices.extended_of[pod] for pod, _ in job.pods if pod in state.devices.extended_of]
+        for claim in made:  # made for a pod by an attempt that did not bind (its delete failed): deleted first
+            if claim not in state.devices.releasing:
+                await self._delete_made(claim)
+        named = {claim for pod, _ in job.pods for claim in state.claims_of(pod)}
+        stale = sorted((named | set(made)) & set(state.devices.releasing))
         if stale:  # an earlier attempt's take-back the watch has not shown yet: no Event, it passes by itself
             self._release(job, f"ResourceClaim {stale[0]} is being released by an earlier attempt", refused=True)
             return
@@ -203,8 +208,6 @@ class Binder:
                 resource_names(info.raw)
             ):
                 pods.append((info.raw, node))
-            if pod in devices.extended_of:  # made by an attempt that did not bind: gone before another is made
-                await self._delete_made(devices.extended_of[pod])
         if not pods:
             return []
         writes = plan(devices, pods, self.state.own_allocatable, self.state.reaches)
@@ -265,19 +268,29 @@ class Binder:
         return replace(write, name=str(metadata.get("name", "")), version=str(metadata.get("resourceVersion", "")),
                        finalizers=None)  # fmt: skip
 
-    async def _delete_made(self, key: str) -> None:
+    async def _delete_made(self, key: str) -> bool:
         """Delete a claim made for a pod's extended resources, its finalizer taken off first (as kube-scheduler's
-        Unreserve does); one that is gone already is fine, one that cannot be deleted now is tried next time."""
+        Unreserve does); whether it is gone. Until the watch shows it gone, no PreBind uses what is known of it
+        (``Devices.releasing``); one that cannot be deleted now is deleted at the pod's next attempt."""
         namespace, name = key.split("/", 1)
         known = self.state.devices.claims.get(key)
         kept = [finalizer for finalizer in (known.finalizers if known else ()) if finalizer != DELETE_PROTECTION]
-        try:
-            await self.port.patch(RESOURCE_CLAIMS, namespace, name, {"metadata": {"finalizers": kept or None}})
-            await self.port.delete(RESOURCE_CLAIMS, namespace, name)
-        except NotFound:
-            pass
-        except PortError as error:
-            log.warning("claim made for extended resources not deleted yet", claim=key, error=str(error)[:200])
+        for attempt in range(3):
+            try:
+                await self.limiter.take()
+                await self.port.patch(RESOURCE_CLAIMS, namespace, name, {"metadata": {"finalizers": kept or None}})
+                await self.limiter.take()
+                await self.port.delete(RESOURCE_CLAIMS, namespace, name)
+            except NotFound:
+                pass
+            except PortError as error:
+                log.warning("claim made for extended resources not deleted yet", claim=key, error=str(error)[:200])
+                await anyio.sleep(0.2 * (attempt + 1))
+                continue
+            if key in self.state.devices.claims:
+                self.state.devices.releasing[key] = Release(True, set())
+            return True
+        return False
 
     async def _take_back(self, written: list[tuple[ClaimWrite, str]]) -> None:
         """Release the allocations this gang's PreBind wrote (or the reservations it added), so that no claim
@@ -294,8 +307,8 @@ class Binder:
         for write, written_version in written:
             key = f"{write.namespace}/{write.name}"
             if write.extended:
-                await self._delete_made(key)
-                devices.release(write.devices)
+                if await self._delete_made(key):
+                    devices.release(write.devices)  # free again once the watch shows the claim gone
                 continue
             taken = False
             for attempt in range(3):

@@ -51,7 +51,7 @@ from topology import HOSTNAME, GangRequest, PodShape, Snapshot
 from topology.domains import FloatArray, IntArray
 from topology.drain import DrainPlan, Level, choose_drain, minimum_shapes
 from topology.fit import cumsum_by_group
-from topology.quantities import resource_words
+from topology.quantities import amount_words as counted
 from topology.reasons import short_name
 
 Requests = tuple[tuple[str, int], ...]
@@ -534,7 +534,7 @@ def amount_words(resource: str, amount: int) -> str:
         return f"{cores:g} CPU" if cores == 1 else f"{cores:g} CPUs"
     if resource in ("memory", "ephemeral-storage"):
         return f"{amount / 2**30:g}Gi of {resource}"
-    return f"{amount} {resource_words(resource)}"  # devices by their class
+    return counted(amount, resource)  # devices by their class
 
 
 def _still_in_use(starvation: Starvation, held: DomainReservation) -> str:

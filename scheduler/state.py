@@ -42,6 +42,7 @@ from scheduler.budgets import Budgets
 from scheduler.clock import Clock
 from scheduler.devices.claims import pod_claims
 from scheduler.devices.demand import DeviceDemand
+from scheduler.devices.extended import resource_names
 from scheduler.devices.inventory import Devices
 from scheduler.gangs import GangIndex, GangKey
 from scheduler.gangs.fields import timestamp
@@ -163,7 +164,7 @@ class ClusterState:
         #: Allocated claims no pod counts as its own (shared, reserved for no pod, or their pod finished or
         #: gone), and the keys under which the snapshot counts their devices on their nodes (one per node):
         #: nobody else may have them until the claim is deallocated.
-        self._on_its_own: dict[str, tuple[str, ...]] = {}
+        self._on_its_own: dict[str, dict[str, tuple[str, tuple[tuple[str, int], ...]]]] = {}
         self.assumed: dict[str, Assumption] = {}
         self._expiries: list[tuple[float, str]] = []  # heap of (deadline, pod); stale entries are skipped
         self._pods: dict[str, RunningPod] = {}
@@ -344,19 +345,32 @@ class ClusterState:
 
     def _count_on_its_own(self, claim_key: str) -> None:
         """Count the devices of ``claim_key`` on their nodes while it is allocated and no pod counts them as
-        its own (``DeviceDemand.counts``): shared, reserved for no pod, or its pod finished or gone."""
-        for counted in self._on_its_own.pop(claim_key, ()):
-            node = self.snapshot.node_of(counted)
+        its own (``DeviceDemand.counts``): shared, reserved for no pod, or its pod finished or gone. Asked on
+        every event of the pods concerned, it changes nothing (no node is freed) while the count is the same."""
+        followed = self._counted_on_its_own(claim_key)
+        wanted = followed or {}
+        before = self._on_its_own.pop(claim_key, {})
+        for counted, (node, columns) in before.items():
+            if wanted.get(counted) == (node, columns):
+                continue
             self.snapshot.forget(counted)
-            if node is not None:
-                self._freed.add(node)
+            self._freed.add(node)
+        for counted, (node, columns) in wanted.items():
+            if before.get(counted) != (node, columns):
+                self.snapshot.assume(counted, node, dict(columns))
+        if followed is not None:
+            self._on_its_own[claim_key] = wanted
+
+    def _counted_on_its_own(self, claim_key: str) -> dict[str, tuple[str, tuple[tuple[str, int], ...]]] | None:
+        """What :meth:`_count_on_its_own` counts of the claim: per key, the node and the columns there; None
+        when it counts nothing and need not look again until the claim or its pods change."""
         claim = self.devices.claims.get(claim_key)
         if claim is None or not claim.allocated:
-            return
+            return None
         naming = self.devices.named_by.get(claim_key, set())
         owner = self._pods.get(next(iter(naming))) if len(naming) == 1 else None
         if owner is not None and claim.reserved_for == (owner.uid,):
-            return  # reserved for its one pod, which counts the devices
+            return None  # reserved for its one pod, which counts the devices
         held = self.devices.held(claim)
         if claim.extended_for is not None and self._unfinished(claim.extended_for):
             # Made for the pod's extended resources (KEP-5004): the pod counts what it asks of them on its node,
@@ -367,14 +381,12 @@ class ClusterState:
         if any(assumption is not None and columns & set(assumption.requests) for assumption in assumed):
             # The pod that asked the devices when its gang was placed still carries them, until its bind is
             # seen: counting them here too would find its node short of them, and the bind crowded.
-            self._on_its_own[claim_key] = ()
-            return
-        counted_keys = []
-        for node, columns_there in held.items():
-            counted = f"resourceclaim:{claim_key}@{node}"
-            self.snapshot.assume(counted, node, columns_there)
-            counted_keys.append(counted)
-        self._on_its_own[claim_key] = tuple(counted_keys)
+            return {}
+        return {
+            f"resourceclaim:{claim_key}@{node}": (node, tuple(sorted(there.items())))
+            for node, there in held.items()
+            if there
+        }
 
     def _unfinished(self, pod: str) -> bool:
         known = self._pods.get(pod)
@@ -488,6 +500,12 @@ class ClusterState:
             self._count_on_its_own(claim)
         elif resource.kind == "DeviceClass":
             self.index.touch(list(self._claiming))
+            # An extended resource a class now serves (KEP-5004): pending pods that ask it are read again, so
+            # that nodes offer it (a class is rarely changed: one pass over the gangs' pods).
+            served = self.devices.served().keys()
+            for info in list(self.index.pods()):
+                if info.node is None and not served.isdisjoint(resource_names(info.raw)):
+                    self._apply_pod(Change("MODIFIED", info.raw))
 
     def _offered(self, record: NodeRecord) -> NodeRecord:
         """The node with the devices it offers added to its allocatable, and the attributes its devices agree

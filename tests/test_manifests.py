@@ -208,6 +208,7 @@ async def test_rbac_allows_exactly_the_calls_the_scheduler_makes() -> None:
                                  "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "extended",
                                                       "uid": uid, "controller": True}]}  # fmt: skip
             where.create(stale)
+            await eventually(lambda: "team/extended" in app.state.devices.extended_of, what="the stale claim seen")
             pods = where.store.resource("v1", "Pod")
             where.store.patch(pods, "team", "extended", {"spec": {"schedulingGates": None}}, MERGE_PATCH)
             lease_updates = lambda: where.server.audit["update", "coordination.k8s.io", "leases"]  # noqa: E731

@@ -35,7 +35,7 @@ from topology.domains import BoolArray, Domains, FloatArray, IdArray, IntArray
 from topology.fit import ShapeFit, domain_totals, shape_fit
 from topology.nodes import HOSTNAME
 from topology.outcome import Assignment, DomainChoice, HeldRoom, Infeasible, Placement
-from topology.quantities import counts_devices, resource_words
+from topology.quantities import amount_words, counts_devices
 from topology.reasons import devices_wanted, node_limit, node_reasons, plural, short_name
 from topology.request import GangRequest, PodShape
 from topology.snapshot import Snapshot
@@ -681,8 +681,8 @@ class _Search:
         free = self.snapshot.free if scope is None else self.snapshot.free[scope]
         roomiest = int(np.argmax(pods))
         found = [
-            f"{int(domain_totals(ids, np.where(usable, free[:, column], 0), domains.n_domains)[roomiest])} "
-            f"{resource_words(names[column])} free"
+            amount_words(int(domain_totals(ids, np.where(usable, free[:, column], 0), domains.n_domains)[roomiest]),
+                         names[column]) + " free"
             for column in shape.columns.tolist()
             if counts_devices(names[column])
         ]

@@ -62,6 +62,12 @@ def resource_words(resource: str) -> str:
     return f"devices of class {device_class}" + (" that satisfy the claim's selectors" if digest else "")
 
 
+def amount_words(amount: int, resource: str) -> str:
+    """``1 device of class gpu.nvidia.com``, ``8 devices of class ...``: a count of a resource for a sentence."""
+    words = resource_words(resource)
+    return f"{amount} {words.replace('devices', 'device', 1) if amount == 1 else words}"
+
+
 def counts_devices(resource: str) -> bool:
     """Whether a column counts devices (for sentences that add them up)."""
     return resource.startswith(DEVICES) and not resource.endswith(WHOLE_NODE)

@@ -8,7 +8,7 @@ import numpy as np
 
 from topology.fit import ShapeFit, domain_totals, pods_per_node, shape_fit
 from topology.nodes import HOSTNAME
-from topology.quantities import DEVICES, PODS, counts_devices, resource_words
+from topology.quantities import DEVICES, PODS, amount_words, counts_devices, resource_words
 from topology.request import PodShape
 from topology.snapshot import Snapshot
 
@@ -29,7 +29,7 @@ def plural(count: int, word: str) -> str:
 def devices_wanted(shape: PodShape, pods: int) -> str:
     """`` (24 devices of class gpu.nvidia.com)``: the devices ``pods`` pods of ``shape`` claim, for the
     sentence that says how many pods a gang needs (empty when they claim none)."""
-    found = [f"{amount * pods} {resource_words(name)}" for name, amount in shape.requests if counts_devices(name)]
+    found = [amount_words(amount * pods, name) for name, amount in shape.requests if counts_devices(name)]
     return f" ({', '.join(found)})" if found else ""
 
 

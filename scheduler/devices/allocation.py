@@ -24,7 +24,7 @@ from typing import Any
 from scheduler.devices.claims import ALL, Claim, ClaimError, ClaimRequest, Constraint, Request, pod_claims
 from scheduler.devices.demand import MAX_RESERVED
 from scheduler.devices.expressions import SelectorError
-from scheduler.devices.extended import ExtendedRequest, extended_requests
+from scheduler.devices.extended import ExtendedRequest, claim_requests, extended_requests
 from scheduler.devices.inventory import DeviceId, Devices
 from scheduler.devices.slices import ALL_NODES, Device
 from topology.request import NodeSelectorTerm
@@ -81,7 +81,7 @@ def plan(
         extended = extended_requests(pod, served, own(node)) if served else ()
         if extended:
             key = f"{namespace}/{name}-extended-resources-"  # its generateName: no claim has such a name
-            requests = tuple(ClaimRequest(request.name, (request.request(),)) for request in extended)
+            requests = tuple(ClaimRequest(request.name, (request.request(),)) for request in claim_requests(extended))
             to_make = Claim(namespace, key.split("/", 1)[1], "", requests, (), (), ())
             users[key] = (to_make, [({"resource": "pods", "name": name, "uid": uid}, node, f"{namespace}/{name}")])
             made[key] = extended

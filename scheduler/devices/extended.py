@@ -66,7 +66,7 @@ def asked(pod: Mapping[str, Any], served: Mapping[str, DeviceClass]) -> dict[str
     """The extended resources the pod asks that a class serves (whichever nodes then serve them)."""
     return {
         name: served[name]
-        for _, _, requests in _containers(pod)
+        for _, _, requests, _ in _containers(pod)
         for name, amount in requests.items()
         if amount > 0 and name in served
     }
@@ -76,17 +76,40 @@ def extended_requests(
     pod: Mapping[str, Any], served: Mapping[str, DeviceClass], allocatable: Mapping[str, int]
 ) -> tuple[ExtendedRequest, ...]:
     """The requests of the claim the pod needs on a node whose own allocatable is ``allocatable``: each
-    container's resources that a class serves and the node has none of (empty: the node serves them all)."""
-    found = []
-    for i, container, requests in _containers(pod):
+    long-lived container's resources that a class serves and the node has none of (empty: the node serves
+    them all). An init container that runs to completion first reuses a long-lived container's request that
+    is large enough; those that cannot share one more request, as large as the largest of them (so the
+    claim's count is the pod's effective request whenever a long-lived request covers each init one)."""
+    found: list[ExtendedRequest] = []
+    waiting: list[ExtendedRequest] = []  # init containers' needs, before any request is theirs
+    for i, container, requests, runs_to_completion in _containers(pod):
         names = sorted(requests)
         for name, amount in sorted(requests.items()):
             device_class = served.get(name)
             if device_class is None or amount <= 0 or allocatable.get(name, 0) > 0:
                 continue
-            found.append(ExtendedRequest(f"container-{i}-request-{names.index(name)}", container, name,
-                                         device_class.name, amount))  # fmt: skip
+            request = ExtendedRequest(f"container-{i}-request-{names.index(name)}", container, name,
+                                      device_class.name, amount)  # fmt: skip
+            (waiting if runs_to_completion else found).append(request)
+    unmet: list[ExtendedRequest] = []
+    for need in waiting:
+        reused = next((r for r in found if r.resource == need.resource and r.count >= need.count), None)
+        if reused is not None:
+            found.append(ExtendedRequest(reused.name, need.container, need.resource, reused.device_class, 0))
+        else:
+            unmet.append(need)
+    for resource in sorted({need.resource for need in unmet}):
+        largest = max((need for need in unmet if need.resource == resource), key=lambda need: need.count)
+        for need in unmet:
+            if need.resource == resource:
+                found.append(ExtendedRequest(largest.name, need.container, resource, largest.device_class,
+                                             largest.count if need is largest else 0))  # fmt: skip
     return tuple(found)
+
+
+def claim_requests(requests: tuple[ExtendedRequest, ...]) -> tuple[ExtendedRequest, ...]:
+    """The claim's own requests: those of ``requests`` that ask devices (the rest reuse one of them)."""
+    return tuple(request for request in requests if request.count > 0)
 
 
 def claim_body(pod: Mapping[str, Any], requests: tuple[ExtendedRequest, ...], finalizer: str) -> dict[str, Any]:
@@ -108,7 +131,6 @@ def claim_body(pod: Mapping[str, Any], requests: tuple[ExtendedRequest, ...], fi
                     "name": metadata.get("name", ""),
                     "uid": metadata.get("uid", ""),
                     "controller": True,
-                    "blockOwnerDeletion": True,
                 }
             ],
         },
@@ -123,7 +145,7 @@ def claim_body(pod: Mapping[str, Any], requests: tuple[ExtendedRequest, ...], fi
                             "count": request.count,
                         },
                     }
-                    for request in requests
+                    for request in claim_requests(requests)
                 ]
             }
         },
@@ -150,19 +172,24 @@ def resource_names(pod: Mapping[str, Any]) -> set[str]:
     return found
 
 
-def _containers(pod: Mapping[str, Any]) -> list[tuple[int, str, dict[str, int]]]:
-    """(index, name, requests) of the init containers and then the containers; requests defaulted from
-    limits, as the API server defaults them. A pod whose quantities cannot be read asks nothing here (its
-    gang is told why by the resource kinds)."""
+def _containers(pod: Mapping[str, Any]) -> list[tuple[int, str, dict[str, int], bool]]:
+    """(index, name, requests, whether it runs to completion before the others start) of the init containers
+    and then the containers; requests defaulted from limits, as the API server defaults them. A sidecar (an
+    init container with ``restartPolicy: Always``) runs beside the containers. A pod whose quantities cannot
+    be read asks nothing here (its gang is told why by the resource kinds)."""
     spec = pod.get("spec") or {}
-    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    init = spec.get("initContainers") or []
+    containers = [*init, *(spec.get("containers") or [])]
     found = []
     for i, container in enumerate(containers):
-        resources = (container.get("resources") or {}) if isinstance(container, Mapping) else {}
+        if not isinstance(container, Mapping):
+            continue
+        resources = container.get("resources") or {}
         try:
             limits = resource_list(resources.get("limits"), field="limits")
             requests = resource_list(resources.get("requests"), field="requests")
         except QuantityError:
             continue
-        found.append((i, str(container.get("name", "")), {**limits, **requests}))
+        runs_to_completion = i < len(init) and container.get("restartPolicy") != "Always"
+        found.append((i, str(container.get("name", "")), {**limits, **requests}, runs_to_completion))
     return found

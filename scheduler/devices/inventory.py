@@ -112,8 +112,10 @@ class Devices:
                     self.classes[key] = read_class(obj)
             elif resource.plural == RESOURCE_CLAIMS.plural:
                 before = self.claims.pop(key, None)
-                if before is not None and before.extended_for is not None:
-                    self.extended_of.pop(before.extended_for, None)
+                if before is not None and before.extended_for is not None and self.extended_of.get(
+                    before.extended_for
+                ) == key:
+                    del self.extended_of[before.extended_for]
                 for device in before.allocated if before is not None else ():
                     holders = self._allocated.get(device, set())
                     holders.discard(key)

@@ -27,7 +27,7 @@ from topology import (
     node_record,
     pod_demand,
 )
-from topology.quantities import WHOLE_NODE, counts_devices, resource_words
+from topology.quantities import WHOLE_NODE, amount_words, counts_devices
 from topology.reasons import short_name
 
 #: Domains listed per table; the roomiest come first.
@@ -344,7 +344,7 @@ def amount_text(resource: str, amount: int) -> str:
 
 def _shape_text(shape: PodShape) -> str:
     shown = [
-        f"{amount} {resource_words(name)}" if counts_devices(name) else f"{name} {amount_text(name, amount)}"
+        amount_words(amount, name) if counts_devices(name) else f"{name} {amount_text(name, amount)}"
         for name, amount in shape.requests
         if name != "pods" and not name.endswith(WHOLE_NODE)
     ]

@@ -86,6 +86,10 @@ class GangIndex:
     def pod(self, key: str) -> PodInfo | None:
         return self.membership.pod(key)
 
+    def pods(self) -> Iterable[PodInfo]:
+        """Every gang member, pending or running (read-only)."""
+        return self.membership.pods()
+
     def group(self, ref: ObjectRef) -> GroupObject | None:
         """A group object as last seen (read-only)."""
         return self.membership.group(ref)

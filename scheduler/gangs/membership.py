@@ -168,6 +168,10 @@ class MembershipIndex:
             if gang is not None:
                 self._dirty.add(gang)
 
+    def pods(self) -> Iterable[PodInfo]:
+        """Every pod that is a gang member (pending or running), read-only."""
+        return self._pods.values()
+
     def pod(self, key: str) -> PodInfo | None:
         return self._pods.get(PodKey(key))
 

@@ -9,14 +9,17 @@ from typing import Any
 
 import anyio
 
+from scheduler.clock import ManualClock
 from scheduler.devices.claims import read_class
-from scheduler.devices.extended import IMPLICIT_PREFIX, extended_requests, served_by
+from scheduler.devices.extended import ANNOTATION, IMPLICIT_PREFIX, extended_requests, served_by
 from scheduler.gangs import GangSettings
+from scheduler.ports.port import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Change
 from scheduler.ports.sim import ClusterShape
 from scheduler.settings import Settings
 from scheduler.simulation.driver import Simulation
 from scheduler.simulation.oracle import InvariantMonitor
-from tests.devices.support import GPU_DRIVER, device_class
+from scheduler.state import ClusterState
+from tests.devices.support import GPU_DRIVER, claim, device_class, node_slice
 from tests.scheduler.support import gpu_pod, pfn
 
 LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
@@ -117,3 +120,57 @@ def test_a_node_whose_device_plugin_has_the_resource_serves_it_without_a_claim()
     assert len(claims) == 2 and "extendedResourceClaimStatus" not in pods["plugin-n0"]["status"]
     monitor.check_gangs()
     monitor.assert_clean()
+
+
+def test_an_init_container_reuses_a_long_lived_container_s_request_or_shares_one_more() -> None:
+    """As kube-scheduler: an init container that runs to completion reuses a long-lived container's request
+    when that is large enough; those that cannot share one more request, as large as the largest of them."""
+    served = served_by({"gpu-extended": read_class(gpu_class())})
+    pod = gpu_pod("p", gpus=2)
+    pod["spec"]["initContainers"] = [
+        {"name": "fits", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+        {"name": "big", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": "4"}}},
+        {"name": "bigger", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": "6"}}},
+    ]
+    found = {(r.container, r.name, r.count) for r in extended_requests(pod, served, {})}
+    assert found == {
+        ("main", "container-3-request-0", 2),
+        ("fits", "container-3-request-0", 0),  # reuses main's
+        ("big", "container-2-request-0", 0),  # shares bigger's
+        ("bigger", "container-2-request-0", 6),
+    }
+
+
+def test_pods_pending_before_the_class_that_serves_their_resource_is_made_bind_once_it_is() -> None:
+    sim, monitor = simulation()
+    store = sim.store
+    store.delete(store.resource("resource.k8s.io/v1", "DeviceClass"), None, "gpu-extended")
+    sim.add_objects([gpu_pod("early", "ml", gpus=8, annotations=pfn("early", 1))], source="test")
+    report = anyio.run(lambda: sim.run(timeout=30))
+    assert not report.bound
+    sim.add_objects([gpu_class()], source="the driver")
+    report = anyio.run(lambda: sim.run(timeout=30))
+    assert report.bound == {"ml/early": "b0-r0-n0"}
+    monitor.check_gangs()
+    monitor.assert_clean()
+
+
+def test_status_updates_of_a_running_pod_served_by_devices_free_no_room() -> None:
+    """A running pod whose claim was made for its extended resources: its kubelet's status updates change
+    nothing it holds, so no node is said to have room freed (which would wake every waiting gang)."""
+    state = ClusterState(Settings(), ManualClock())
+    state.apply(DEVICE_CLASSES, Change("ADDED", gpu_class()))
+    state.apply(RESOURCE_SLICES, Change("ADDED", node_slice("n0", 8)))
+    made = claim("w-extended-resources-x", 8, allocated=[("n0", f"gpu-{i}") for i in range(8)])
+    owner = {"kind": "Pod", "name": "w", "uid": "uid-w", "controller": True}
+    made["metadata"].update(annotations={ANNOTATION: "true"}, ownerReferences=[owner])
+    pod = gpu_pod("w", "ml", gpus=8, nodeName="n0")
+    pod["metadata"]["uid"] = "uid-w"
+    pod["status"] = {"phase": "Running", "extendedResourceClaimStatus": {"resourceClaimName": made["metadata"]["name"]}}
+    state.apply(PODS, Change("ADDED", pod))
+    state.apply(RESOURCE_CLAIMS, Change("ADDED", made))
+    state.take_signals()
+    for restarts in range(3):
+        pod["status"]["containerStatuses"] = [{"name": "main", "restartCount": restarts}]
+        state.apply(PODS, Change("MODIFIED", pod))
+        assert state.take_signals() == (set(), False)
