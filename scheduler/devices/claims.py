@@ -12,9 +12,12 @@ reserved for the PodGroup, not for each pod (``GroupClaims``).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from topology.quantities import DEVICES
 
 #: ``allocationMode``: a count of devices, or every matching device.
 EXACT_COUNT, ALL = "ExactCount", "All"
@@ -149,6 +152,15 @@ def pod_group(pod: Mapping[str, Any]) -> str | None:
     group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
     namespace = (pod.get("metadata") or {}).get("namespace", "")
     return f"{namespace}/{group}" if isinstance(group, str) and group else None
+
+
+def column(request: Request) -> str:
+    """``devices/<class>``, with a digest of the request's own selectors when it has some: the column of
+    placement's arrays that counts the devices that satisfy the request."""
+    name = f"{DEVICES}{request.device_class}"
+    if request.selectors:
+        name += "/" + hashlib.sha256("\n".join(request.selectors).encode()).hexdigest()[:8]
+    return name
 
 
 def read_class(obj: Mapping[str, Any]) -> DeviceClass:

@@ -23,25 +23,16 @@ claim or a DeviceClass that does not exist yet) makes its gang wait, with nothin
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.devices.claims import ALL, EXACT_COUNT, Claim, ClaimRequest, Request, pod_claims
+from scheduler.devices.claims import ALL, EXACT_COUNT, Claim, ClaimRequest, Request, column, pod_claims
 from scheduler.devices.extended import asked, resource_names
 from scheduler.devices.inventory import Devices
-from topology.quantities import DEVICES, WHOLE_NODE
+from topology.quantities import WHOLE_NODE
 
 #: How many consumers a claim's ``status.reservedFor`` may list (``ResourceClaimReservedForMaxSize``).
 MAX_RESERVED = 256
-
-
-def column(request: Request) -> str:
-    """``devices/<class>``, with a digest of the request's own selectors when it has some."""
-    name = f"{DEVICES}{request.device_class}"
-    if request.selectors:
-        name += "/" + hashlib.sha256("\n".join(request.selectors).encode()).hexdigest()[:8]
-    return name
 
 
 class DeviceDemand:

@@ -22,6 +22,7 @@ from scheduler.devices.claims import (
     GroupClaims,
     PodClaim,
     Request,
+    column,
     pod_group,
     read_claim,
     read_class,
@@ -126,6 +127,8 @@ class Devices:
                 claim = None if gone else read_claim(obj)
                 if self.networked_pools and claim is not None:
                     self.dirty = self.dirty or self.networked(claim.allocated) > 0
+                if len(self.columns) > 1 and (before.allocated if before else ()) != (claim.allocated if claim else ()):
+                    self.dirty = True  # a device counted in one column is no longer offered in the others
                 if gone:
                     self.releasing.pop(key, None)
                 if gone:
@@ -233,10 +236,10 @@ class Devices:
             device = self.device(device_id)
             if device is None or device.node is None:
                 continue
-            for column, request in self.columns.items():
+            for name, request in self.columns.items():
                 if self._satisfies(device, request):
                     on_node = found.setdefault(device.node, {})
-                    on_node[column] = on_node.get(column, 0) + 1
+                    on_node[name] = on_node.get(name, 0) + 1
         return found
 
     def _satisfies(self, device: Device, request: Request) -> bool:
@@ -274,19 +277,26 @@ class Devices:
         self.most = {}
         # Not the devices PreBind holds: their pods still count them until the watch shows them allocated.
         taken = self._allocated
-        for column, request in self.columns.items():
+        counted_in = self._counted_in() if len(self.columns) > 1 else {}
+        for name, request in self.columns.items():
             try:
                 matching = self.matching(request)
             except (ClaimError, SelectorError):
                 continue
-            found = Counter(device.node for device in matching if device.node is not None)
-            if column.endswith(WHOLE_NODE):  # allocationMode All: one set per node with the most of them
+            if name.endswith(WHOLE_NODE):  # allocationMode All: one set per node with the most of them
+                found = Counter(device.node for device in matching if device.node is not None)
                 most = max(found.values(), default=0)
                 for node, count in found.items():
                     if count == most:
-                        offered.setdefault(node, {})[column] = 1
-                self.most[column] = most  # what a pod taking such a set counts of the devices
+                        offered.setdefault(node, {})[name] = 1
+                self.most[name] = most  # what a pod taking such a set counts of the devices
                 continue
+            # A device a pod counts in another column (its claim's) is not offered in this one as well.
+            found = Counter(
+                device.node
+                for device in matching
+                if device.node is not None and counted_in.get(device.id, name) == name
+            )
             free_networked = Counter(
                 device.reach for device in matching if device.node is None and device.reach is not None
                 and device.id not in taken
@@ -295,10 +305,23 @@ class Devices:
                 for node in reach(terms):
                     found[node] += count
             for node, count in found.items():
-                offered.setdefault(node, {})[column] = count
-            self.most[column] = max(found.values(), default=0)
+                offered.setdefault(node, {})[name] = count
+            self.most[name] = max(found.values(), default=0)
         self.networked_pools = any(device.node is None and device.reach is not None for device in self.pools.devices())
         return offered
+
+    def _counted_in(self) -> dict[DeviceId, str]:
+        """The column each device allocated to a claim of one pod is counted in by that pod (the column of the
+        request it was given for). Devices of claims counted on their own count in every column already."""
+        found: dict[DeviceId, str] = {}
+        for key, claim in self.claims.items():
+            if len(claim.reserved_for) != 1 or len(self.named_by.get(key, ())) != 1:
+                continue
+            ways = {way.name: way for request in claim.requests for way in request.alternatives}
+            for device, given in zip(claim.allocated, claim.allocated_requests, strict=False):
+                if given in ways:
+                    found[device] = column(ways[given])
+        return found
 
     def node_attributes(self) -> dict[str, dict[str, str]]:
         """Per node, the device attributes (``domain/name`` -> value) that every device there with that

@@ -205,3 +205,30 @@ def test_networked_devices_serve_pods_on_any_node_once_each_and_a_gang_they_cann
         assert {result["pool"] for result in allocation["devices"]["results"]} == {"fabric"}
     monitor.check_gangs()
     monitor.assert_clean()
+
+
+def test_devices_a_pod_holds_through_one_request_are_not_offered_to_another_that_also_matches_them() -> None:
+    """Two requests match the same GPUs (any device, and any of type gpu): a pod holding 4 of n0's 8 through the
+    first leaves n0 only 4 for the second, so a pod asking 6 GPUs goes to n1 at once, not to n0 (the busier
+    node, which placement prefers) to be refused when its devices are chosen."""
+    simulation = Simulation(Settings(levels=LEVELS))
+    objects = ClusterShape.parse("blocks=1,racks=1,nodes=2,gpus=0,dra=gpu.nvidia.com:8").manifests()
+    simulation.add_nodes([obj for obj in objects if obj["kind"] == "Node"])
+    simulation.add_objects([obj for obj in objects if obj["kind"] != "Node"], source="cluster")
+    monitor = InvariantMonitor(simulation.store, gang_settings=GangSettings(levels=LEVELS))
+    typed = "device.attributes['gpu.nvidia.com'].type == 'gpu'"
+    workload: list[dict[str, Any]] = []
+    for name, count, selectors in (("any", 4, ()), ("h100", 6, (typed,))):
+        workload.append({**claim(f"{name}-gpus", count, *selectors), "metadata": {"name": f"{name}-gpus",
+                                                                                 "namespace": "ml"}})  # fmt: skip
+        workload.append(gpu_pod(name, "ml", gpus=0, annotations=pfn(name, 1),
+                                resourceClaims=[{"name": "gpus", "resourceClaimName": f"{name}-gpus"}]))  # fmt: skip
+    simulation.add_objects(workload[:2], source="any")
+    assert anyio.run(lambda: simulation.run(timeout=30)).bound == {"ml/any": "b0-r0-n0"}
+    simulation.add_objects(workload[2:], source="h100")
+    report = anyio.run(lambda: simulation.run(timeout=30))
+    assert report.bound["ml/h100"] == "b0-r0-n1"
+    events = simulation.store.objects(simulation.store.resource("v1", "Event"))
+    assert not [event for event in events if event.get("reason") == "FailedBinding"]
+    monitor.check_gangs()
+    monitor.assert_clean()
