@@ -697,3 +697,25 @@ async def test_a_podgroup_shares_its_claims_and_a_claim_may_be_reserved_for_the_
                            {"status": {"allocation": _allocated(), "reservedFor": [consumer]}},
                            content_type="application/merge-patch+json")  # fmt: skip
     assert written["status"]["reservedFor"] == [consumer]
+
+
+async def test_a_claim_is_reserved_for_at_most_256_consumers(api: Api) -> None:
+    """``ResourceClaimReservedForMaxSize``: 256 consumers are written, 257 refused (PreBind says so before it
+    writes: ``devices.demand.MAX_RESERVED``)."""
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "crowded"},
+             "spec": {"devices": {"requests": [request]}}}  # fmt: skip
+    await api.ok("POST", api.path("resourceclaims", **DRA), claim)
+    path = api.path("resourceclaims", "crowded", **DRA) + "/status"
+    consumers = [{"resource": "pods", "name": f"p-{i}", "uid": f"00000000-0000-0000-0000-{i:012d}"} for i in range(257)]
+
+    async def reserve(count: int) -> Answer:
+        body = {"status": {"allocation": _allocated(), "reservedFor": consumers[:count]}}
+        return await api.request("PATCH", path, body, content_type="application/merge-patch+json")
+
+    refused = await reserve(257)
+    assert (refused.status, refused.reason) == (422, "Invalid"), refused.body[:300]
+    assert [cause["field"] for cause in refused.json["details"]["causes"]] == ["status.reservedFor"]
+    written = await reserve(256)
+    assert written.status == 200, written.body[:300]
+    assert len(written.json["status"]["reservedFor"]) == 256
