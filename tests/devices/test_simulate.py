@@ -17,12 +17,21 @@ from scheduler.settings import Settings
 from scheduler.simulation.driver import Simulation
 from scheduler.simulation.oracle import InvariantMonitor
 from tests.devices.support import claim, device_class, networked_slice, node_slice
-from tests.scheduler.support import cluster, gpu_pod, kubeconfig, pfn
+from tests.scheduler.support import Cluster, cluster, gpu_pod, kubeconfig, pfn
 
 JOB = Path(__file__).resolve().parents[2] / "examples" / "dra" / "job.yaml"
 JOBSET = JOB.with_name("computedomain-jobset.yaml")
 GROUP_CLAIM = JOB.with_name("podgroup-claim.yaml")
 LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
+
+
+def dra_simulation(shape: str) -> tuple[Simulation, InvariantMonitor]:
+    """``phalanx simulate --cluster SHAPE`` as the tests drive it, with the invariant monitor watching."""
+    simulation = Simulation(Settings(levels=LEVELS))
+    objects = ClusterShape.parse(shape).manifests()
+    simulation.add_nodes([obj for obj in objects if obj["kind"] == "Node"])
+    simulation.add_objects([obj for obj in objects if obj["kind"] != "Node"], source="cluster")
+    return simulation, InvariantMonitor(simulation.store, gang_settings=GangSettings(levels=LEVELS))
 
 
 def test_a_shape_with_dra_publishes_a_class_and_each_node_s_devices() -> None:
@@ -37,11 +46,7 @@ def test_a_shape_with_dra_publishes_a_class_and_each_node_s_devices() -> None:
 
 
 def test_a_job_whose_pods_claim_devices_through_a_template_binds_whole_in_one_rack() -> None:
-    simulation = Simulation(Settings(levels=LEVELS))
-    objects = ClusterShape.parse("blocks=1,racks=2,nodes=4,gpus=0,dra=gpu.nvidia.com:8").manifests()
-    simulation.add_nodes([obj for obj in objects if obj["kind"] == "Node"])
-    simulation.add_objects([obj for obj in objects if obj["kind"] != "Node"], source="cluster")
-    monitor = InvariantMonitor(simulation.store, gang_settings=GangSettings(levels=LEVELS))
+    simulation, monitor = dra_simulation("blocks=1,racks=2,nodes=4,gpus=0,dra=gpu.nvidia.com:8")
     simulation.add_objects(read_manifest_file(str(JOB)), source=str(JOB))
     report = anyio.run(lambda: simulation.run(timeout=60))
     assert len(report.bound) == 4 and len({node.rsplit("-", 1)[0] for node in report.bound.values()}) == 1
@@ -88,11 +93,7 @@ def test_a_compute_domain_jobset_gets_a_channel_and_four_gpus_per_worker_in_one_
 def test_a_podgroup_s_claim_is_made_once_allocated_once_and_reserved_for_the_group() -> None:
     """KEP-5729: both pods repeat their PodGroup's claim entry, so they share one claim made for the group; its
     eight GPUs are on one node, so both go there, and the claim is reserved for the PodGroup, not per pod."""
-    simulation = Simulation(Settings(levels=LEVELS))
-    objects = ClusterShape.parse("blocks=1,racks=2,nodes=4,gpus=0,dra=gpu.nvidia.com:8").manifests()
-    simulation.add_nodes([obj for obj in objects if obj["kind"] == "Node"])
-    simulation.add_objects([obj for obj in objects if obj["kind"] != "Node"], source="cluster")
-    monitor = InvariantMonitor(simulation.store, gang_settings=GangSettings(levels=LEVELS))
+    simulation, monitor = dra_simulation("blocks=1,racks=2,nodes=4,gpus=0,dra=gpu.nvidia.com:8")
     simulation.add_objects(read_manifest_file(str(GROUP_CLAIM)), source=str(GROUP_CLAIM))
     report = anyio.run(lambda: simulation.run(timeout=60))
     assert len(report.bound) == 2 and len(set(report.bound.values())) == 1
@@ -131,13 +132,18 @@ def test_devices_a_finished_pod_held_are_given_to_the_next_wave_of_its_job() -> 
     assert len(finished) >= 6  # every claim whose pod succeeded is free (the last wave's may still run)
 
 
+def publish_gpus(where: Cluster) -> None:
+    """NVIDIA's DeviceClass, and 8 GPUs on each of the two nodes."""
+    where.create(device_class())
+    for node in ("b0-r0-n0", "b0-r0-n1"):
+        where.create(node_slice(node))
+
+
 async def test_dry_run_reads_the_devices_and_claims_and_places_a_gang_that_claims_devices(tmp_path: Path) -> None:
     """`phalanx dry-run` copies the DRA objects with the rest: a running pod's claim keeps its devices, and
     a pending gang is placed where devices are still free."""
     async with cluster("blocks=1,racks=1,nodes=2,gpus=0") as where:
-        where.create(device_class())
-        for node in ("b0-r0-n0", "b0-r0-n1"):
-            where.create(node_slice(node))
+        publish_gpus(where)
         running = {**claim("run-gpus", 8, allocated=[("b0-r0-n0", f"gpu-{i}") for i in range(8)]),
                    "metadata": {"name": "run-gpus", "namespace": "team"}}  # fmt: skip
         where.restore(running)
@@ -155,9 +161,7 @@ async def test_explain_names_the_devices_a_gang_waits_for_by_class_and_count(tmp
     """`phalanx explain` of a gang whose claims the nodes cannot hold: what each pod asks, and the devices
     the gang needs in the words of its Unschedulable condition."""
     async with cluster("blocks=1,racks=1,nodes=2,gpus=0") as where:
-        where.create(device_class())
-        for node in ("b0-r0-n0", "b0-r0-n1"):
-            where.create(node_slice(node))
+        publish_gpus(where)
         for i in range(3):
             where.create({**claim(f"w-{i}-gpus", 8), "metadata": {"name": f"w-{i}-gpus", "namespace": "team"}})
             where.create(gpu_pod(f"w-{i}", gpus=0, annotations=pfn("w", 3),
@@ -211,11 +215,7 @@ def test_devices_a_pod_holds_through_one_request_are_not_offered_to_another_that
     """Two requests match the same GPUs (any device, and any of type gpu): a pod holding 4 of n0's 8 through the
     first leaves n0 only 4 for the second, so a pod asking 6 GPUs goes to n1 at once, not to n0 (the busier
     node, which placement prefers) to be refused when its devices are chosen."""
-    simulation = Simulation(Settings(levels=LEVELS))
-    objects = ClusterShape.parse("blocks=1,racks=1,nodes=2,gpus=0,dra=gpu.nvidia.com:8").manifests()
-    simulation.add_nodes([obj for obj in objects if obj["kind"] == "Node"])
-    simulation.add_objects([obj for obj in objects if obj["kind"] != "Node"], source="cluster")
-    monitor = InvariantMonitor(simulation.store, gang_settings=GangSettings(levels=LEVELS))
+    simulation, monitor = dra_simulation("blocks=1,racks=1,nodes=2,gpus=0,dra=gpu.nvidia.com:8")
     typed = "device.attributes['gpu.nvidia.com'].type == 'gpu'"
     workload: list[dict[str, Any]] = []
     for name, count, selectors in (("any", 4, ()), ("h100", 6, (typed,))):

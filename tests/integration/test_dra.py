@@ -26,8 +26,7 @@ def test_the_device_objects_are_valid_and_phalanx_watches_them_with_its_own_righ
     plane: ControlPlane, scheduler: PhalanxProcess
 ) -> None:
     ensure_namespace(plane, "ml")
-    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
-        plane.apply(device_class())
+    ensure_gpu_class(plane)
     plane.apply(node_slice("dra-n0"))
     created = plane.apply(claim("gpus", 2, "device.attributes['gpu.nvidia.com'].type == 'gpu'"))
     assert created["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] == "ExactCount"
@@ -51,6 +50,13 @@ def test_the_device_objects_are_valid_and_phalanx_watches_them_with_its_own_righ
     eventually(lambda: watched() == set(DRA), what=f"Phalanx's list and watch of each of {DRA}")
 
 
+def ensure_gpu_class(plane: ControlPlane) -> None:
+    """NVIDIA's DeviceClass, made by the first test that needs it (the suite's cluster is shared)."""
+    classes = plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]
+    if "gpu.nvidia.com" not in {item["metadata"]["name"] for item in classes}:
+        plane.apply(device_class())
+
+
 def claim_template(name: str, count: int) -> dict[str, Any]:
     body = claim("unused", count)["spec"]
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
@@ -64,8 +70,7 @@ def test_a_gang_of_four_with_claim_templates_binds_whole_with_each_claim_allocat
     it in the pod's status; Phalanx places the gang where the devices are, writes every claim's allocation
     and reservation (PreBind), then binds."""
     ensure_namespace(plane, "dra")
-    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
-        plane.apply(device_class())
+    ensure_gpu_class(plane)
     nodes = [f"b1-r3-n{i}" for i in range(4, 8)]  # of the suite's cluster (SHAPE): these publish devices
     for node in nodes:
         plane.apply(node_slice(node, 8))
@@ -98,8 +103,7 @@ def test_a_claim_phalanx_allocated_is_protected_and_released_by_the_controller_o
     is gone, kube-controller-manager's resourceclaim controller takes the allocation and the finalizer off,
     so that a claim named directly (not made from a template) is free for the next pod."""
     ensure_namespace(plane, "dra-direct")
-    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
-        plane.apply(device_class())
+    ensure_gpu_class(plane)
     if not any(item["metadata"]["name"] == "b1-r2-n7-gpu" for item in
                plane.call("GET", "/apis/resource.k8s.io/v1/resourceslices")["items"]):  # fmt: skip
         plane.apply(node_slice("b1-r2-n7"))
@@ -129,8 +133,7 @@ def test_a_gang_that_requires_one_clique_binds_on_the_nodes_whose_devices_share_
     """The clique is a device attribute, not a node label: two nodes of b0-r1 publish GPUs of clique x, three
     GPUs of clique y; a gang of three that requires one clique goes to y."""
     ensure_namespace(plane, "dra-clique")
-    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
-        plane.apply(device_class())
+    ensure_gpu_class(plane)
     cliques = {"b0-r1-n0": "x", "b0-r1-n1": "x", "b0-r1-n2": "y", "b0-r1-n3": "y", "b0-r1-n4": "y"}
     for node, clique in cliques.items():
         plane.apply(node_slice(node, 8, clique=clique))
@@ -153,8 +156,7 @@ def test_a_gang_whose_claims_cannot_be_kept_together_binds_nothing_and_allocates
     two GPUs are of two products, so the pair's claim cannot be allocated there: neither pod of the gang is
     bound (the solo pod's claim could have been), no claim is allocated, and the pods say why."""
     ensure_namespace(plane, "dra-mixed")
-    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
-        plane.apply(device_class())
+    ensure_gpu_class(plane)
     mixed = node_slice("b0-r2-n0", 2, clique="lot")
     mixed["spec"]["devices"][1]["attributes"]["productName"] = {"string": "NVIDIA A100-SXM4-80GB"}
     plane.apply(mixed)
@@ -186,8 +188,7 @@ def test_two_pods_of_a_gang_that_share_a_claim_bind_on_one_node_with_the_claim_r
     """One claim named directly by both pods of a gang: allocated once, on the one node both go to, and
     reserved for each (kube-apiserver 1.36 checks the reservations when each pod binds)."""
     ensure_namespace(plane, "dra-shared")
-    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
-        plane.apply(device_class())
+    ensure_gpu_class(plane)
     plane.apply(node_slice("b0-r2-n4", 4, clique="shared-lot"))
     plane.apply(node_slice("b0-r2-n5", 4, clique="shared-lot"))
     mine = "device.attributes['gpu.nvidia.com'].cliqueId == 'shared-lot'"  # not the other tests' devices
@@ -217,8 +218,7 @@ def test_a_high_priority_gang_preempts_the_pod_holding_the_devices_and_binds_onc
     ensure_namespace(plane, "dra-preempt")
     priority_class(plane, "itest-batch", 10)
     priority_class(plane, "itest-production", 100000)
-    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
-        plane.apply(device_class())
+    ensure_gpu_class(plane)
     plane.apply(node_slice("b1-r1-n0", 8, clique="preempt-lot"))
     mine = "device.attributes['gpu.nvidia.com'].cliqueId == 'preempt-lot'"  # not the other tests' devices
     for name in ("holder", "vip"):
@@ -246,8 +246,7 @@ def test_a_podgroup_s_claim_from_a_template_is_made_once_and_reserved_for_the_gr
     group's status and in each pod's; Phalanx places both on the node of its devices, allocates it once and
     reserves it for the PodGroup (kube-apiserver 1.36 checks the reservation when each pod binds)."""
     ensure_namespace(plane, "dra-group")
-    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
-        plane.apply(device_class())
+    ensure_gpu_class(plane)
     plane.apply(node_slice("b1-r0-n6", 4, clique="group-lot"))
     plane.apply(node_slice("b1-r0-n7", 2, clique="group-lot"))
     mine = "device.attributes['gpu.nvidia.com'].cliqueId == 'group-lot'"  # not the other tests' devices
@@ -319,8 +318,7 @@ def test_a_claim_of_every_device_gets_all_of_its_node_s(plane: ControlPlane, sch
     """allocationMode All: the pod goes to the node with its class's devices and its claim is allocated every
     one of them (kube-apiserver 1.36 accepts the request without a count)."""
     ensure_namespace(plane, "dra-all")
-    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
-        plane.apply(device_class())
+    ensure_gpu_class(plane)
     plane.apply(node_slice("b1-r0-n4", 3, clique="all-lot"))
     whole = claim("whole-gpus", 1, "device.attributes['gpu.nvidia.com'].cliqueId == 'all-lot'", namespace="dra-all")
     exactly = whole["spec"]["devices"]["requests"][0]["exactly"]
@@ -344,8 +342,7 @@ def test_networked_devices_every_node_reaches_are_allocated_without_a_node_and_n
     their claims allocated with no node selector (kube-apiserver 1.36 accepts it so); the third waits for
     devices and none of its claim is allocated."""
     ensure_namespace(plane, "dra-fabric")
-    if not plane.call("GET", "/apis/resource.k8s.io/v1/deviceclasses")["items"]:
-        plane.apply(device_class())
+    ensure_gpu_class(plane)
     plane.apply(networked_slice("fabric", 4))
     mine = "device.attributes['gpu.nvidia.com'].cliqueId == 'fabric-fabric'"  # not the other tests' devices
     for name in ("a", "b", "c"):
