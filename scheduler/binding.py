@@ -124,8 +124,10 @@ class Binder:
             return
         made = [state.devices.extended_of[pod] for pod, _ in job.pods if pod in state.devices.extended_of]
         for claim in made:  # made for a pod by an attempt that did not bind (its delete failed): deleted first
-            if claim not in state.devices.releasing:
-                await self._delete_made(claim)
+            if claim not in state.devices.releasing and not await self._delete_made(claim):
+                why = f"ResourceClaim {claim}, made by an earlier attempt, is not deleted yet"
+                self._release(job, why, refused=True)
+                return
         named = {claim for pod, _ in job.pods for claim in state.claims_of(pod)}
         stale = sorted((named | set(made)) & set(state.devices.releasing))
         if stale:  # an earlier attempt's take-back the watch has not shown yet: no Event, it passes by itself
@@ -265,8 +267,12 @@ class Binder:
         made = await self.port.create(RESOURCE_CLAIMS, write.namespace, claim_body(pod, write.extended,
                                                                                    DELETE_PROTECTION))  # fmt: skip
         metadata = made.get("metadata") or {}
-        return replace(write, name=str(metadata.get("name", "")), version=str(metadata.get("resourceVersion", "")),
-                       finalizers=None)  # fmt: skip
+        named = replace(write, name=str(metadata.get("name", "")), version=str(metadata.get("resourceVersion", "")),
+                        finalizers=None)  # fmt: skip
+        # Held under its name from now on: the watch's DELETED of it lets them go, whatever happens here.
+        self.state.devices.release(write.devices)
+        self.state.devices.hold(f"{named.namespace}/{named.name}", named.devices)
+        return named
 
     async def _delete_made(self, key: str) -> bool:
         """Delete a claim made for a pod's extended resources, its finalizer taken off first (as kube-scheduler's

@@ -165,6 +165,8 @@ class ClusterState:
         #: gone), and the keys under which the snapshot counts their devices on their nodes (one per node):
         #: nobody else may have them until the claim is deallocated.
         self._on_its_own: dict[str, dict[str, tuple[str, tuple[tuple[str, int], ...]]]] = {}
+        #: Which class served each extended resource name when classes last changed (KEP-5004).
+        self._served: dict[str, str] = {}
         self.assumed: dict[str, Assumption] = {}
         self._expiries: list[tuple[float, str]] = []  # heap of (deadline, pod); stale entries are skipped
         self._pods: dict[str, RunningPod] = {}
@@ -263,6 +265,12 @@ class ClusterState:
                 self._departed(key, previous)  # type: ignore[arg-type]
             if finished:
                 self.forget(key)
+            elif key in self.assumed and self.assumed[key].requests != requests:
+                # What it asks changed while it binds (its claim got networked devices, which no node offers
+                # any more): its node holds what it asks now, or the binder would find the node crowded.
+                updated = replace(self.assumed[key], requests=requests)
+                self.assumed[key] = updated
+                self.snapshot.assume(key, updated.node, requests)
         else:
             assumption = self.assumed.pop(key, None)
             if assumption is not None and assumption.node != node:
@@ -348,6 +356,7 @@ class ClusterState:
         its own (``DeviceDemand.counts``): shared, reserved for no pod, or its pod finished or gone. Asked on
         every event of the pods concerned, it changes nothing (no node is freed) while the count is the same."""
         followed = self._counted_on_its_own(claim_key)
+        self.devices.counted_by_pod(claim_key, self._counted_by_its_pod(claim_key))
         wanted = followed or {}
         before = self._on_its_own.pop(claim_key, {})
         for counted, (node, columns) in before.items():
@@ -367,10 +376,9 @@ class ClusterState:
         claim = self.devices.claims.get(claim_key)
         if claim is None or not claim.allocated:
             return None
-        naming = self.devices.named_by.get(claim_key, set())
-        owner = self._pods.get(next(iter(naming))) if len(naming) == 1 else None
-        if owner is not None and claim.reserved_for == (owner.uid,):
+        if self._counted_by_its_pod(claim_key):
             return None  # reserved for its one pod, which counts the devices
+        naming = self.devices.named_by.get(claim_key, set())
         held = self.devices.held(claim)
         if claim.extended_for is not None and self._unfinished(claim.extended_for):
             # Made for the pod's extended resources (KEP-5004): the pod counts what it asks of them on its node,
@@ -387,6 +395,13 @@ class ClusterState:
             for node, there in held.items()
             if there
         }
+
+    def _counted_by_its_pod(self, claim_key: str) -> bool:
+        """Whether an allocated claim's devices are counted by the one pod that names it (``DeviceDemand.counts``)."""
+        claim = self.devices.claims.get(claim_key)
+        naming = self.devices.named_by.get(claim_key, set())
+        owner = self._pods.get(next(iter(naming))) if len(naming) == 1 else None
+        return claim is not None and bool(claim.allocated) and owner is not None and claim.reserved_for == (owner.uid,)
 
     def _unfinished(self, pod: str) -> bool:
         known = self._pods.get(pod)
@@ -500,12 +515,15 @@ class ClusterState:
             self._count_on_its_own(claim)
         elif resource.kind == "DeviceClass":
             self.index.touch(list(self._claiming))
-            # An extended resource a class now serves (KEP-5004): pending pods that ask it are read again, so
-            # that nodes offer it (a class is rarely changed: one pass over the gangs' pods).
-            served = self.devices.served().keys()
-            for info in list(self.index.pods()):
-                if info.node is None and not served.isdisjoint(resource_names(info.raw)):
-                    self._apply_pod(Change("MODIFIED", info.raw))
+            served = {name: device_class.name for name, device_class in self.devices.served().items()}
+            changed = {name for name in served.keys() | self._served if served.get(name) != self._served.get(name)}
+            self._served = served
+            if changed:
+                # An extended resource a class serves now, or another class (KEP-5004): pending pods that ask it
+                # are read again, so that nodes offer it (one pass over the gangs' pods; classes rarely change).
+                for info in list(self.index.pods()):
+                    if info.node is None and not changed.isdisjoint(resource_names(info.raw)):
+                        self._apply_pod(Change("MODIFIED", info.raw))
 
     def _offered(self, record: NodeRecord) -> NodeRecord:
         """The node with the devices it offers added to its allocatable, and the attributes its devices agree

@@ -64,7 +64,7 @@ class DeviceDemand:
     def _networked(self, claim: Claim, wanted: Request) -> int:
         """Of an allocated claim's devices for ``wanted``, those on no one node: no node offers them any more
         (``Devices.supply``), so its pod does not count them on its own node."""
-        if not claim.allocated or not self.devices.networked_pools:
+        if not claim.allocated:
             return 0
         given = (device for device, request in zip(claim.allocated, claim.allocated_requests, strict=False)
                  if request == wanted.name)  # fmt: skip
@@ -86,6 +86,8 @@ class DeviceDemand:
         node where only a later one fits is not used: placement counts one way per pod), else the first."""
         for wanted in request.alternatives:
             self.devices.register(column(wanted), wanted)  # every node offers each, so each can be chosen
+            if wanted.mode == ALL:
+                self.devices.register(column(wanted) + WHOLE_NODE, wanted)
         if len(request.alternatives) == 1:
             return request.alternatives[0]
         if claim.allocated:

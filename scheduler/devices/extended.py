@@ -19,7 +19,7 @@ extended resource cache chooses.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from scheduler.devices.claims import EXACT_COUNT, DeviceClass, Request
@@ -77,9 +77,11 @@ def extended_requests(
 ) -> tuple[ExtendedRequest, ...]:
     """The requests of the claim the pod needs on a node whose own allocatable is ``allocatable``: each
     long-lived container's resources that a class serves and the node has none of (empty: the node serves
-    them all). An init container that runs to completion first reuses a long-lived container's request that
-    is large enough; those that cannot share one more request, as large as the largest of them (so the
-    claim's count is the pod's effective request whenever a long-lived request covers each init one)."""
+    them all). An init container that runs to completion first reuses the long-lived containers' requests
+    (the smallest one that covers it, else the largest); what the largest of them needs beyond all the
+    long-lived requests is one more request, which the init containers that no single request covers share.
+    So the claim asks what placement counts: the pod's effective request, the larger of the long-lived
+    containers' sum and the largest init container."""
     found: list[ExtendedRequest] = []
     waiting: list[ExtendedRequest] = []  # init containers' needs, before any request is theirs
     for i, container, requests, runs_to_completion in _containers(pod):
@@ -91,19 +93,24 @@ def extended_requests(
             request = ExtendedRequest(f"container-{i}-request-{names.index(name)}", container, name,
                                       device_class.name, amount)  # fmt: skip
             (waiting if runs_to_completion else found).append(request)
-    unmet: list[ExtendedRequest] = []
-    for need in waiting:
-        reused = next((r for r in found if r.resource == need.resource and r.count >= need.count), None)
-        if reused is not None:
-            found.append(ExtendedRequest(reused.name, need.container, need.resource, reused.device_class, 0))
-        else:
-            unmet.append(need)
-    for resource in sorted({need.resource for need in unmet}):
-        largest = max((need for need in unmet if need.resource == resource), key=lambda need: need.count)
-        for need in unmet:
-            if need.resource == resource:
-                found.append(ExtendedRequest(largest.name, need.container, resource, largest.device_class,
-                                             largest.count if need is largest else 0))  # fmt: skip
+    for resource in sorted({need.resource for need in waiting}):
+        needs = [need for need in waiting if need.resource == resource]
+        lasting = [request for request in found if request.resource == resource and request.count > 0]
+        largest = max(needs, key=lambda need: need.count)
+        extra = largest.count - sum(request.count for request in lasting)  # what the long-lived ones lack
+        for need in needs:
+            if need is largest and extra > 0:
+                continue  # the request made for the init containers is its own, below
+            fits = [request for request in lasting if request.count >= need.count]
+            if fits:  # one long-lived request covers it: the smallest that does
+                reused = min(fits, key=lambda request: request.count)
+            elif extra > 0:
+                reused = replace(largest, count=0)  # the request made for the init containers, below
+            else:  # the long-lived ones together cover it: the largest of them
+                reused = max(lasting, key=lambda request: request.count)
+            found.append(replace(reused, container=need.container, count=0))
+        if extra > 0:
+            found.append(replace(largest, count=extra))
     return tuple(found)
 
 

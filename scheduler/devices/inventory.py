@@ -30,7 +30,7 @@ from scheduler.devices.claims import (
 )
 from scheduler.devices.expressions import SelectorError, Selectors
 from scheduler.devices.extended import served_by
-from scheduler.devices.slices import Device, Pools
+from scheduler.devices.slices import ALL_NODES, Device, Pools
 from scheduler.ports.port import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ApiResource
 from topology.quantities import WHOLE_NODE
 from topology.request import NodeSelectorTerm
@@ -63,6 +63,8 @@ class Devices:
         #: The claim made for each pod's extended resources (pod -> claim, both namespace/name; KEP-5004).
         self.extended_of: dict[str, str] = {}
         self._served: dict[str, DeviceClass] | None = None  # cached until a class changes
+        #: Allocated claims whose devices their one pod counts (kept by ClusterState: ``counted_by_pod``).
+        self._pod_counted: set[str] = set()
         #: Whether some device is on no one node (as of the last :meth:`supply`): its allocations, and the
         #: nodes' labels, change what nodes offer.
         self.networked_pools = False
@@ -127,10 +129,9 @@ class Devices:
                 claim = None if gone else read_claim(obj)
                 if self.networked_pools and claim is not None:
                     self.dirty = self.dirty or self.networked(claim.allocated) > 0
-                if len(self.columns) > 1 and (before.allocated if before else ()) != (claim.allocated if claim else ()):
-                    self.dirty = True  # a device counted in one column is no longer offered in the others
                 if gone:
                     self.releasing.pop(key, None)
+                    self.counted_by_pod(key, False)
                 if gone:
                     self.in_flight = {device: claim for device, claim in self.in_flight.items() if claim != key}
                 elif claim is not None:
@@ -237,7 +238,7 @@ class Devices:
             if device is None or device.node is None:
                 continue
             for name, request in self.columns.items():
-                if self._satisfies(device, request):
+                if not name.endswith(WHOLE_NODE) and self._satisfies(device, request):
                     on_node = found.setdefault(device.node, {})
                     on_node[name] = on_node.get(name, 0) + 1
         return found
@@ -261,7 +262,8 @@ class Devices:
 
     def register(self, column: str, request: Request) -> None:
         """A pod asks for ``request`` (counted as ``column``): nodes offer it from now on."""
-        if column not in self.columns:
+        known = self.columns.get(column)
+        if known is None or known.device_class != request.device_class:  # new, or served by another class now
             self.columns[column] = request
             self.dirty = True
 
@@ -278,13 +280,15 @@ class Devices:
         # Not the devices PreBind holds: their pods still count them until the watch shows them allocated.
         taken = self._allocated
         counted_in = self._counted_in() if len(self.columns) > 1 else {}
+        reached: dict[tuple[NodeSelectorTerm, ...], list[str]] = {}  # the nodes of each node selector, once
         for name, request in self.columns.items():
             try:
                 matching = self.matching(request)
             except (ClaimError, SelectorError):
                 continue
             if name.endswith(WHOLE_NODE):  # allocationMode All: one set per node with the most of them
-                found = Counter(device.node for device in matching if device.node is not None)
+                nodes = set(reach(ALL_NODES))  # of the nodes there are (a slice may outlive its node)
+                found = Counter(device.node for device in matching if device.node in nodes)
                 most = max(found.values(), default=0)
                 for node, count in found.items():
                     if count == most:
@@ -302,7 +306,9 @@ class Devices:
                 and device.id not in taken
             )  # fmt: skip
             for terms, count in free_networked.items():
-                for node in reach(terms):
+                if terms not in reached:
+                    reached[terms] = list(reach(terms))
+                for node in reached[terms]:
                     found[node] += count
             for node, count in found.items():
                 offered.setdefault(node, {})[name] = count
@@ -310,12 +316,19 @@ class Devices:
         self.networked_pools = any(device.node is None and device.reach is not None for device in self.pools.devices())
         return offered
 
+    def counted_by_pod(self, claim: str, counted: bool) -> None:
+        """ClusterState says whether the claim's devices are counted by its one pod (in its request's column)."""
+        if counted != (claim in self._pod_counted):
+            (self._pod_counted.add if counted else self._pod_counted.discard)(claim)
+            self.dirty = self.dirty or len(self.columns) > 1  # offered in the other columns, or no longer
+
     def _counted_in(self) -> dict[DeviceId, str]:
         """The column each device allocated to a claim of one pod is counted in by that pod (the column of the
         request it was given for). Devices of claims counted on their own count in every column already."""
         found: dict[DeviceId, str] = {}
-        for key, claim in self.claims.items():
-            if len(claim.reserved_for) != 1 or len(self.named_by.get(key, ())) != 1:
+        for key in self._pod_counted:
+            claim = self.claims.get(key)
+            if claim is None:
                 continue
             ways = {way.name: way for request in claim.requests for way in request.alternatives}
             for device, given in zip(claim.allocated, claim.allocated_requests, strict=False):
@@ -377,10 +390,10 @@ class Devices:
             (
                 device
                 for device in (*self._on_node.get(node, ()), *self._on_node.get("", ()))
-                if device.node is not None or (device.reach is not None and reaches(device.reach, node))
                 if device.id not in self._allocated
                 and device.id not in taken
                 and device.id not in self.in_flight
+                and (device.node is not None or (device.reach is not None and reaches(device.reach, node)))
                 and all(self.selectors.matches(expression, device.key, device.view) for expression in expressions)
             ),
             key=lambda device: (device.node is None, device.id),

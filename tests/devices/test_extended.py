@@ -123,8 +123,9 @@ def test_a_node_whose_device_plugin_has_the_resource_serves_it_without_a_claim()
 
 
 def test_an_init_container_reuses_a_long_lived_container_s_request_or_shares_one_more() -> None:
-    """As kube-scheduler: an init container that runs to completion reuses a long-lived container's request
-    when that is large enough; those that cannot share one more request, as large as the largest of them."""
+    """An init container that runs to completion reuses a long-lived container's request when one is large
+    enough; what the largest needs beyond all long-lived requests is one more request, shared by those no
+    single request covers: 2 + 4 devices, the pod's effective request (6) as placement counts it."""
     served = served_by({"gpu-extended": read_class(gpu_class())})
     pod = gpu_pod("p", gpus=2)
     pod["spec"]["initContainers"] = [
@@ -137,8 +138,10 @@ def test_an_init_container_reuses_a_long_lived_container_s_request_or_shares_one
         ("main", "container-3-request-0", 2),
         ("fits", "container-3-request-0", 0),  # reuses main's
         ("big", "container-2-request-0", 0),  # shares bigger's
-        ("bigger", "container-2-request-0", 6),
+        ("bigger", "container-2-request-0", 4),
     }
+    pod["spec"]["initContainers"] = pod["spec"]["initContainers"][:1]
+    assert sum(r.count for r in extended_requests(pod, served, {})) == 2  # main's request serves both
 
 
 def test_pods_pending_before_the_class_that_serves_their_resource_is_made_bind_once_it_is() -> None:

@@ -12,10 +12,13 @@ from scheduler.clock import ManualClock
 from scheduler.devices.claims import ClaimError, PodClaim, pod_claims, read_claim
 from scheduler.devices.expressions import SelectorError
 from scheduler.devices.inventory import Devices
-from scheduler.ports.port import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES, Change
+from scheduler.gangs import GangKey
+from scheduler.ports.port import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Change
+from scheduler.ports.sim import ClusterShape
 from scheduler.settings import Settings
 from scheduler.state import ClusterState
 from tests.devices.support import claim, device_class, networked_slice, node_slice
+from topology import Assignment, pod_shape
 from topology.request import NodeSelectorTerm
 
 
@@ -149,3 +152,24 @@ def test_networked_devices_are_offered_by_every_node_that_reaches_them_while_the
     found = devices.candidates(wanted, "n2", set(), lambda terms, node: not terms or node == "n2")
     assert [(device.pool, device.name) for device in found] == [("fabric", "gpu-3"), ("racked", "gpu-0"),
                                                                ("racked", "gpu-1")]  # fmt: skip
+
+
+def test_a_placed_pod_whose_claim_gets_networked_devices_no_longer_counts_them_on_its_node() -> None:
+    """No node offers an allocated networked device any more; the pod that got it, placed and waiting to
+    bind, stops counting it on its node at the same time, or its node would look crowded when it binds."""
+    state = state_with((DEVICE_CLASSES, device_class()), (RESOURCE_SLICES, networked_slice("fabric", 4)),
+                       (NODES, ClusterShape.parse("blocks=1,racks=1,nodes=1,gpus=0").manifests()[0]),
+                       (RESOURCE_CLAIMS, claim("w-gpus", 2)))  # fmt: skip
+    pod = {"metadata": {"name": "w", "namespace": "ml", "uid": "uid-w"},
+           "spec": {"schedulerName": "phalanx", "containers": [{"name": "main", "image": "pause"}],
+                    "resourceClaims": [{"name": "gpus", "resourceClaimName": "w-gpus"}]}}  # fmt: skip
+    state.apply(PODS, Change("ADDED", pod))
+    state.take_signals()
+    state.assume(GangKey("pfn:ml/w"), [Assignment(pod="ml/w", node="b0-r0-n0", shape=pod_shape(pod, state.kinds))])
+    assert state.assumed["ml/w"].requests["devices/gpu.nvidia.com"] == 2
+    given = claim("w-gpus", 2, allocated=[("fabric", "gpu-0"), ("fabric", "gpu-1")])
+    given["status"]["reservedFor"] = [{"resource": "pods", "name": "w", "uid": "uid-w"}]
+    state.apply(RESOURCE_CLAIMS, Change("MODIFIED", given))
+    state.take_signals()
+    assert state.assumed["ml/w"].requests["devices/gpu.nvidia.com"] == 0
+    assert state.overcommitted(["b0-r0-n0"]) == []
