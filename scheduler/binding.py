@@ -65,6 +65,11 @@ class BindResult(Enum):
     REFUSED = "refused"  # not transient (configuration, the pod's own state): back off, as after any failure
 
 
+#: How many times in a row a gang may be given back to be placed again at once (its node found crowded at the
+#: last moment, a member gone) before it backs off instead.
+PLACE_AGAIN_IN_A_ROW = 5
+
+
 class Binder:
     def __init__(
         self,
@@ -91,6 +96,8 @@ class Binder:
         self.place_again = place_again
         self.back_off = back_off
         self._jobs = Jobs("binder", self._bind_gang)
+        #: Gangs given back to be placed again at once, and how many times in a row (until one binds).
+        self._again: dict[GangKey, int] = {}
         self._slots = anyio.Semaphore(settings.concurrency)
         self.in_flight = 0
 
@@ -183,6 +190,7 @@ class Binder:
             if result is BindResult.BOUND:
                 self.reporter.scheduled(pod, node)
         if all(result is BindResult.BOUND for result in results):
+            self._again.pop(job.gang, None)
             self.metrics.gang_latency.observe(max(0.0, self.clock.wall() - job.created))
             return
         lost = [pod for (pod, _), result in zip(job.pods, results, strict=True) if result is not BindResult.BOUND]
@@ -344,10 +352,18 @@ class Binder:
     def _release(self, job: BindJob, why: str, *, refused: bool = False) -> None:
         for pod, _ in job.pods:
             self.state.forget(pod)
+        again = 0 if refused else self._again.get(job.gang, 0) + 1
+        if again > PLACE_AGAIN_IN_A_ROW:
+            # The cluster cannot have changed under the gang this often in a row: what Phalanx counts and
+            # what it checks disagree. Backing off turns such a disagreement into a slow retry, not a busy loop.
+            log.warning("gang placed again too often in a row; it backs off", gang=job.gang, why=why, times=again)
+            refused, why = True, f"{why} ({again} times in a row)"
         if refused:
+            self._again.pop(job.gang, None)
             log.info("gang not bound; it backs off", gang=job.gang, why=why)
             self.back_off(job.gang, why)
         else:
+            self._again[job.gang] = again
             log.info("gang not bound; placing it again", gang=job.gang, why=why)
             self.place_again(job.gang, why)
 

@@ -1,13 +1,15 @@
 """What the binding cycle does when the API or the cluster does not cooperate."""
 
 from dataclasses import replace
+from typing import Any
 
 import anyio
 
+from scheduler.binding import PLACE_AGAIN_IN_A_ROW
 from scheduler.ports.sim import FaultRule, Faults
 from scheduler.settings import BindingSettings, PermitSettings
 from tests.scheduler.checks import check_invariants
-from tests.scheduler.support import FAST, cluster, eventually, gpu_pod, pfn, phalanx
+from tests.scheduler.support import FAST, WAKES_ONLY, cluster, eventually, gpu_pod, pfn, phalanx
 
 
 async def test_transient_bind_failures_are_retried_and_never_bind_half_a_gang() -> None:
@@ -111,3 +113,25 @@ async def test_a_first_bind_refused_with_a_conflict_backs_off_and_is_never_place
         faults.bind_failures.clear()
         await eventually(lambda: len(where.bound()) == 2, what="bound once the server accepts")
         check_invariants(where)
+
+
+async def test_a_gang_found_crowded_at_every_bind_backs_off_after_a_few_tries_instead_of_looping() -> None:
+    """Were what Phalanx counts and what it checks at the last moment to disagree (its node always looks
+    crowded), the gang is placed again at once only a few times in a row, then backs off and says why."""
+    async with cluster("blocks=1,racks=1,nodes=2,gpus=8") as where, phalanx(where, WAKES_ONLY) as app:
+        checked: list[str] = []
+
+        def always_crowded(nodes: Any, resources: Any = None) -> list[str]:
+            checked.extend(nodes)
+            return sorted(nodes)
+
+        app.state.overcommitted = always_crowded  # type: ignore[method-assign]
+        where.create(gpu_pod("w0", annotations=pfn("train", 1)))
+        told = await eventually(
+            lambda: "times in a row" in ((where.condition("team/w0") or {}).get("message") or "")
+            and where.condition("team/w0"),
+            what="the gang backing off",
+        )
+        assert f"({PLACE_AGAIN_IN_A_ROW + 1} times in a row)" in told["message"]
+        assert len(checked) == PLACE_AGAIN_IN_A_ROW + 1  # then no more tries: its backoff is ten minutes
+        assert where.bound() == {}
