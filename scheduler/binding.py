@@ -36,7 +36,7 @@ from anyio.abc import TaskStatus
 from scheduler.clock import Clock
 from scheduler.decision import BindJob, Reason
 from scheduler.devices.allocation import DELETE_PROTECTION, ClaimWrite, plan, taken_back
-from scheduler.devices.extended import claim_body, pod_claim_status, resource_names
+from scheduler.devices.extended import asks_any, claim_body, pod_claim_status
 from scheduler.devices.inventory import Release
 from scheduler.gangs import GangKey
 from scheduler.jobs import Jobs
@@ -214,9 +214,7 @@ class Binder:
             info = self.state.index.pod(pod)
             if info is None:
                 continue
-            if (info.raw.get("spec") or {}).get("resourceClaims") or not served.keys().isdisjoint(
-                resource_names(info.raw)
-            ):
+            if (info.raw.get("spec") or {}).get("resourceClaims") or asks_any(info.raw, served):
                 pods.append((info.raw, node))
         if not pods:
             return []

@@ -42,7 +42,7 @@ from scheduler.budgets import Budgets
 from scheduler.clock import Clock
 from scheduler.devices.claims import pod_claims
 from scheduler.devices.demand import DeviceDemand
-from scheduler.devices.extended import resource_names
+from scheduler.devices.extended import asks_any
 from scheduler.devices.inventory import Devices
 from scheduler.gangs import GangIndex, GangKey
 from scheduler.gangs.fields import timestamp
@@ -355,8 +355,9 @@ class ClusterState:
         """Count the devices of ``claim_key`` on their nodes while it is allocated and no pod counts them as
         its own (``DeviceDemand.counts``): shared, reserved for no pod, or its pod finished or gone. Asked on
         every event of the pods concerned, it changes nothing (no node is freed) while the count is the same."""
-        followed = self._counted_on_its_own(claim_key)
-        self.devices.counted_by_pod(claim_key, self._counted_by_its_pod(claim_key))
+        by_its_pod = self._counted_by_its_pod(claim_key)
+        self.devices.counted_by_pod(claim_key, by_its_pod)
+        followed = None if by_its_pod else self._counted_on_its_own(claim_key)
         wanted = followed or {}
         before = self._on_its_own.pop(claim_key, {})
         for counted, (node, columns) in before.items():
@@ -371,13 +372,12 @@ class ClusterState:
             self._on_its_own[claim_key] = wanted
 
     def _counted_on_its_own(self, claim_key: str) -> dict[str, tuple[str, tuple[tuple[str, int], ...]]] | None:
-        """What :meth:`_count_on_its_own` counts of the claim: per key, the node and the columns there; None
-        when it counts nothing and need not look again until the claim or its pods change."""
+        """What :meth:`_count_on_its_own` counts of a claim its one pod does not count: per key, the node and
+        the columns there; None when it counts nothing and need not look again until the claim or its pods
+        change."""
         claim = self.devices.claims.get(claim_key)
         if claim is None or not claim.allocated:
             return None
-        if self._counted_by_its_pod(claim_key):
-            return None  # reserved for its one pod, which counts the devices
         naming = self.devices.named_by.get(claim_key, set())
         held = self.devices.held(claim)
         if claim.extended_for is not None and self._unfinished(claim.extended_for):
@@ -522,7 +522,7 @@ class ClusterState:
                 # An extended resource a class serves now, or another class (KEP-5004): pending pods that ask it
                 # are read again, so that nodes offer it (one pass over the gangs' pods; classes rarely change).
                 for info in list(self.index.pods()):
-                    if info.node is None and not changed.isdisjoint(resource_names(info.raw)):
+                    if info.node is None and asks_any(info.raw, changed):
                         self._apply_pod(Change("MODIFIED", info.raw))
 
     def _offered(self, record: NodeRecord) -> NodeRecord:

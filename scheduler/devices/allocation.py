@@ -24,7 +24,7 @@ from typing import Any
 from scheduler.devices.claims import ALL, Claim, ClaimError, ClaimRequest, Constraint, Request, pod_claims
 from scheduler.devices.demand import MAX_RESERVED
 from scheduler.devices.expressions import SelectorError
-from scheduler.devices.extended import ExtendedRequest, claim_requests, extended_requests
+from scheduler.devices.extended import ExtendedRequest, asks_any, claim_requests, extended_requests
 from scheduler.devices.inventory import DeviceId, Devices
 from scheduler.devices.slices import ALL_NODES, Device
 from topology.request import NodeSelectorTerm
@@ -78,7 +78,7 @@ def plan(
     for pod, node in pods:
         metadata = pod.get("metadata") or {}
         namespace, name, uid = (str(metadata.get(field, "")) for field in ("namespace", "name", "uid"))
-        extended = extended_requests(pod, served, own(node)) if served else ()
+        extended = extended_requests(pod, served, own(node)) if asks_any(pod, served) else ()
         if extended:
             key = f"{namespace}/{name}-extended-resources-"  # its generateName: no claim has such a name
             requests = tuple(ClaimRequest(request.name, (request.request(),)) for request in claim_requests(extended))

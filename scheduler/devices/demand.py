@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scheduler.devices.claims import ALL, EXACT_COUNT, Claim, ClaimRequest, Request, column, pod_claims
-from scheduler.devices.extended import asked, resource_names
+from scheduler.devices.extended import asked, asks_any
 from scheduler.devices.inventory import Devices
 from topology.quantities import WHOLE_NODE
 
@@ -75,7 +75,7 @@ class DeviceDemand:
         it from then on, counting their devices of the class. (The pod's count of it is the extended resource
         kind's, as on any node.)"""
         served = self.devices.served()
-        if not served or served.keys().isdisjoint(resource_names(pod)):
+        if not served or not asks_any(pod, served):
             return  # most pods: a look at the names, no quantity read
         for name, device_class in asked(pod, served).items():
             self.devices.register(name, Request(name, device_class.name, (), EXACT_COUNT, 1))

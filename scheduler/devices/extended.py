@@ -18,7 +18,7 @@ extended resource cache chooses.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -168,15 +168,18 @@ def pod_claim_status(claim: str, requests: tuple[ExtendedRequest, ...]) -> dict[
     return {"extendedResourceClaimStatus": {"requestMappings": mappings, "resourceClaimName": claim}}
 
 
-def resource_names(pod: Mapping[str, Any]) -> set[str]:
-    """The names of every resource the pod's containers ask, quantities unread."""
+def asks_any(pod: Mapping[str, Any], names: Container[str]) -> bool:
+    """Whether the pod's containers ask any of ``names``, quantities unread (every pod event asks this)."""
     spec = pod.get("spec") or {}
-    found: set[str] = set()
-    for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
-        resources = container.get("resources") if isinstance(container, Mapping) else None
-        for part in (resources.get("requests"), resources.get("limits")) if isinstance(resources, Mapping) else ():
-            found.update(str(name) for name in part or ())
-    return found
+    for part in ("initContainers", "containers"):
+        for container in spec.get(part) or ():
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for asked_names in (resources.get("requests"), resources.get("limits")):
+                if isinstance(asked_names, Mapping) and any(name in names for name in asked_names):
+                    return True
+    return False
 
 
 def _containers(pod: Mapping[str, Any]) -> list[tuple[int, str, dict[str, int], bool]]:
