@@ -1,7 +1,8 @@
 """Telling people what Phalanx decided: Events, the PodScheduled condition, group status.
 
 Decisions are recorded here synchronously (no waiting on the API inside a scheduling cycle) and written
-by :meth:`Reporter.run`, a task of its own, every ``reporting.statusIntervalSeconds``:
+by :meth:`Reporter.run`, a task of its own, every ``reporting.statusIntervalSeconds``, and news (new Events,
+a gang now scheduled) at once, ``reporting.concurrency`` writes in flight:
 
 - the ``PodScheduled=False`` condition on each pending pod, reason ``Unschedulable`` when room is
   missing (cluster-autoscaler reads it) or ``SchedulerError`` when the gang's definition must be fixed,
@@ -24,10 +25,11 @@ here reaches the scheduling cycle.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 import uuid
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -54,6 +56,8 @@ log = structlog.get_logger("phalanx.reporting")
 _NOTE_BYTES = 1024
 _FIELD_LIMIT = 128
 _EVENTS_TRACKED = 4096
+#: How long news is gathered before it is written: binds answered together become one batch of writes.
+_GATHER_SECONDS = 0.05
 _COUNTS = re.compile(r"\d+(?:\.\d+)?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
@@ -129,6 +133,7 @@ class Reporter:
         self._resources: dict[tuple[str, str], ApiResource] = {}  # (group, kind) -> the resource watched
         self._pruned: set[tuple[str, str, str]] = set()  # (group, kind, field) already reported as dropped
         self._last_nanoseconds = 0
+        self._news: anyio.Event | None = None  # set when something is recorded that :meth:`run` writes at once
 
     def watching(self, resources: Iterable[ApiResource]) -> None:
         """The group-object resources discovery chose: which have a status, and whether it is written through
@@ -171,6 +176,7 @@ class Reporter:
             found.note = note
         self._events[key] = found  # re-inserted: the dict is kept in order of last occurrence
         self._due.add(key)
+        self._tell()
         if len(self._events) > _EVENTS_TRACKED + _EVENTS_TRACKED // 8:
             self._forget_quiet_events()
 
@@ -220,6 +226,12 @@ class Reporter:
         lacks is members, not room (each source then says only what is not about room)."""
         for ref in spec.objects:
             self._groups[ref] = (scheduled, message, waiting)
+        if scheduled and spec.objects:
+            self._tell()
+
+    def _tell(self) -> None:
+        if self._news is not None:
+            self._news.set()
 
     def why_pending(self, pod: str) -> tuple[str, str] | None:
         """The (reason, message) of the pod's latest ``PodScheduled=False`` decision, if it has one."""
@@ -232,15 +244,41 @@ class Reporter:
     # -- writing --------------------------------------------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Everything due every ``statusIntervalSeconds``; in between, as soon as there is some, what is news
+        (new Events, gangs now scheduled), gathered for :data:`_GATHER_SECONDS`. A bound gang's Events and
+        status then follow its binds at once, as kube-scheduler's do, instead of up to a second later;
+        pending pods' conditions, whose messages change as a gang gathers, keep the interval's batching."""
+        self._news = anyio.Event()
         task_status.started()
+        tick = anyio.current_time() + self.settings.status_interval_seconds
         while True:
-            await anyio.sleep(self.settings.status_interval_seconds)
-            await self.flush()
+            with anyio.move_on_after(max(0.0, tick - anyio.current_time())):
+                await self._news.wait()
+                await anyio.sleep(_GATHER_SECONDS)
+            self._news = anyio.Event()
+            if anyio.current_time() >= tick:
+                tick = anyio.current_time() + self.settings.status_interval_seconds
+                await self.flush()
+            else:
+                await self.flush(news_only=True)
 
-    async def flush(self) -> None:
-        await self._flush_conditions()
-        await self._flush_events()
-        await self._flush_groups()
+    async def flush(self, *, news_only: bool = False) -> None:
+        """Write what is due (with ``news_only``, only Events and the status of gangs now scheduled),
+        ``reporting.concurrency`` writes in flight: one at a time, a thousand Events took four seconds, each
+        waiting on the answer to the one before."""
+        conditions = () if news_only else self._condition_writes()
+        writes = [*conditions, *self._event_writes(), *self._group_writes(scheduled_only=news_only)]
+        if not writes:
+            return
+        slots = anyio.Semaphore(self.settings.concurrency)
+
+        async def one(write: Callable[[], Awaitable[None]]) -> None:
+            async with slots:
+                await write()
+
+        async with anyio.create_task_group() as group:
+            for write in writes:
+                group.start_soon(one, write)
 
     async def _attempt(self, kind: str, what: str, write: Coroutine[Any, Any, Any]) -> Any:
         """Run one write under the rate limit. Returns what the server answered; None when the write failed
@@ -269,68 +307,73 @@ class Reporter:
         self.metrics.api_writes.labels(kind).inc()
         return {} if result is None else result
 
-    async def _flush_conditions(self) -> None:
+    def _condition_writes(self) -> Iterator[Callable[[], Awaitable[None]]]:
         for pod, wanted in list(self._conditions.items()):
             if self._written.get(pod) == wanted:
                 continue
             if self.state.bound_node(pod) is not None or not self.state.exists(pod):
                 self._conditions.pop(pod, None)
                 continue
-            namespace, name = pod.split("/", 1)
-            reason, message = wanted
-            condition = {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": reason,
-                "message": message,
-                "lastProbeTime": None,
-                "lastTransitionTime": rfc3339(self.clock.wall()),
-            }
-            write = self.port.patch_status(PODS, namespace, name, {"status": {"conditions": [condition]}})
-            answer = await self._attempt("condition", pod, write)
-            if answer is _DROPPED:
-                self._conditions.pop(pod, None)
-            elif answer is not None:
-                self._written[pod] = wanted
+            yield functools.partial(self._write_condition, pod, wanted)
 
-    async def _flush_events(self) -> None:
+    async def _write_condition(self, pod: str, wanted: tuple[str, str]) -> None:
+        namespace, name = pod.split("/", 1)
+        reason, message = wanted
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastProbeTime": None,
+            "lastTransitionTime": rfc3339(self.clock.wall()),
+        }
+        write = self.port.patch_status(PODS, namespace, name, {"status": {"conditions": [condition]}})
+        answer = await self._attempt("condition", pod, write)
+        if answer is _DROPPED:
+            self._conditions.pop(pod, None)
+        elif answer is not None:
+            self._written[pod] = wanted
+
+    def _event_writes(self) -> Iterator[Callable[[], Awaitable[None]]]:
         now = self.clock.monotonic()
         for key in list(self._due):
             event = self._events.get(key)
             if event is None:
                 self._due.discard(key)
-                continue
-            namespace = event.subject.namespace
-            if event.name is None:
-                answer = await self._create_event(event)
-                if answer is _DROPPED:
+            elif event.name is None or now - event.last_write >= self.settings.event_interval_seconds:
+                yield functools.partial(self._write_event, key, event, now)
+
+    async def _write_event(self, key: tuple[Subject, str, str], event: _Event, now: float) -> None:
+        if event.name is None:
+            answer = await self._create_event(event)
+            if answer is _DROPPED:
+                self._events.pop(key, None)
+            elif answer is not None:
+                event.name = str((answer.get("metadata") or {}).get("name") or "") or None
+                # The new Event stands for one occurrence; those recorded before it was written are
+                # counted into its series at the next write.
+                event.written_count, event.last_write = 1, now
+                if event.name is None:
                     self._events.pop(key, None)
-                elif answer is not None:
-                    event.name = str((answer.get("metadata") or {}).get("name") or "") or None
-                    # The new Event stands for one occurrence; those recorded before it was written are
-                    # counted into its series at the next write.
-                    event.written_count, event.last_write = 1, now
-                    if event.name is None:
-                        self._events.pop(key, None)
-            elif now - event.last_write >= self.settings.event_interval_seconds:
-                wall = self.clock.wall()
-                # The series for events.k8s.io readers; count and lastTimestamp for kubectl's columns.
-                series = {
-                    "series": {"count": event.count, "lastObservedTime": micro_time(wall)},
-                    "count": event.count,
-                    "lastTimestamp": rfc3339(wall),
-                    "message": event.note,  # the latest (the core API lets it change, as client-go's recorder does)
-                }
-                answer = await self._attempt(
-                    "event", event.reason, self.port.patch(CORE_EVENTS, namespace, event.name, series)
-                )
-                if answer is _DROPPED:
-                    event.name = None  # the Event expired (they live an hour): the next occurrence starts a new one
-                    event.count = event.written_count = 0
-                elif answer is not None:
-                    event.written_count, event.last_write = event.count, now
-            if event.count == event.written_count:
-                self._due.discard(key)
+        else:
+            wall = self.clock.wall()
+            # The series for events.k8s.io readers; count and lastTimestamp for kubectl's columns.
+            series = {
+                "series": {"count": event.count, "lastObservedTime": micro_time(wall)},
+                "count": event.count,
+                "lastTimestamp": rfc3339(wall),
+                "message": event.note,  # the latest (the core API lets it change, as client-go's recorder does)
+            }
+            answer = await self._attempt(
+                "event", event.reason, self.port.patch(CORE_EVENTS, event.subject.namespace, event.name, series)
+            )
+            if answer is _DROPPED:
+                event.name = None  # the Event expired (they live an hour): the next occurrence starts a new one
+                event.count = event.written_count = 0
+            elif answer is not None:
+                event.written_count, event.last_write = event.count, now
+        if event.count == event.written_count:
+            self._due.discard(key)
 
     async def _create_event(self, event: _Event) -> Any:
         body = self._event_body(event)  # named afresh on every attempt: a name taken once is not tried again
@@ -372,26 +415,31 @@ class Reporter:
             "type": event.type,
         }
 
-    async def _flush_groups(self) -> None:
+    def _group_writes(self, *, scheduled_only: bool = False) -> Iterator[Callable[[], Awaitable[None]]]:
         for ref, wanted in list(self._groups.items()):
-            if self._groups_written.get(ref) == wanted:
+            if self._groups_written.get(ref) == wanted or (scheduled_only and not wanted[0]):
                 continue
             group = self.state.index.group(ref)
             resource = self._resources.get((ref.group, ref.kind))
             if group is None or resource is None:
                 self._groups.pop(ref, None)
                 continue
-            patch = self._group_status(ref, group.raw, *wanted)
-            if resource.status_subresource:
-                write = self.port.patch_status(resource, ref.namespace, ref.name, patch)
-            else:
-                write = self.port.patch(resource, ref.namespace, ref.name, patch)
-            answer = await self._attempt("status", str(ref), write)
-            if answer is _DROPPED:
-                self._groups.pop(ref, None)
-            elif answer is not None:
-                self._groups_written[ref] = wanted
-                self._check_kept(ref, patch["status"], answer.get("status"))
+            yield functools.partial(self._write_group, ref, wanted, group.raw, resource)
+
+    async def _write_group(
+        self, ref: ObjectRef, wanted: tuple[bool, str, bool], raw: Any, resource: ApiResource
+    ) -> None:
+        patch = self._group_status(ref, raw, *wanted)
+        if resource.status_subresource:
+            write = self.port.patch_status(resource, ref.namespace, ref.name, patch)
+        else:
+            write = self.port.patch(resource, ref.namespace, ref.name, patch)
+        answer = await self._attempt("status", str(ref), write)
+        if answer is _DROPPED:
+            self._groups.pop(ref, None)
+        elif answer is not None:
+            self._groups_written[ref] = wanted
+            self._check_kept(ref, patch["status"], answer.get("status"))
 
     def _check_kept(self, ref: ObjectRef, written: Mapping[str, Any], stored: Any) -> None:
         """Log, once per field, status fields the server dropped: the installed CRD's schema lacks them."""

@@ -116,6 +116,8 @@ class ReportingSettings:
     """The same Event on the same object is written at most this often (its series count is kept)."""
     status_interval_seconds: float = 1.0
     """Pod conditions and group status are written in batches this often, latest value only."""
+    concurrency: int = 16
+    """Event, condition and group status writes in flight at once (all under the binding's write rate)."""
     controller: str = "phalanx.dev/scheduler"
     """``reportingController`` of the Events Phalanx writes."""
 
@@ -293,6 +295,8 @@ def _check(settings: Settings) -> None:
         raise SettingsError("queue.initialBackoffSeconds: must not exceed queue.maxBackoffSeconds")
     if settings.binding.concurrency < 1 or settings.binding.burst < 1 or settings.binding.writes_per_second <= 0:
         raise SettingsError("binding: concurrency, burst and writesPerSecond must be positive")
+    if settings.reporting.concurrency < 1:
+        raise SettingsError("reporting.concurrency: must be positive")
     leader = settings.leader_election
     if not leader.retry_period_seconds < leader.renew_deadline_seconds < leader.lease_duration_seconds:
         raise SettingsError(

@@ -307,6 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="with --real: one more Phalanx run under cProfile")
     dra_help = "with --real: pods that each claim one device through a template (128 DRA nodes)"
     parser.add_argument("--dra", action="store_true", help=dra_help)
+    gangs_help = "with --real: v1alpha2 gangs, Phalanx against kube-scheduler 1.36's own gang scheduling"
+    parser.add_argument("--upstream-gangs", action="store_true", help=gangs_help)
+    only_help = "with --upstream-gangs: only these scenarios (burst, stream, saturation)"
+    parser.add_argument("--only", nargs="+", choices=("burst", "stream", "saturation"), default=(), help=only_help)
     parser.add_argument("--create-gangs", nargs=2, metavar=("URL", "GANGS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.create_gangs:
@@ -346,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
 def real(args: argparse.Namespace) -> int:
     import realbench  # noqa: PLC0415  (imports the test suite's control plane: only for --real)
 
+    if args.upstream_gangs:
+        return upstream_gangs(args)
+
     pods = realbench.QUICK_PODS if args.quick else realbench.PODS
     result = asyncio.run(realbench.run(args.repeat, args.profile, pods=pods, dra=args.dra))
     result["machine"] = machine()
@@ -383,6 +390,22 @@ def real(args: argparse.Namespace) -> int:
         print(f"phalanx / raw binding:    {share:.0%} (target >= 80%: {'met' if share >= 0.8 else 'MISSED'})")
     if "profile" in result:
         print(f"\nwhere Phalanx's CPU goes (one more run under cProfile, which about doubles it):\n{result['profile']}")
+    return 0
+
+
+def upstream_gangs(args: argparse.Namespace) -> int:
+    import gangbench  # noqa: PLC0415
+
+    result = asyncio.run(gangbench.run(args.repeat, quick=args.quick, only=tuple(args.only)))
+    result["machine"] = machine()
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print("server: kube-apiserver v1.36 from KUBEBUILDER_ASSETS, 256 nodes of 8 GPUs in 8 racks, a fresh one each run;")
+    print(f"kube-scheduler with --feature-gates={gangbench.FEATURE_GATES}")
+    if args.quick:
+        print("--quick: a tenth of the gangs; the goals are for the full size")
+    print("\n".join(gangbench.report(result)))
     return 0
 
 

@@ -272,6 +272,7 @@ class Binder:
     ended: asyncio.Task[Any]
     stop: Callable[[], Any]
     log: Path | None = None
+    pid: int | None = None  # a process's, whose CPU time can be read
 
 
 async def measure(
@@ -321,7 +322,7 @@ def process_binder(command: list[str], log_path: Path, **options: Any) -> Binder
         await asyncio.to_thread(process.wait)
         log.close()
 
-    return Binder(asyncio.create_task(asyncio.to_thread(process.wait)), stop, log_path)
+    return Binder(asyncio.create_task(asyncio.to_thread(process.wait)), stop, log_path, process.pid)
 
 
 async def start_phalanx(plane: ControlPlane, api: Api, folder: Path, *, profile: Path | None = None) -> Binder:

@@ -29,3 +29,23 @@ def test_the_real_side_by_side_benchmark_runs_all_three_and_reports_pods_per_sec
     if not has_kube_scheduler():  # setup-envtest's directories hold only kube-apiserver and etcd
         assert report["kube-scheduler"] is None
     assert "machine:" in completed.stderr and "command: scripts/bench_e2e.py --real --quick --json" in completed.stderr
+
+
+def test_the_upstream_gang_benchmark_binds_every_gang_whole_with_both_schedulers_and_counts_their_writes() -> None:
+    """``--upstream-gangs``: kube-scheduler 1.36's own gang scheduling (its feature gates on) and Phalanx each
+    bind the same v1alpha2 gangs; the rack-required ones land in one rack each, with either scheduler."""
+    command = [sys.executable, "scripts/bench_e2e.py", "--real", "--upstream-gangs", "--quick", "--only", "burst"]
+    completed = subprocess.run([*command, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    if not has_kube_scheduler():  # setup-envtest's directories: nothing to compare with, and it says so
+        assert completed.returncode != 0 and "has no kube-scheduler" in completed.stderr
+        return
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    report = json.loads(completed.stdout)
+    for name in ("phalanx", "kube-scheduler"):
+        spread = report["burst: 30 gangs of 3"][name]
+        racked = report["burst: 20 gangs of 4, one rack each"][name]
+        assert racked["in_one_rack"] == 20 and racked["racks_max"] == 1, (name, racked)
+        assert 0 < spread["first_bind_s"] <= spread["last_bind_s"] <= spread["last_write_s"], (name, spread)
+        (writes,) = (run["writes"] for run in spread["runs"])
+        assert writes["pods/binding"] == 90 and writes["events"] >= 90, (name, writes)
+    assert report["burst: 30 gangs of 3"]["phalanx"]["in_one_rack"] == 30

@@ -3,20 +3,22 @@ when a group object's CRD drops the status Phalanx writes."""
 
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 from structlog.testing import capture_logs
 
 from scheduler.clock import ManualClock
 from scheduler.decision import Subject
 from scheduler.gangs import GangKey, GangSpec, ObjectRef, Source, Timeout
 from scheduler.metrics import Metrics
-from scheduler.ports.port import ApiResource
+from scheduler.ports.port import PODS, ApiResource, Change
 from scheduler.ports.sim import Store
 from scheduler.ports.sim.adapter import SimCluster
 from scheduler.ratelimit import TokenBucket
 from scheduler.reporting import Reporter, clip_bytes, event_name
 from scheduler.settings import ReportingSettings
 from scheduler.state import ClusterState
-from tests.scheduler.support import FAST
+from tests.scheduler.support import FAST, eventually, gpu_pod
 from topology import GangRequest
 
 
@@ -164,3 +166,49 @@ async def test_notes_that_differ_only_in_their_counts_are_one_series_that_says_t
     assert len(events(store, "p1")) == 2
     assert written["GangWaiting"]["note"] == "Gang pfn:team/job waits for 1 member(s); 0.5 s left"
     assert written["GangWaiting"]["series"]["count"] == 4
+
+
+class _SlowCluster(SimCluster):
+    """Writes that take a while to answer (a few turns of the event loop), counting how many are in flight."""
+
+    in_flight = most_in_flight = 0
+
+    async def create(self, resource: ApiResource, namespace: str, body: Any) -> dict[str, Any]:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            for _ in range(3):
+                await anyio.lowlevel.checkpoint()
+            return await super().create(resource, namespace, body)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_events_go_out_several_at_a_time_never_more_than_the_setting_allows() -> None:
+    store = Store()
+    store.ensure_namespace("team")
+    reporter, _ = reporter_on(store)
+    reporter.port = slow = _SlowCluster(store)
+    reporter.settings = ReportingSettings(concurrency=8)
+    for i in range(100):
+        reporter.event(subject(i), "Scheduled", f"Successfully assigned team/p{i} to n1", type="Normal")
+    await reporter.flush()
+    assert all(len(events(store, f"p{i}")) == 1 for i in range(100))
+    assert slow.most_in_flight == 8
+
+
+async def test_a_new_event_is_written_at_once_while_pending_conditions_wait_for_the_interval() -> None:
+    store = Store()
+    store.ensure_namespace("team")
+    pods = store.resource("v1", "Pod")
+    reporter, _ = reporter_on(store)
+    reporter.settings = ReportingSettings(status_interval_seconds=3600)
+    reporter.state.apply(PODS, Change("ADDED", store.create(pods, "team", gpu_pod("waiting"))))
+    async with anyio.create_task_group() as group:
+        await group.start(reporter.run)
+        reporter.pending(["team/waiting"], "Unschedulable", "0/4 nodes are available")
+        reporter.event(subject(1), "Scheduled", "Successfully assigned team/p1 to n1", type="Normal")
+        await eventually(lambda: events(store, "p1"), timeout=10, what="the Scheduled Event")
+        group.cancel_scope.cancel()
+    conditions = (store.get(pods, "team", "waiting").get("status") or {}).get("conditions") or []
+    assert not any(c["type"] == "PodScheduled" for c in conditions)  # an hour's interval: not written yet
