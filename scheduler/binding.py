@@ -107,18 +107,21 @@ class Binder:
             return
         self._jobs.submit(job)
         self.in_flight += 1
+        self.reporter.binding(self.in_flight)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         try:
             await self._jobs.run(task_status=task_status)
         finally:
             self.in_flight = 0
+            self.reporter.binding(0)
 
     async def _bind_gang(self, job: BindJob) -> None:
         try:
             await self._bind_gang_steps(job)
         finally:
             self.in_flight -= 1
+            self.reporter.binding(self.in_flight)
 
     async def _bind_gang_steps(self, job: BindJob) -> None:
         state = self.state

@@ -134,6 +134,8 @@ class Reporter:
         self._pruned: set[tuple[str, str, str]] = set()  # (group, kind, field) already reported as dropped
         self._last_nanoseconds = 0
         self._news: anyio.Event | None = None  # set when something is recorded that :meth:`run` writes at once
+        self._binds_in_flight = 0
+        self._binds_done: anyio.Event | None = None
 
     def watching(self, resources: Iterable[ApiResource]) -> None:
         """The group-object resources discovery chose: which have a status, and whether it is written through
@@ -233,6 +235,12 @@ class Reporter:
         if self._news is not None:
             self._news.set()
 
+    def binding(self, in_flight: int) -> None:
+        """The binder's gangs in flight: news waits until there are none (the interval's flush does not)."""
+        self._binds_in_flight = in_flight
+        if not in_flight and self._binds_done is not None:
+            self._binds_done.set()
+
     def why_pending(self, pod: str) -> tuple[str, str] | None:
         """The (reason, message) of the pod's latest ``PodScheduled=False`` decision, if it has one."""
         return self._conditions.get(pod)
@@ -244,10 +252,11 @@ class Reporter:
     # -- writing --------------------------------------------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Everything due every ``statusIntervalSeconds``; in between, as soon as there is some, what is news
-        (new Events, gangs now scheduled), gathered for :data:`_GATHER_SECONDS`. A bound gang's Events and
-        status then follow its binds at once, as kube-scheduler's do, instead of up to a second later;
-        pending pods' conditions, whose messages change as a gang gathers, keep the interval's batching."""
+        """Everything due every ``statusIntervalSeconds``; in between, what is news (new Events, gangs now
+        scheduled), gathered for :data:`_GATHER_SECONDS`, once no bind is in flight. A bound gang's Events
+        and status then follow its binds at once, as kube-scheduler's do, instead of up to a second later,
+        without slowing the binds of the gangs after it; pending pods' conditions, whose messages change as
+        a gang gathers, keep the interval's batching."""
         self._news = anyio.Event()
         task_status.started()
         tick = anyio.current_time() + self.settings.status_interval_seconds
@@ -255,6 +264,9 @@ class Reporter:
             with anyio.move_on_after(max(0.0, tick - anyio.current_time())):
                 await self._news.wait()
                 await anyio.sleep(_GATHER_SECONDS)
+                while self._binds_in_flight:  # binds first: a pod bound sooner is worth more than news of it
+                    self._binds_done = anyio.Event()
+                    await self._binds_done.wait()
             self._news = anyio.Event()
             if anyio.current_time() >= tick:
                 tick = anyio.current_time() + self.settings.status_interval_seconds

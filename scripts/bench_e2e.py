@@ -140,10 +140,8 @@ async def sim_8pod(n_nodes: int, n_gangs: int) -> dict[str, float]:
 
 
 @asynccontextmanager
-async def sim_server(*args: str):  # type: ignore[no-untyped-def]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "scheduler.ports.sim.apiserver", *args], stdout=subprocess.PIPE, text=True
-    )
+async def sim_server(*args: str, command: tuple[str, ...] = ("-m", "scheduler.ports.sim.apiserver")):  # type: ignore[no-untyped-def]
+    process = subprocess.Popen([sys.executable, *command, *args], stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
         line = await anyio.to_thread.run_sync(process.stdout.readline)
@@ -231,56 +229,84 @@ def free_port() -> int:
 
 async def peak_rss(n_nodes: int, n_pods: int) -> dict[str, float]:
     async with sim_server("--shape", shape_arg(n_nodes), "--bound-pods", str(n_pods)) as (url, _):
-        with tempfile.TemporaryDirectory() as folder:
-            kubeconfig = Path(folder) / "kubeconfig"
-            kubeconfig.write_text(
-                yaml.safe_dump(
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Config",
-                        "current-context": "sim",
-                        "clusters": [{"name": "sim", "cluster": {"server": url}}],
-                        "users": [{"name": "sim", "user": {}}],
-                        "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
-                    }
-                )
+        ready, _, peak_mb = await phalanx_ready(url)
+    return {"nodes": n_nodes, "pods": n_pods, "seconds": ready, "peak_rss_mb": peak_mb}
+
+
+async def phalanx_ready(url: str) -> tuple[float, float, float]:
+    """Start ``phalanx run`` against the server at ``url``; seconds until /readyz answers 200 (every watched
+    kind listed), and its resident memory then and at its peak, in MB."""
+    with tempfile.TemporaryDirectory() as folder:
+        kubeconfig = Path(folder) / "kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "sim",
+                    "clusters": [{"name": "sim", "cluster": {"server": url}}],
+                    "users": [{"name": "sim", "user": {}}],
+                    "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
+                }
             )
-            port = free_port()
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "scheduler.frontends.cli",
-                    "run",
-                    "--kubeconfig",
-                    str(kubeconfig),
-                    "--no-leader-elect",
-                    "--metrics-address",
-                    f"127.0.0.1:{port}",
-                    "--log-level",
-                    "warning",
-                ],
-                stderr=subprocess.DEVNULL,
-            )
-            start = time.perf_counter()
-            try:
-                async with aiohttp.ClientSession() as session:
-                    with anyio.fail_after(600):
-                        while True:
-                            try:
-                                async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
-                                    if response.status == 200:
-                                        break
-                            except aiohttp.ClientError:
-                                pass
-                            await anyio.sleep(0.2)
-                ready = time.perf_counter() - start
-                with open(f"/proc/{process.pid}/status") as status:
-                    peak_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
-            finally:
-                process.send_signal(signal.SIGTERM)
-                await anyio.to_thread.run_sync(process.wait)
-    return {"nodes": n_nodes, "pods": n_pods, "seconds": ready, "peak_rss_mb": peak_kb / 1024}
+        )
+        port = free_port()
+        command = [
+            sys.executable, "-m", "scheduler.frontends.cli", "run", "--kubeconfig", str(kubeconfig),
+            "--no-leader-elect", "--metrics-address", f"127.0.0.1:{port}", "--log-level", "warning",
+        ]  # fmt: skip
+        process = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+        start = time.perf_counter()
+        try:
+            async with aiohttp.ClientSession() as session:
+                with anyio.fail_after(600):
+                    while True:
+                        try:
+                            async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                                if response.status == 200:
+                                    break
+                        except aiohttp.ClientError:
+                            pass
+                        await anyio.sleep(0.2)
+            ready = time.perf_counter() - start
+            with open(f"/proc/{process.pid}/status") as status:
+                lines = {line.split(":")[0]: int(line.split()[1]) for line in status if line.startswith("Vm")}
+        finally:
+            process.send_signal(signal.SIGTERM)
+            await anyio.to_thread.run_sync(process.wait)
+    return ready, lines["VmRSS"] / 1024, lines["VmHWM"] / 1024
+
+
+async def scale_http(n_nodes: int) -> dict[str, float]:
+    """``phalanx run`` against the emulator's server (another process) holding a scale cluster."""
+    import scalecluster  # noqa: PLC0415
+
+    script = str(Path(__file__).with_name("scalecluster.py"))
+    async with sim_server("serve", str(n_nodes), command=(script,)) as (url, _):
+        ready, rss_mb, peak_mb = await phalanx_ready(url)
+    pods = scalecluster.pods_for(n_nodes)
+    return {"nodes": n_nodes, "pods": pods, "ready_s": ready, "rss_mb": rss_mb, "peak_rss_mb": peak_mb}
+
+
+async def scale_in_process(n_nodes: int) -> dict[str, float]:
+    """Phalanx and the emulator in one process: the same lists without HTTP or JSON."""
+    import scalecluster  # noqa: PLC0415
+
+    store = scalecluster.store_of(n_nodes)
+    app = Phalanx(SETTINGS, SimCluster(store), serve=False)
+    start = time.perf_counter()
+    async with running(app):
+        await wait_for(lambda: app.ready()[0], timeout=600)
+        elapsed = time.perf_counter() - start
+    return {"nodes": n_nodes, "pods": scalecluster.pods_for(n_nodes), "ready_s": elapsed}
+
+
+async def scale(repeat: int, sizes: tuple[int, ...]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for n_nodes in sizes:
+        result[f"http_{n_nodes}"] = await median(repeat, lambda n=n_nodes: scale_http(n))
+        result[f"in_process_{n_nodes}"] = await median(repeat, lambda n=n_nodes: scale_in_process(n))
+    return result
 
 
 async def median(repeat: int, run: Any) -> dict[str, float]:
@@ -311,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--upstream-gangs", action="store_true", help=gangs_help)
     only_help = "with --upstream-gangs: only these scenarios (burst, stream, saturation)"
     parser.add_argument("--only", nargs="+", choices=("burst", "stream", "saturation"), default=(), help=only_help)
+    scale_help = "65,536 nodes and 500,000 running pods (and 5,120, 20,480): memory and time to ready"
+    parser.add_argument("--scale", action="store_true", help=scale_help)
     parser.add_argument("--create-gangs", nargs=2, metavar=("URL", "GANGS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.create_gangs:
@@ -324,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     configure("error")
     if args.real:
         return real(args)
+    if args.scale:
+        return scale_report(args)
     result = asyncio.run(main_async(args))
     result["machine"] = machine()
     if args.json:
@@ -344,6 +374,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<16} {row['nodes']:>6.0f} {row['pods']:>7.0f} {row['seconds']:>8.2f} {extra}  {verdict}")
         if "invariant_violations" in row:
             print(f"{'':<16} invariant violations after the run: {row['invariant_violations']:.0f}")
+    return 0
+
+
+def scale_report(args: argparse.Namespace) -> int:
+    import scalecluster  # noqa: PLC0415
+
+    sizes = scalecluster.SIZES[:2] if args.quick else scalecluster.SIZES
+    result = asyncio.run(scale(args.repeat, sizes))
+    result["machine"] = machine()
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(scalecluster.__doc__.split("\n\n")[1])
+    print(f"\n{'nodes':>7} {'pods':>8} {'ready s (HTTP)':>15} {'RSS MB':>7} {'peak MB':>8} "
+          f"{'ready s (in process)':>21}")  # fmt: skip
+    for n_nodes in sizes:
+        http, local = result[f"http_{n_nodes}"], result[f"in_process_{n_nodes}"]
+        print(
+            f"{n_nodes:>7} {http['pods']:>8.0f} {http['ready_s']:>15.1f} {http['rss_mb']:>7.0f} "
+            f"{http['peak_rss_mb']:>8.0f} {local['ready_s']:>21.1f}"
+        )
+    top = result[f"http_{sizes[-1]}"]
+    print(f"goals at {sizes[-1]:,} nodes: RSS once ready <= 1,500 MB ({top['rss_mb']:.0f}), ready <= 60 s "
+          f"({top['ready_s']:.1f})")  # fmt: skip
     return 0
 
 

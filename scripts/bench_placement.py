@@ -183,7 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--quick", action="store_true", help="a reduced run that finishes in well under a minute")
     parser.add_argument("--repeat", type=int, default=None, help="runs per scenario (default 3, quick 1)")
+    scale_help = "decisions on 5,120, 20,480 and 65,536 nodes with 500,000 pods per 65,536 (scripts/scaledecisions.py)"
+    parser.add_argument("--scale", action="store_true", help=scale_help)
     args = parser.parse_args(argv)
+    if args.scale:
+        return scale_report(args)
     repeat = args.repeat or (1 if args.quick else 3)
     scale = 3 if args.quick else 1
     single_times = 10 if args.quick else 30
@@ -289,6 +293,24 @@ def main(argv: list[str] | None = None) -> int:
         f"  growth: per-gang p50 grew {time_ratio:.2f}x for {node_ratio:.0f}x the nodes "
         f"({'ok' if time_ratio <= node_ratio else 'MISSED'})"
     )
+    return 0
+
+
+def scale_report(args: argparse.Namespace) -> int:
+    import scalecluster  # noqa: PLC0415
+    import scaledecisions  # noqa: PLC0415
+
+    repeat = args.repeat or (5 if args.quick else 21)
+    sizes = scalecluster.SIZES[:2] if args.quick else scalecluster.SIZES
+    log = sys.stderr if args.json else sys.stdout
+    print(f"command: scripts/bench_placement.py {' '.join(sys.argv[1:])}", file=log)
+    print(f"machine: {machine()}", file=log)
+    print(f"decisions timed per size: {repeat} (figures are medians)\n", file=log)
+    rows = scaledecisions.run(repeat, sizes)
+    if args.json:
+        print(json.dumps({"sizes": rows, "machine": machine(), "repeat": repeat}, indent=2))
+        return 0
+    print("\n".join(scaledecisions.report(rows)))
     return 0
 
 

@@ -212,3 +212,19 @@ async def test_a_new_event_is_written_at_once_while_pending_conditions_wait_for_
         group.cancel_scope.cancel()
     conditions = (store.get(pods, "team", "waiting").get("status") or {}).get("conditions") or []
     assert not any(c["type"] == "PodScheduled" for c in conditions)  # an hour's interval: not written yet
+
+
+async def test_news_waits_while_gangs_are_being_bound_and_follows_the_last_bind() -> None:
+    store = Store()
+    store.ensure_namespace("team")
+    reporter, _ = reporter_on(store)
+    reporter.settings = ReportingSettings(status_interval_seconds=3600)
+    async with anyio.create_task_group() as group:
+        await group.start(reporter.run)
+        reporter.binding(2)
+        reporter.event(subject(1), "Scheduled", "Successfully assigned team/p1 to n1", type="Normal")
+        await eventually(lambda: reporter._binds_done is not None, timeout=10, what="the reporter holding news")
+        assert events(store, "p1") == []  # two gangs still binding: the news waits
+        reporter.binding(0)
+        await eventually(lambda: events(store, "p1"), timeout=10, what="the Scheduled Event after the binds")
+        group.cancel_scope.cancel()
