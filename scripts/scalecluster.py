@@ -2,11 +2,11 @@
 
 GKE runs 65,536-node clusters; upstream kube-scheduler's design point is 5,000 nodes and 150,000 pods. Each
 cluster here has 8-GPU nodes, 32 to a rack and 8 racks to a block, and 500,000 running pods per 65,536 nodes
-(the same density at every size: 39,063 on 5,120 nodes, 156,250 on 20,480):
+(the same density at every size: 39,062 on 5,120 nodes, 156,250 on 20,480):
 
 - every pod is running and asks one GPU, so the cluster is 95% full;
-- every 16th block is half empty (4 pods a node), the rest hold 7 or 8 pods a node: a gang of 1,000 pods
-  that requires one block fits in one of the half-empty blocks, and nowhere else;
+- every 16th block (the 16th, the 32nd, ...) is half empty (4 pods a node), the rest hold 7 or 8 pods a
+  node: a gang of 1,000 pods that requires one block fits in one of the half-empty blocks, and nowhere else;
 - half the pods are Phalanx's, in PFN gangs of 8 (priority 10): the gang index holds them as it would in
   a cluster where Phalanx schedules half the work; the other half are another scheduler's (priority 0).
 
@@ -52,7 +52,7 @@ def shape(nodes: int) -> ClusterShape:
 
 def pods_per_node(nodes: int, pods: int) -> list[int]:
     """How many pods each node runs: 4 in every 16th block, 7 or 8 elsewhere, ``pods`` in all."""
-    half_empty = [(i // NODES_PER_BLOCK) % HALF_EMPTY_EVERY == 0 for i in range(nodes)]
+    half_empty = [(i // NODES_PER_BLOCK) % HALF_EMPTY_EVERY == HALF_EMPTY_EVERY - 1 for i in range(nodes)]
     rest = pods - 4 * sum(half_empty)
     others = nodes - sum(half_empty)
     eights = rest - 7 * others

@@ -248,7 +248,7 @@ async def _run(settings: Settings, kubeconfig: str | None, context: str | None) 
     port = KubeCluster(await connect(kubeconfig, context))
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(Phalanx(settings, port).run)
+            group.start_soon(Phalanx(settings, port, freeze_heap=True).run)
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for _ in signals:
                     group.cancel_scope.cancel()  # leaders release their lease on the way out

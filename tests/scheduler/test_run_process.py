@@ -1,13 +1,17 @@
 """``phalanx run`` as a real process: a kubeconfig, a gang bound, /readyz and /metrics, a clean SIGTERM."""
 
+import gc
 import signal
 import sys
 from pathlib import Path
 
 import aiohttp
 import anyio
+from kubernetes_asyncio.client import ApiClient, Configuration
 
-from tests.scheduler.support import cluster, eventually, free_port, gpu_pod, kubeconfig, pfn
+from scheduler.app import Phalanx
+from scheduler.ports.kube import KubeCluster
+from tests.scheduler.support import FAST, cluster, eventually, free_port, gpu_pod, kubeconfig, pfn
 
 
 async def get(url: str) -> tuple[int, str]:
@@ -96,3 +100,25 @@ async def test_phalanx_run_with_an_unreachable_cluster_is_not_ready(tmp_path: Pa
             process.send_signal(signal.SIGTERM)
             with anyio.fail_after(60):
                 assert await process.wait() == 0
+
+
+async def test_a_scheduler_owning_its_process_freezes_what_its_first_lists_built_and_keeps_collecting() -> None:
+    """``phalanx run`` turns the cyclic collector off while the first lists come in and, once they are in,
+    moves what they built out of its reach (gc.freeze), then turns it on again: a collector left off would
+    leak every cycle of garbage for the life of the process."""
+    async with cluster("blocks=1,racks=1,nodes=2,gpus=8") as where:
+        where.store.ensure_namespace("team")
+        where.store.create(where.store.resource("v1", "Pod"), "team", gpu_pod("solo", annotations=pfn("solo", 1)))
+        frozen_before = gc.get_freeze_count()
+        port = KubeCluster(ApiClient(Configuration(host=where.url)), request_timeout=10)
+        app = Phalanx(FAST, port, serve=False, freeze_heap=True)
+        try:
+            async with anyio.create_task_group() as group:
+                await group.start(app.run)
+                assert gc.isenabled()
+                assert gc.get_freeze_count() > frozen_before  # the listed cluster, among others
+                await eventually(lambda: where.pods()["team/solo"]["spec"].get("nodeName"), what="the bind")
+                group.cancel_scope.cancel()
+        finally:
+            gc.unfreeze()  # the test process owns its heap, not the scheduler under test
+            await port.close()
