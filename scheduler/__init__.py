@@ -37,6 +37,7 @@ ORDER = (
     "logs",
     "ratelimit",
     "metrics",
+    "strings",
     # the gang model, the settings, what a decision is
     "gangs",
     "settings",

@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import structlog
 from anyio.abc import TaskStatus
 
@@ -56,8 +57,6 @@ log = structlog.get_logger("phalanx.reporting")
 _NOTE_BYTES = 1024
 _FIELD_LIMIT = 128
 _EVENTS_TRACKED = 4096
-#: How long news is gathered before it is written: binds answered together become one batch of writes.
-_GATHER_SECONDS = 0.05
 _COUNTS = re.compile(r"\d+(?:\.\d+)?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
@@ -253,7 +252,7 @@ class Reporter:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Everything due every ``statusIntervalSeconds``; in between, what is news (new Events, gangs now
-        scheduled), gathered for :data:`_GATHER_SECONDS`, once no bind is in flight. A bound gang's Events
+        scheduled), once no bind is in flight. A bound gang's Events
         and status then follow its binds at once, as kube-scheduler's do, instead of up to a second later,
         without slowing the binds of the gangs after it; pending pods' conditions, whose messages change as
         a gang gathers, keep the interval's batching."""
@@ -263,7 +262,9 @@ class Reporter:
         while True:
             with anyio.move_on_after(max(0.0, tick - anyio.current_time())):
                 await self._news.wait()
-                await anyio.sleep(_GATHER_SECONDS)
+                # Let the tasks that are ready record theirs too. No timer: under ``simulate``'s virtual clock
+                # a timer here made the order of writes, and so the run, depend on the machine's speed.
+                await anyio.lowlevel.checkpoint()
                 while self._binds_in_flight:  # binds first: a pod bound sooner is worth more than news of it
                     self._binds_done = anyio.Event()
                     await self._binds_done.wait()

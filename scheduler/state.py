@@ -49,6 +49,7 @@ from scheduler.gangs.fields import timestamp
 from scheduler.gangs.pods import UPSTREAM_GROUP
 from scheduler.ports.port import DISRUPTION_BUDGETS, DRA_GROUP, NODES, PODS, ApiResource, Change
 from scheduler.settings import Settings
+from scheduler.strings import SharedStrings
 from topology import (
     Assignment,
     GangRequest,
@@ -146,6 +147,7 @@ class ClusterState:
     def __init__(self, settings: Settings, clock: Clock) -> None:
         self.settings = settings
         self.clock = clock
+        self._strings = SharedStrings()  # the objects kept share one copy of each string they repeat
         self.snapshot = Snapshot(topology=Topology(levels=settings.levels))
         #: Dynamic Resource Allocation: device classes, the devices drivers publish, and claims. Pods are read
         #: with the devices they claim as one more kind of resource (``devices/demand.py``).
@@ -236,7 +238,7 @@ class ClusterState:
             self.apply(resource, Change("DELETED", stub))
 
     def _apply_pod(self, change: Change) -> None:
-        obj = change.object
+        obj = change.object if change.type == "DELETED" else self._strings.share(change.object)
         namespace, name = _key(obj)
         key = f"{namespace}/{name}"
         if change.type == "DELETED":
@@ -569,7 +571,7 @@ class ClusterState:
                 self._apply_pod(Change("MODIFIED", self._claiming[pod][1]))
 
     def _apply_group(self, resource: ApiResource, change: Change) -> None:
-        obj = change.object
+        obj = change.object if change.type == "DELETED" else self._strings.share(change.object)
         if "apiVersion" not in obj or "kind" not in obj:
             obj = {**obj, "apiVersion": resource.api_version, "kind": resource.kind}
         known = self._groups.setdefault(resource, set())

@@ -44,8 +44,11 @@ class DeviceDemand:
     def demand(self, pod: Mapping[str, Any]) -> Mapping[str, int]:
         self._offer_extended(pod)
         found: dict[str, int] = {}
+        claims = self._claims(pod)
+        if not claims:
+            return found  # most pods
         key, uid = _pod_key(pod), _uid(pod)
-        for claim in self._claims(pod):
+        for claim in claims:
             if claim is None or not self.counts(claim, key, uid):
                 continue
             for request in claim.requests:
@@ -144,8 +147,11 @@ class DeviceDemand:
 
     def waits(self, pod: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         found: list[tuple[str, str]] = []
+        named_claims = pod_claims(pod)
+        if not named_claims:
+            return ()  # most pods
         namespace = _namespace(pod)
-        for i, named in enumerate(pod_claims(pod)):
+        for i, named in enumerate(named_claims):
             where = f"spec.resourceClaims[{i}]"
             group = self.devices.group_of(pod, named)
             if named.claim is None:
@@ -191,9 +197,12 @@ class DeviceDemand:
         return found
 
     def _claims(self, pod: Mapping[str, Any]) -> list[Claim | None]:
+        named_claims = pod_claims(pod)
+        if not named_claims:
+            return []
         namespace = _namespace(pod)
         return [
-            self.devices.claims.get(f"{namespace}/{named.claim}") if named.claim else None for named in pod_claims(pod)
+            self.devices.claims.get(f"{namespace}/{named.claim}") if named.claim else None for named in named_claims
         ]
 
 

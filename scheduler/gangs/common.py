@@ -52,6 +52,9 @@ class Context:
     def forget(self, pod: str) -> None:
         self._members.pop(pod, None)
 
+    def knows(self, pod: str) -> bool:
+        return pod in self._members
+
     def members(self, pods: Iterable[PodInfo]) -> tuple[Member, ...]:
         return tuple(self.member(pod) for pod in pods)
 

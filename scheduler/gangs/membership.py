@@ -25,8 +25,8 @@ from typing import Any
 from scheduler.gangs.common import Context
 from scheduler.gangs.gang_settings import GangSettings
 from scheduler.gangs.groups import GroupObject, Role
-from scheduler.gangs.model import GangKey, ObjectRef, PodKey, Source, gang_key
-from scheduler.gangs.pods import PodInfo, read_pod
+from scheduler.gangs.model import GangKey, ObjectRef, PodKey, Source, gang_key, pod_key
+from scheduler.gangs.pods import DEFAULT_SCHEDULER, PodInfo, read_pod
 from scheduler.gangs.sources import ROOT_SOURCE, read_group
 
 #: Sources whose gangs have no group object: a gang per PFN name, per 1.35 workload replica, per plain pod.
@@ -57,6 +57,8 @@ class MembershipIndex:
 
     def upsert_pod(self, raw: Mapping[str, Any]) -> None:
         """Apply a pod's ADDED or MODIFIED event. O(1) unless its gang must be compiled again."""
+        if not self._may_be_ours(raw):
+            return  # another scheduler's pod never seen as a member: most of a large cluster's pods
         info = read_pod(raw, self.settings)
         if info is None:
             return
@@ -78,6 +80,19 @@ class MembershipIndex:
                 self._gate(info)
             else:
                 self._ungate(info.key)
+
+    def _may_be_ours(self, raw: Mapping[str, Any]) -> bool:
+        """False for a pod of another scheduler that nothing here holds (read_pod would be thrown away)."""
+        spec = raw.get("spec")
+        scheduler = spec.get("schedulerName") if isinstance(spec, Mapping) else None
+        named = scheduler if isinstance(scheduler, str) and scheduler else DEFAULT_SCHEDULER
+        if named in self.settings.scheduler_names:
+            return True
+        metadata = raw.get("metadata")
+        if not isinstance(metadata, Mapping):
+            return True  # read_pod says what is wrong
+        key = pod_key(str(metadata.get("namespace", "")), str(metadata.get("name", "")))
+        return key in self._pods or key in self._gated_at or self._context.knows(key)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         key = PodKey(f"{namespace}/{name}")

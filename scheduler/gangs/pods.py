@@ -29,6 +29,9 @@ PARENT_ANNOTATION = "scheduling.phalanx.dev/parent"
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
+#: The ``schedulerName`` of a pod that names none (the API server's default).
+DEFAULT_SCHEDULER = "default-scheduler"
+
 @dataclass(frozen=True, slots=True)
 class Membership:
     """The gang a pod names. ``leaf`` identifies it within the source and namespace; ``group`` is the
@@ -110,7 +113,7 @@ def read_pod(raw: Mapping[str, Any], settings: GangSettings) -> PodInfo | None:
         namespace=namespace,
         name=name,
         raw=raw,
-        scheduler=scheduler if isinstance(scheduler, str) and scheduler else "default-scheduler",
+        scheduler=scheduler if isinstance(scheduler, str) and scheduler else DEFAULT_SCHEDULER,
         labels=labels,
         annotations=annotations,
         node=node if isinstance(node, str) and node else None,
