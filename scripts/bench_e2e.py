@@ -229,13 +229,13 @@ def free_port() -> int:
 
 async def peak_rss(n_nodes: int, n_pods: int) -> dict[str, float]:
     async with sim_server("--shape", shape_arg(n_nodes), "--bound-pods", str(n_pods)) as (url, _):
-        ready, _, peak_mb = await phalanx_ready(url)
+        ready, _, peak_mb, _ = await phalanx_ready(url)
     return {"nodes": n_nodes, "pods": n_pods, "seconds": ready, "peak_rss_mb": peak_mb}
 
 
-async def phalanx_ready(url: str) -> tuple[float, float, float]:
+async def phalanx_ready(url: str) -> tuple[float, float, float, float]:
     """Start ``phalanx run`` against the server at ``url``; seconds until /readyz answers 200 (every watched
-    kind listed), and its resident memory then and at its peak, in MB."""
+    kind listed), its resident memory then and at its peak, in MB, and the CPU seconds it had used."""
     with tempfile.TemporaryDirectory() as folder:
         kubeconfig = Path(folder) / "kubeconfig"
         kubeconfig.write_text(
@@ -271,10 +271,12 @@ async def phalanx_ready(url: str) -> tuple[float, float, float]:
             ready = time.perf_counter() - start
             with open(f"/proc/{process.pid}/status") as status:
                 lines = {line.split(":")[0]: int(line.split()[1]) for line in status if line.startswith("Vm")}
+            fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu = (int(fields[11]) + int(fields[12])) / 100.0  # user and system time, in ticks of 1/100 s
         finally:
             process.send_signal(signal.SIGTERM)
             await anyio.to_thread.run_sync(process.wait)
-    return ready, lines["VmRSS"] / 1024, lines["VmHWM"] / 1024
+    return ready, lines["VmRSS"] / 1024, lines["VmHWM"] / 1024, cpu
 
 
 async def scale_http(n_nodes: int) -> dict[str, float]:
@@ -283,9 +285,9 @@ async def scale_http(n_nodes: int) -> dict[str, float]:
 
     script = str(Path(__file__).with_name("scalecluster.py"))
     async with sim_server("serve", str(n_nodes), command=(script,)) as (url, _):
-        ready, rss_mb, peak_mb = await phalanx_ready(url)
+        ready, rss_mb, peak_mb, cpu = await phalanx_ready(url)
     pods = scalecluster.pods_for(n_nodes)
-    return {"nodes": n_nodes, "pods": pods, "ready_s": ready, "rss_mb": rss_mb, "peak_rss_mb": peak_mb}
+    return {"nodes": n_nodes, "pods": pods, "ready_s": ready, "rss_mb": rss_mb, "peak_rss_mb": peak_mb, "cpu_s": cpu}
 
 
 async def scale_in_process(n_nodes: int) -> dict[str, float]:
@@ -387,12 +389,12 @@ def scale_report(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
         return 0
     print(scalecluster.__doc__.split("\n\n")[1])
-    print(f"\n{'nodes':>7} {'pods':>8} {'ready s (HTTP)':>15} {'RSS MB':>7} {'peak MB':>8} "
+    print(f"\n{'nodes':>7} {'pods':>8} {'ready s (HTTP)':>15} {'its CPU s':>10} {'RSS MB':>7} {'peak MB':>8} "
           f"{'ready s (in process)':>21}")  # fmt: skip
     for n_nodes in sizes:
         http, local = result[f"http_{n_nodes}"], result[f"in_process_{n_nodes}"]
         print(
-            f"{n_nodes:>7} {http['pods']:>8.0f} {http['ready_s']:>15.1f} {http['rss_mb']:>7.0f} "
+            f"{n_nodes:>7} {http['pods']:>8.0f} {http['ready_s']:>15.1f} {http['cpu_s']:>10.1f} {http['rss_mb']:>7.0f} "
             f"{http['peak_rss_mb']:>8.0f} {local['ready_s']:>21.1f}"
         )
     top = result[f"http_{sizes[-1]}"]

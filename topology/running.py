@@ -45,6 +45,7 @@ class RunningPods:
         self._ends_at = np.zeros(0, dtype=np.float64)
         self._limit = np.zeros(0, dtype=np.float64)
         self._rows_for: tuple[int, int, IntArray] | None = None  # (snapshot id, generation, node id -> row)
+        self._priorities_seen: set[int] = set()  # a cluster has a handful of priority values
         self._vectors_for: tuple[int, tuple[str, ...], int, IntArray] | None = None
 
     def __len__(self) -> int:
@@ -81,6 +82,7 @@ class RunningPods:
         self._node[slot] = node_id
         self._request[slot] = request_id
         self._priority[slot] = priority
+        self._priorities_seen.add(priority)
         self._candidate[slot] = not deleting
         self._occupied[slot] = True
         self._ends_at[slot] = np.inf if ends_at is None else ends_at
@@ -104,7 +106,12 @@ class RunningPods:
             return out
         rows = self._rows(snapshot)[self._node[slots]]
         known = rows >= 0
-        np.add.at(out, rows[known], self._vectors(snapshot)[self._request[slots[known]]])
+        # Pods per (node, request shape), then times each shape's vector: a count and one product, where an
+        # unbuffered add of 500,000 vectors took 20-30 ms on 65,536 nodes.
+        vectors = self._vectors(snapshot)
+        shapes = len(vectors)
+        counts = np.bincount(rows[known] * shapes + self._request[slots[known]], minlength=snapshot.n_nodes * shapes)
+        out += counts.reshape(snapshot.n_nodes, shapes) @ vectors
         return out
 
     def cheapest(self, snapshot: Snapshot, priority: int) -> tuple[IntArray, IntArray]:
@@ -116,8 +123,12 @@ class RunningPods:
         if len(slots):
             rows = self._rows(snapshot)[self._node[slots]]
             known = rows >= 0
-            np.maximum.at(highest, rows[known], self._priority[slots[known]])
-            np.add.at(count, rows[known], 1)
+            rows, priorities = rows[known], self._priority[slots[known]]
+            # One pass per priority value, lowest first, each overwriting: a cluster has a few priorities, and
+            # an unbuffered maximum over every pod was the slowest part of a preemption decision.
+            for priority_value in sorted(value for value in self._priorities_seen if value < priority):
+                highest[rows[priorities == priority_value]] = priority_value
+            count += np.bincount(rows, minlength=snapshot.n_nodes)
         return highest, count
 
     def ready_at(self, snapshot: Snapshot, now: float) -> FloatArray:
