@@ -46,6 +46,8 @@ class RunningPods:
         self._limit = np.zeros(0, dtype=np.float64)
         self._rows_for: tuple[int, int, IntArray] | None = None  # (snapshot id, generation, node id -> row)
         self._priorities_seen: set[int] = set()  # a cluster has a handful of priority values
+        self._version = 0  # changes with every set and remove
+        self._below_for: tuple[tuple[int, int, int, int], IntArray, IntArray] | None = None
         self._vectors_for: tuple[int, tuple[str, ...], int, IntArray] | None = None
 
     def __len__(self) -> int:
@@ -67,6 +69,7 @@ class RunningPods:
     ) -> None:
         """Record (or update) a running pod. O(1) amortized. ``ends_at``: the latest it will have ended, if
         known; else ``runtime_limit`` counts from whenever it is asked (it has not started yet)."""
+        self._version += 1
         slot = self._slot.get(pod)
         if slot is None:
             slot = self._allocate(pod)
@@ -92,6 +95,7 @@ class RunningPods:
         slot = self._slot.pop(pod, None)
         if slot is None:
             return
+        self._version += 1
         self._candidate[slot] = False
         self._occupied[slot] = False
         self._priority[slot] = np.iinfo(np.int64).max  # never below anything
@@ -101,29 +105,36 @@ class RunningPods:
     def below(self, snapshot: Snapshot, priority: int) -> IntArray:
         """Requests of the candidates below ``priority``, summed per node: shape (n_nodes, n_resources)."""
         out = np.zeros((snapshot.n_nodes, len(snapshot.resources)), dtype=np.int64)
-        slots = np.flatnonzero(self._candidate & (self._priority < priority))
+        slots, rows = self._candidates_below(snapshot, priority)
         if not len(slots):
             return out
-        rows = self._rows(snapshot)[self._node[slots]]
-        known = rows >= 0
         # Pods per (node, request shape), then times each shape's vector: a count and one product, where an
         # unbuffered add of 500,000 vectors took 20-30 ms on 65,536 nodes.
         vectors = self._vectors(snapshot)
         shapes = len(vectors)
-        counts = np.bincount(rows[known] * shapes + self._request[slots[known]], minlength=snapshot.n_nodes * shapes)
+        counts = np.bincount(rows * shapes + self._request[slots], minlength=snapshot.n_nodes * shapes)
         out += counts.reshape(snapshot.n_nodes, shapes) @ vectors
         return out
+
+    def _candidates_below(self, snapshot: Snapshot, priority: int) -> tuple[IntArray, IntArray]:
+        """The slots of the candidates below ``priority`` on nodes the snapshot has, and their rows; kept until
+        a pod is recorded or removed (a preemption decision asks three times)."""
+        key = (id(snapshot), snapshot.generation, self._version, priority)
+        if self._below_for is None or self._below_for[0] != key:
+            slots = np.flatnonzero(self._candidate & (self._priority < priority))
+            rows = self._rows(snapshot)[self._node[slots]]
+            known = rows >= 0
+            self._below_for = (key, slots[known], rows[known])
+        return self._below_for[1], self._below_for[2]
 
     def cheapest(self, snapshot: Snapshot, priority: int) -> tuple[IntArray, IntArray]:
         """Per node, the highest priority among the candidates below ``priority`` (-1 where there are
         none) and how many there are: what clearing the node would cost, at a glance."""
         highest = np.full(snapshot.n_nodes, -1, dtype=np.int64)
         count = np.zeros(snapshot.n_nodes, dtype=np.int64)
-        slots = np.flatnonzero(self._candidate & (self._priority < priority))
+        slots, rows = self._candidates_below(snapshot, priority)
         if len(slots):
-            rows = self._rows(snapshot)[self._node[slots]]
-            known = rows >= 0
-            rows, priorities = rows[known], self._priority[slots[known]]
+            priorities = self._priority[slots]
             # One pass per priority value, lowest first, each overwriting: a cluster has a few priorities, and
             # an unbuffered maximum over every pod was the slowest part of a preemption decision.
             for priority_value in sorted(value for value in self._priorities_seen if value < priority):
@@ -145,11 +156,10 @@ class RunningPods:
 
     def on_rows(self, snapshot: Snapshot, rows: IntArray, priority: int) -> list[str]:
         """The candidates below ``priority`` running on the given node rows."""
-        wanted = np.zeros(snapshot.n_nodes + 1, dtype=np.bool_)
+        wanted = np.zeros(snapshot.n_nodes, dtype=np.bool_)
         wanted[rows] = True
-        node_rows = self._rows(snapshot)[self._node]  # -1 (unknown node) reads the spare last entry
-        slots = np.flatnonzero(self._candidate & (self._priority < priority) & wanted[node_rows])
-        return [self._keys[slot] for slot in slots.tolist()]
+        slots, at = self._candidates_below(snapshot, priority)
+        return [self._keys[slot] for slot in slots[wanted[at]].tolist()]
 
     def _allocate(self, pod: str) -> int:
         if not self._free_slots:
