@@ -23,7 +23,7 @@ import structlog
 from anyio.abc import TaskStatus
 
 from scheduler.ports.errors import Expired, PortError, Throttled
-from scheduler.ports.port import OPENED, ApiResource, ClusterPort
+from scheduler.ports.port import OPENED, ApiResource, ClusterPort, Listing
 from scheduler.settings import InformerSettings
 from scheduler.state import ClusterState
 
@@ -31,6 +31,7 @@ log = structlog.get_logger("phalanx.informers")
 
 #: Objects per list page.
 PAGE = 500
+_CHUNK = 50  # items applied between two turns of the event loop while the next page is on its way
 
 
 class Informer:
@@ -91,19 +92,33 @@ class Informer:
                 backoff = min(backoff * 2, self.settings.max_backoff_seconds)
 
     async def _list(self) -> str:
-        """A full list, a page at a time (memory stays bounded by a page, as client-go's reflector does);
+        """A full list, a page at a time (memory stays bounded by two pages, where client-go's reflector
+        holds one: the next is asked for while one is applied, so that the server makes it meanwhile);
         returns the resource version to watch from."""
         listed: set[tuple[str, str]] = set()
-        token: str | None = None
+        page = await self.port.list(self.resource, limit=PAGE)
         while True:
-            page = await self.port.list(self.resource, limit=PAGE, continue_token=token)
-            listed |= self.state.apply_listed(self.resource, page.items)
             token = page.continue_token
-            if token is None:
+            following: list[Listing | PortError] = []
+            async with anyio.create_task_group() as group:
+                if token is not None:  # asked for now, so that the server makes it while this one is applied
+                    group.start_soon(self._page, token, following)
+                for start in range(0, len(page.items), _CHUNK):
+                    listed |= self.state.apply_listed(self.resource, page.items[start : start + _CHUNK])
+                    await anyio.sleep(0)  # the request for the next page goes out between chunks
+            if not following:
                 break
-            await anyio.sleep(0)
+            if isinstance(following[0], PortError):
+                raise following[0]  # as if asked after this page: the list starts again (an expired token)
+            page = following[0]
         self.state.prune(self.resource, listed)
         return page.resource_version
+
+    async def _page(self, token: str, into: list[Listing | PortError]) -> None:
+        try:
+            into.append(await self.port.list(self.resource, limit=PAGE, continue_token=token))
+        except PortError as error:  # raised by _list itself, not out of its task group
+            into.append(error)
 
     async def _watch(self, version: str) -> str:
         """One watch request; returns the last resource version seen when the server ends it."""

@@ -3,6 +3,7 @@
 import pytest
 
 from scheduler import informers
+from scheduler.ports.sim import FaultRule, Faults
 from scheduler.ports.sim.builders import node_manifest
 from tests.scheduler.checks import check_invariants
 from tests.scheduler.support import WAKES_ONLY, cluster, eventually, gpu_pod, pfn, phalanx
@@ -120,6 +121,26 @@ async def test_a_paged_list_counts_every_bound_pod_on_every_page(monkeypatch: py
             condition = await eventually(lambda: where.condition("team/w0"), what="PodScheduled condition")
             assert condition["message"].startswith("1/5 nodes are available: 4 Insufficient nvidia.com/gpu.")
             assert where.bound().keys() == {f"team/other-{i}" for i in range(4)}
+            check_invariants(where)
+
+
+async def test_a_paged_list_whose_next_page_fails_starts_again_and_misses_no_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The next page is asked for while one is applied; when that request fails (an expired continue token,
+    a server error), the list starts again, as when it failed in turn, and every pod is counted."""
+    monkeypatch.setattr(informers, "PAGE", 2)
+    faults = Faults(seed=3, rules=[FaultRule(verbs=frozenset({"list"}), resources=frozenset({"pods"}),
+                                             error_rate=0.3, codes=(410, 500))])  # fmt: skip
+    async with cluster(nodes=[capacity_node(f"n{i}") for i in range(5)], faults=faults) as where:
+        for i in range(4):
+            where.create(gpu_pod(f"other-{i}", scheduler="other", nodeName=f"n{i}"))
+        async with phalanx(where):
+            for i in range(2):
+                where.create(gpu_pod(f"w{i}", annotations=pfn("train", 2)))
+            condition = await eventually(lambda: where.condition("team/w0"), what="PodScheduled condition")
+            assert condition["message"].startswith("1/5 nodes are available: 4 Insufficient nvidia.com/gpu.")
+            assert faults.injected, "no list failed: the test did not test a failed page"
             check_invariants(where)
 
 
