@@ -138,7 +138,7 @@ class RunningPods:
             # One pass per priority value, lowest first, each overwriting: a cluster has a few priorities, and
             # an unbuffered maximum over every pod was the slowest part of a preemption decision.
             for priority_value in sorted(value for value in self._priorities_seen if value < priority):
-                highest[rows[priorities == priority_value]] = priority_value
+                highest[rows[priorities == priority_value]] = max(priority_value, -1)  # as a maximum with -1
             count += np.bincount(rows, minlength=snapshot.n_nodes)
         return highest, count
 
