@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -46,7 +46,7 @@ from typing import Any
 import aiohttp
 import realbench  # puts the project's root on the path, for the control plane's module
 import yaml
-from realbench import ROOT, Api, Binder, gather_limited, pod, process_binder
+from realbench import ROOT, Api, Binder, gather_limited, pod, process_binder, watch_pods
 
 from scripts.controlplane import FEATURE_GATES, HOW_TO_GET, ControlPlane, assets_dir, free_port
 
@@ -126,23 +126,15 @@ class Binds:
         self.changed = asyncio.Event()
 
     async def watch(self, api: Api, version: str, started: asyncio.Event) -> None:
-        url = api.plane.url + "/api/v1/namespaces/bench/pods"
-        while True:
-            params = {"watch": "true", "resourceVersion": version, "timeoutSeconds": "900",
-                      "allowWatchBookmarks": "true"}  # fmt: skip
-            async with api.session.get(url, params=params, headers=api.headers, ssl=api.ssl, timeout=None) as answer:
-                started.set()
-                async for line in answer.content:
-                    event = json.loads(line)
-                    obj = event["object"]
-                    if event["type"] == "ERROR":
-                        raise RuntimeError(f"the watch of the benchmark's pods failed: {obj}")
-                    version = obj["metadata"]["resourceVersion"]
-                    node = (obj.get("spec") or {}).get("nodeName")
-                    name = obj["metadata"].get("name", "")
-                    if event["type"] != "BOOKMARK" and node and name not in self.at and not name.startswith("busy-"):
-                        self.at[name] = (time.monotonic(), node)
-                        self.changed.set()
+        await watch_pods(api, version, started, self._seen)
+
+    def _seen(self, obj: dict[str, Any]) -> bool:
+        node = (obj.get("spec") or {}).get("nodeName")
+        name = obj["metadata"].get("name", "")
+        if node and name not in self.at and not name.startswith("busy-"):
+            self.at[name] = (time.monotonic(), node)
+            self.changed.set()
+        return False  # until cancelled
 
     async def until(self, done: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -291,41 +283,51 @@ def racks_spanned(binds: Binds, gang_names: Iterable[str], size: int) -> list[in
 async def burst(assets: Path, scheduler: str, gangs: GangSet) -> dict[str, Any]:
     objects = [gang_objects(name, gangs, SCHEDULERS[scheduler]) for name in gangs.names()]
     pods = gangs.count * gangs.size
+    async with scheduler_on(assets, scheduler, audit=True, gangs=objects) as run:
+        await run.binds.until(lambda: len(run.binds.at) == pods or run.binder.ended.done(), 600, scheduler)  # type: ignore[union-attr]
+        run.alive()
+        writes = await run.quiet_writes(120)
+        times = sorted(t for t, _ in run.binds.at.values())
+        spans = racks_spanned(run.binds, gangs.names(), gangs.size)
+        counts: dict[str, int] = {}
+        for _, what in writes:
+            counts[what] = counts.get(what, 0) + 1
+        return {
+            "first_bind_s": round(times[0] - run.began, 3),
+            "last_bind_s": round(times[-1] - run.began, 3),
+            "last_write_s": round(writes[-1][0], 3),
+            "writes": counts,
+            "writes_by_last_bind": sum(1 for t, _ in writes if t <= times[-1] - run.began),
+            "racks_mean": round(statistics.fmean(spans), 3),
+            "racks_max": max(spans),
+            "in_one_rack": sum(1 for s in spans if s == 1),
+        }
+
+
+@asynccontextmanager
+async def scheduler_on(
+    assets: Path,
+    scheduler: str,
+    *,
+    audit: bool,
+    busy: Callable[[list[str]], list[dict[str, Any]]] | None = None,
+    gangs: Iterable[list[dict[str, Any]]] = (),
+) -> AsyncIterator[Run]:
+    """A fresh server (see :func:`server`), its pods watched, and ``scheduler`` started on it; all stopped after."""
     with tempfile.TemporaryDirectory(prefix="bench-gangs-") as folder:
-        plane, session, api = await server(assets, Path(folder), audit=True, gangs=objects)
+        plane, session, api = await server(assets, Path(folder), audit=audit, busy=busy, gangs=gangs)
         run = Run(scheduler, plane, api, Binds(), Path(folder))
         watch = await watching(api, run.binds)
         try:
             await run.start()
-            await run.binds.until(lambda: len(run.binds.at) == pods or run.binder.ended.done(), 600, scheduler)  # type: ignore[union-attr]
-            run.alive()
-            writes = await run.quiet_writes(120)
-            times = sorted(t for t, _ in run.binds.at.values())
-            spans = racks_spanned(run.binds, gangs.names(), gangs.size)
-            counts: dict[str, int] = {}
-            for _, what in writes:
-                counts[what] = counts.get(what, 0) + 1
-            return {
-                "first_bind_s": round(times[0] - run.began, 3),
-                "last_bind_s": round(times[-1] - run.began, 3),
-                "last_write_s": round(writes[-1][0], 3),
-                "writes": counts,
-                "writes_by_last_bind": sum(1 for t, _ in writes if t <= times[-1] - run.began),
-                "racks_mean": round(statistics.fmean(spans), 3),
-                "racks_max": max(spans),
-                "in_one_rack": sum(1 for s in spans if s == 1),
-            }
+            yield run
         finally:
-            await finish(run, watch, session, plane)
-
-
-async def finish(run: Run, watch: asyncio.Task[None], session: aiohttp.ClientSession, plane: ControlPlane) -> None:
-    watch.cancel()
-    await asyncio.gather(watch, return_exceptions=True)
-    if run.binder is not None:
-        await run.binder.stop()
-    await session.close()
-    plane.stop()
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+            if run.binder is not None:
+                await run.binder.stop()
+            await session.close()
+            plane.stop()
 
 
 def half_busy(nodes: list[str]) -> list[dict[str, Any]]:
@@ -343,37 +345,28 @@ async def stream(
     shape = GangSet("s", gangs + warm, 3)
     names = shape.names()
     objects = [gang_objects(name, shape, SCHEDULERS[scheduler]) for name in names]
-    with tempfile.TemporaryDirectory(prefix="bench-gangs-") as folder:
-        plane, session, api = await server(assets, Path(folder), audit=False, busy=half_busy)
-        run = Run(scheduler, plane, api, Binds(), Path(folder))
-        watch = await watching(api, run.binds)
-        try:
-            await run.start()
-            await gather_limited([lambda g=g: create_gang(api, g) for g in objects[:warm]], 16)
-            await run.binds.until(lambda: len(run.binds.at) == warm * 3 or run.binder.ended.done(), 120, "warm-up")  # type: ignore[union-attr]
-            run.alive()
-            created: dict[str, float] = {}
+    async with scheduler_on(assets, scheduler, audit=False, busy=half_busy) as run:
+        await gather_limited([lambda g=g: create_gang(run.api, g) for g in objects[:warm]], 16)
+        await run.binds.until(lambda: len(run.binds.at) == warm * 3 or run.binder.ended.done(), 120, "warm-up")  # type: ignore[union-attr]
+        run.alive()
+        created: dict[str, float] = {}
 
-            async def arrive(index: int, at: float) -> None:
-                await asyncio.sleep(max(0.0, at - time.monotonic()))  # the arrival schedule, not a synchronisation
-                await create_gang(api, objects[index])
-                created[names[index]] = time.monotonic()
+        async def arrive(index: int, at: float) -> None:
+            await asyncio.sleep(max(0.0, at - time.monotonic()))  # the arrival schedule, not a synchronisation
+            await create_gang(run.api, objects[index])
+            created[names[index]] = time.monotonic()
 
-            begin = time.monotonic() + 0.1
-            await asyncio.gather(*(arrive(warm + i, begin + i / rate) for i in range(gangs)))
-            total = (warm + gangs) * 3
-            await run.binds.until(lambda: len(run.binds.at) == total or run.binder.ended.done(), 300, scheduler)  # type: ignore[union-attr]
-            run.alive()
-            latency = sorted(
-                max(run.binds.at[f"{name}-{m}"][0] for m in range(3)) - created[name] for name in names[warm:]
-            )
-            return {
-                "p50_ms": round(1000 * latency[len(latency) // 2], 1),
-                "p99_ms": round(1000 * latency[min(len(latency) - 1, int(len(latency) * 0.99))], 1),
-                "max_ms": round(1000 * latency[-1], 1),
-            }
-        finally:
-            await finish(run, watch, session, plane)
+        begin = time.monotonic() + 0.1
+        await asyncio.gather(*(arrive(warm + i, begin + i / rate) for i in range(gangs)))
+        total = (warm + gangs) * 3
+        await run.binds.until(lambda: len(run.binds.at) == total or run.binder.ended.done(), 300, scheduler)  # type: ignore[union-attr]
+        run.alive()
+        latency = sorted(max(run.binds.at[f"{name}-{m}"][0] for m in range(3)) - created[name] for name in names[warm:])
+        return {
+            "p50_ms": round(1000 * latency[len(latency) // 2], 1),
+            "p99_ms": round(1000 * latency[min(len(latency) - 1, int(len(latency) * 0.99))], 1),
+            "max_ms": round(1000 * latency[-1], 1),
+        }
 
 
 SATURATION = (GangSet("w", 60, 4, gpus=4), GangSet("n", 40, 8, gpus=2))
@@ -381,29 +374,22 @@ SATURATION = (GangSet("w", 60, 4, gpus=4), GangSet("n", 40, 8, gpus=2))
 
 async def saturation(assets: Path, scheduler: str, sets: tuple[GangSet, ...] = SATURATION) -> dict[str, Any]:
     objects = [gang_objects(name, s, SCHEDULERS[scheduler]) for s in sets for name in s.names()]
-    with tempfile.TemporaryDirectory(prefix="bench-gangs-") as folder:
-        plane, session, api = await server(assets, Path(folder), audit=False, busy=fragmented, gangs=objects)
-        run = Run(scheduler, plane, api, Binds(), Path(folder))
-        watch = await watching(api, run.binds)
-        try:
-            await run.start()
-            await run.binds.until(lambda: bool(run.binds.at) or run.binder.ended.done(), 120, scheduler)  # type: ignore[union-attr]
-            await run.binds.quiet(QUIET_BINDS_S, 300)
-            run.alive()
-            before = run.cpu_seconds()
-            await asyncio.sleep(CPU_WINDOW_S)  # the window CPU is measured over
-            idle_cores = (run.cpu_seconds() - before) / CPU_WINDOW_S
-            whole = partial = gpus = 0
-            for s in sets:
-                for name in s.names():
-                    bound = sum(1 for m in range(s.size) if f"{name}-{m}" in run.binds.at)
-                    whole += bound == s.size
-                    partial += 0 < bound < s.size
-                    gpus += bound * s.gpus
-            idle = round(idle_cores, 3)
-            return {"gangs_bound": whole, "gangs_in_part": partial, "gpus": gpus, "idle_cpu_cores": idle}
-        finally:
-            await finish(run, watch, session, plane)
+    async with scheduler_on(assets, scheduler, audit=False, busy=fragmented, gangs=objects) as run:
+        await run.binds.until(lambda: bool(run.binds.at) or run.binder.ended.done(), 120, scheduler)  # type: ignore[union-attr]
+        await run.binds.quiet(QUIET_BINDS_S, 300)
+        run.alive()
+        before = run.cpu_seconds()
+        await asyncio.sleep(CPU_WINDOW_S)  # the window CPU is measured over
+        idle_cores = (run.cpu_seconds() - before) / CPU_WINDOW_S
+        whole = partial = gpus = 0
+        for s in sets:
+            for name in s.names():
+                bound = sum(1 for m in range(s.size) if f"{name}-{m}" in run.binds.at)
+                whole += bound == s.size
+                partial += 0 < bound < s.size
+                gpus += bound * s.gpus
+        idle = round(idle_cores, 3)
+        return {"gangs_bound": whole, "gangs_in_part": partial, "gpus": gpus, "idle_cpu_cores": idle}
 
 
 @dataclass

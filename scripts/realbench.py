@@ -218,12 +218,11 @@ def plain_pods(scheduler: str, count: int = PODS) -> list[dict[str, Any]]:
     return [pod(f"p{i:04d}", scheduler) for i in range(count)]
 
 
-async def watch_binds(api: Api, version: str, count: int, started: asyncio.Event) -> list[float]:
-    """Monotonic times at which the watch saw each pod get its node, until ``count`` have. A watch the server
-    ends is started again from the last version seen."""
-    seen: dict[str, float] = {}
+async def watch_pods(api: Api, version: str, started: asyncio.Event, seen: Callable[[dict[str, Any]], bool]) -> None:
+    """Watch the benchmark's pods from ``version``, calling ``seen`` with each changed pod until it returns
+    True. A watch the server ends is started again from the last version seen."""
     url = api.plane.url + "/api/v1/namespaces/bench/pods"
-    while len(seen) < count:
+    while True:
         params = {"watch": "true", "resourceVersion": version, "timeoutSeconds": "600", "allowWatchBookmarks": "true"}
         async with api.session.get(url, params=params, headers=api.headers, ssl=api.ssl, timeout=None) as answer:
             started.set()
@@ -233,14 +232,22 @@ async def watch_binds(api: Api, version: str, count: int, started: asyncio.Event
                 if event["type"] == "ERROR":
                     raise RuntimeError(f"the watch of the benchmark's pods failed: {obj}")
                 version = obj["metadata"]["resourceVersion"]
-                if event["type"] == "BOOKMARK":
-                    continue
-                name = obj["metadata"]["name"]
-                if (obj.get("spec") or {}).get("nodeName") and name not in seen:
-                    seen[name] = time.monotonic()
-                    if len(seen) == count:
-                        break
-    return sorted(seen.values())
+                if event["type"] != "BOOKMARK" and seen(obj):
+                    return
+
+
+async def watch_binds(api: Api, version: str, count: int, started: asyncio.Event) -> list[float]:
+    """Monotonic times at which the watch saw each pod get its node, until ``count`` have."""
+    bound: dict[str, float] = {}
+
+    def seen(obj: dict[str, Any]) -> bool:
+        name = obj["metadata"]["name"]
+        if (obj.get("spec") or {}).get("nodeName") and name not in bound:
+            bound[name] = time.monotonic()
+        return len(bound) == count
+
+    await watch_pods(api, version, started, seen)
+    return sorted(bound.values())
 
 
 @asynccontextmanager
