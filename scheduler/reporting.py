@@ -18,9 +18,11 @@ a gang now scheduled) at once, ``reporting.concurrency`` writes in flight:
   through the object itself when the CRD has none (Volcano's). Fields the server drops anyway (an
   older CRD) are logged once.
 
-A write that fails for a transient reason (429, 5xx, a timeout) is retried at the next flush; one the
-server refuses for good (invalid, forbidden) is logged and dropped, never retried in a loop. Nothing
-here reaches the scheduling cycle.
+A write that fails for a transient reason (429, 5xx, a timeout, a server that does not answer) is retried
+at a later flush, and all writes pause first: 1 s, doubling up to ``_LONGEST_PAUSE`` while they keep
+failing (with the server gone, every flush tried every Event again and logged each failure: 40% of a core
+for as long as it was gone). One the server refuses for good (invalid, forbidden) is logged and dropped,
+never retried in a loop. Nothing here reaches the scheduling cycle.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ log = structlog.get_logger("phalanx.reporting")
 _NOTE_BYTES = 1024
 _FIELD_LIMIT = 128
 _EVENTS_TRACKED = 4096
+#: How long writes pause after a transient failure: the first pause, and the longest one they double to.
+_FIRST_PAUSE = 1.0
+_LONGEST_PAUSE = 30.0
 _COUNTS = re.compile(r"\d+(?:\.\d+)?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
@@ -135,6 +140,8 @@ class Reporter:
         self._news: anyio.Event | None = None  # set when something is recorded that :meth:`run` writes at once
         self._binds_in_flight = 0
         self._binds_done: anyio.Event | None = None
+        self._paused_until = -1e18  # monotonic: writes wait until then after a transient failure
+        self._pause = _FIRST_PAUSE
 
     def watching(self, resources: Iterable[ApiResource]) -> None:
         """The group-object resources discovery chose: which have a status, and whether it is written through
@@ -295,8 +302,12 @@ class Reporter:
 
     async def _attempt(self, kind: str, what: str, write: Coroutine[Any, Any, Any]) -> Any:
         """Run one write under the rate limit. Returns what the server answered; None when the write failed
-        for a reason that passes (it is retried at the next flush); ``_DROPPED`` when it never can succeed
-        as it is (the object is gone, or the server refused it: logged, and not retried)."""
+        for a reason that passes (it is retried at a later flush); ``_DROPPED`` when it never can succeed
+        as it is (the object is gone, or the server refused it: logged, and not retried). While writes pause
+        after a transient failure, it returns None at once."""
+        if self.clock.monotonic() < self._paused_until:
+            write.close()
+            return None
         await self.limiter.take()
         try:
             result = await write
@@ -306,7 +317,7 @@ class Reporter:
             return None  # changed meanwhile, or an Event name taken (another replica, the same nanosecond)
         except PortError as error:
             if error.transient:
-                log.warning("write failed; retrying at the next flush", kind=kind, object=what, error=str(error)[:200])
+                self._pause_writes(kind, what, error)
                 return None
             log.warning(
                 "write refused by the API server; not retried",
@@ -318,7 +329,23 @@ class Reporter:
             self.metrics.api_write_errors.labels(kind, str(error.code)).inc()
             return _DROPPED
         self.metrics.api_writes.labels(kind).inc()
+        self._pause = _FIRST_PAUSE
         return {} if result is None else result
+
+    def _pause_writes(self, kind: str, what: str, error: PortError) -> None:
+        """After a transient failure: no write until the pause ends (the writes in flight fail alone)."""
+        now = self.clock.monotonic()
+        if now < self._paused_until:
+            return
+        self._paused_until = now + self._pause
+        log.warning(
+            "write failed; Events and status wait, then are retried",
+            kind=kind,
+            object=what,
+            error=str(error)[:200],
+            seconds=self._pause,
+        )
+        self._pause = min(self._pause * 2, _LONGEST_PAUSE)
 
     def _condition_writes(self) -> Iterator[Callable[[], Awaitable[None]]]:
         for pod, wanted in list(self._conditions.items()):

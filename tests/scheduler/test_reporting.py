@@ -11,6 +11,7 @@ from scheduler.clock import ManualClock
 from scheduler.decision import Subject
 from scheduler.gangs import GangKey, GangSpec, ObjectRef, Source, Timeout
 from scheduler.metrics import Metrics
+from scheduler.ports.errors import Unavailable
 from scheduler.ports.port import PODS, ApiResource, Change
 from scheduler.ports.sim import Store
 from scheduler.ports.sim.adapter import SimCluster
@@ -228,3 +229,52 @@ async def test_news_waits_while_gangs_are_being_bound_and_follows_the_last_bind(
         reporter.binding(0)
         await eventually(lambda: events(store, "p1"), timeout=10, what="the Scheduled Event after the binds")
         group.cancel_scope.cancel()
+
+
+class _UnreachableCluster(SimCluster):
+    """A server that does not answer while ``down``: every write fails as a refused connection does."""
+
+    down = True
+    attempts = 0
+
+    async def create(self, resource: ApiResource, namespace: str, body: Any) -> dict[str, Any]:
+        self.attempts += 1
+        await anyio.lowlevel.checkpoint()
+        if self.down:
+            raise Unavailable("POST events: ClientConnectorError: Connect call failed")
+        return await super().create(resource, namespace, body)
+
+
+async def test_while_the_server_does_not_answer_writes_pause_longer_each_time_then_all_go_out() -> None:
+    store = Store()
+    store.ensure_namespace("team")
+    reporter, clock = reporter_on(store)
+    reporter.port = server = _UnreachableCluster(store)
+    reporter.settings = ReportingSettings(concurrency=4)
+    for i in range(100):
+        reporter.event(subject(i), "Scheduled", f"Successfully assigned team/p{i} to n1", type="Normal")
+    with capture_logs() as logs:
+        await reporter.flush()
+        assert server.attempts <= 4  # those in flight when the first failed; the other 96 wait
+        for pause in (1, 2, 4, 8, 16, 30, 30):
+            tried = server.attempts
+            clock.advance(pause - 0.1)
+            await reporter.flush()
+            assert server.attempts == tried  # still pausing: nothing is sent
+            clock.advance(0.1)
+            await reporter.flush()
+            assert 1 <= server.attempts - tried <= 4  # the pause is over: a few are tried, and fail again
+    assert len([entry for entry in logs if entry["log_level"] == "warning"]) == 8  # one line a pause, not a write
+    server.down = False
+    clock.advance(30)
+    await reporter.flush()
+    assert all(len(events(store, f"p{i}")) == 1 for i in range(100))
+    clock.advance(1)
+    for i in range(100, 110):  # writes go out at once again: a success ends the pausing
+        reporter.event(subject(i), "Scheduled", f"Successfully assigned team/p{i} to n1", type="Normal")
+    server.down = True
+    await reporter.flush()
+    server.down = False
+    clock.advance(1)
+    await reporter.flush()
+    assert all(len(events(store, f"p{i}")) == 1 for i in range(100, 110))
