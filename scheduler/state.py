@@ -705,17 +705,24 @@ class ClusterState:
     def overcommitted(self, nodes: Iterable[str], resources: Iterable[str] | None = None) -> list[str]:
         """Nodes among ``nodes`` whose bound and assumed requests exceed allocatable for some resource (of
         ``resources`` only, when given: a pod short of nothing it asks for has taken nobody's room)."""
+        snapshot = self.snapshot
         names = list(nodes)
-        rows = [self.snapshot.index_of(name) for name in names]
+        rows = [snapshot.index_of(name) for name in names]
         found = [name for name, row in zip(names, rows, strict=True) if row is None]
         known = [(name, row) for name, row in zip(names, rows, strict=True) if row is not None]
-        if known:
-            free = self.snapshot.free[np.array([row for _, row in known])]
-            if resources is not None:
-                columns = [i for i, name in enumerate(self.snapshot.resources) if name in set(resources)]
-                free = free[:, columns]
-            found += [name for (name, _), short in zip(known, (free < 0).any(axis=1), strict=True) if short]
-        return found
+        if not known:
+            return found
+        if len(known) == 1:  # before every bind: one row, read without building index arrays
+            short = snapshot.free[known[0][1]] < 0
+            if not short.any():
+                return found
+            short = short[None, :]
+        else:
+            short = snapshot.free[np.array([row for _, row in known])] < 0
+        if resources is not None:
+            asked = set(resources)
+            short = short[:, [i for i, name in enumerate(snapshot.resources) if name in asked]]
+        return found + [name for (name, _), over in zip(known, short.any(axis=1), strict=True) if over]
 
 
 def _victim_message(status: Mapping[str, Any]) -> str | None:
