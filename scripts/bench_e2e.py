@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import socket
 import statistics
@@ -435,6 +436,12 @@ def real(args: argparse.Namespace) -> int:
             f"{name:<16} {row['pods']:>5} {row['pods_per_s']:>8.0f} {row['window_s']:>14.2f} "
             f"{row['start_to_last_bind_s']:>21.2f}  {row['runs_pods_per_s']}"
         )
+    print(f"cores used over the bind window of the median run ({os.cpu_count()} on this machine):")
+    for name in ("phalanx", "kube-scheduler") if args.dra else ("phalanx", "kube-scheduler", "raw binding"):
+        if result[name] is not None:
+            cores = result[name]["cores_in_window"]
+            split = ", ".join(f"{process} {used:.2f}" for process, used in cores.items())
+            print(f"  {name:<16} {sum(cores.values()):.2f}: {split}")
     phalanx = result["phalanx"]["pods_per_s"]
     if result["kube-scheduler"] is not None:
         versus = phalanx / result["kube-scheduler"]["pods_per_s"]

@@ -36,7 +36,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,8 @@ class Figure:
     pods: int
     window_s: float  # first bind to last bind
     total_s: float  # scheduler (or binder) start to last bind
+    #: Cores each process used over the bind window (CPU seconds / window): what the two cores went to.
+    cores: dict[str, float] = field(default_factory=dict)
 
     @property
     def pods_per_s(self) -> float:
@@ -236,14 +238,29 @@ async def watch_pods(api: Api, version: str, started: asyncio.Event, seen: Calla
                     return
 
 
-async def watch_binds(api: Api, version: str, count: int, started: asyncio.Event) -> list[float]:
-    """Monotonic times at which the watch saw each pod get its node, until ``count`` have."""
+def cpu_seconds(pid: int) -> float:
+    """CPU time a process has used (user and system, from /proc); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def watch_binds(
+    api: Api, version: str, count: int, started: asyncio.Event, mark: Callable[[], None] = lambda: None
+) -> list[float]:
+    """Monotonic times at which the watch saw each pod get its node, until ``count`` have; ``mark`` is called
+    at the first bind and at the last."""
     bound: dict[str, float] = {}
 
     def seen(obj: dict[str, Any]) -> bool:
         name = obj["metadata"]["name"]
         if (obj.get("spec") or {}).get("nodeName") and name not in bound:
             bound[name] = time.monotonic()
+            if len(bound) in (1, count):
+                mark()
         return len(bound) == count
 
     await watch_pods(api, version, started, seen)
@@ -295,11 +312,20 @@ async def measure(
     bind ends the measurement with what it said, instead of a wait for binds that will not come."""
     async with control_plane(assets, pods, dra=dra) as (plane, api, version):
         watching = asyncio.Event()
-        watcher = asyncio.create_task(watch_binds(api, version, len(pods), watching))
+        processes = {server: plane.processes[server].pid for server in ("kube-apiserver", "etcd")}
+        processes["benchmark (its watch; the bare client's binds)"] = os.getpid()
+        readings: list[dict[str, float]] = []
+
+        def mark() -> None:
+            readings.append({process: cpu_seconds(pid) for process, pid in processes.items()})
+
+        watcher = asyncio.create_task(watch_binds(api, version, len(pods), watching, mark))
         await watching.wait()
         with tempfile.TemporaryDirectory(prefix="bench-run-") as folder:
             began = time.monotonic()
             binder: Binder = await start(plane, api, Path(folder))
+            if binder.pid is not None:
+                processes[name] = binder.pid
             try:
                 await asyncio.wait({watcher, binder.ended}, timeout=900, return_when=asyncio.FIRST_COMPLETED)
                 if not watcher.done():
@@ -315,7 +341,9 @@ async def measure(
                 await binder.stop()
             if dra:
                 await check_claims(api)
-    return Figure(name, len(pods), times[-1] - times[0], times[-1] - began)
+    window = times[-1] - times[0]
+    cores = {process: (readings[-1][process] - readings[0][process]) / window for process in readings[0]}
+    return Figure(name, len(pods), window, times[-1] - began, cores if window > 0 and len(readings) == 2 else {})
 
 
 def process_binder(command: list[str], log_path: Path, **options: Any) -> Binder:
@@ -446,6 +474,7 @@ async def run(repeat: int, profile: bool, *, pods: int = PODS, dra: bool = False
             "window_s": round(middle.window_s, 3),
             "start_to_last_bind_s": round(middle.total_s, 3),
             "runs_pods_per_s": [round(f.pods_per_s, 1) for f in figures],
+            "cores_in_window": {process: round(cores, 2) for process, cores in middle.cores.items()},
         }
     if profile:
         with tempfile.TemporaryDirectory() as folder:
