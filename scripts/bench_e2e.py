@@ -410,7 +410,8 @@ def real(args: argparse.Namespace) -> int:
     if args.upstream_gangs:
         return upstream_gangs(args)
 
-    pods = realbench.QUICK_PODS if args.quick else realbench.PODS
+    full = realbench.DRA_PODS if args.dra else realbench.PODS
+    pods = realbench.QUICK_PODS if args.quick else full
     result = asyncio.run(realbench.run(args.repeat, args.profile, pods=pods, dra=args.dra))
     result["machine"] = machine()
     if args.json:
@@ -425,7 +426,7 @@ def real(args: argparse.Namespace) -> int:
             f"server: kube-apiserver v1.36 from KUBEBUILDER_ASSETS, {realbench.NODES} (256 nodes of 8 GPUs), audit off"
         )
     if args.quick:
-        print(f"--quick: {pods} pods instead of {realbench.PODS}; the goals are for the full size")
+        print(f"--quick: {pods} pods instead of {full}; the goals are for the full size")
     print(f"{'':<16} {'pods':>5} {'pods/s':>8} {'bind window s':>14} {'start to last bind s':>21}  runs (pods/s)")
     for name in ("phalanx", "kube-scheduler") if args.dra else ("phalanx", "kube-scheduler", "raw binding"):
         row = result[name]

@@ -3,11 +3,11 @@
 Three measurements on the same server (a fresh etcd and kube-apiserver v1.36 from KUBEBUILDER_ASSETS for
 each, audit off, 256 nodes of 8 GPUs created with their status):
 
-  phalanx         1,000 one-GPU pods in 125 PFN gangs of 8, created first, then bound by ``phalanx run``
+  phalanx         2,000 one-GPU pods in 250 PFN gangs of 8, created first, then bound by ``phalanx run``
                   (a separate process, leader election off, client writes limited to 5,000/s);
-  kube-scheduler  1,000 plain one-GPU pods, created first, then bound by the reference kube-scheduler
+  kube-scheduler  2,000 plain one-GPU pods, created first, then bound by the reference kube-scheduler
                   from the same assets (client QPS and burst 5,000, leader election off);
-  raw binding     the same 1,000 plain pods, created first, then bound by a bare client: one
+  raw binding     the same 2,000 plain pods, created first, then bound by a bare client: one
                   ``pods/binding`` POST each, 64 in flight, no scheduling at all. The server's limit.
 
 Each figure is pods per second over the bind window, from the first bind to the last, as a watch of the
@@ -52,7 +52,8 @@ from scripts.controlplane import HOW_TO_GET, ControlPlane, assets_dir, dying_wit
 NODES = "blocks=1,racks=8,nodes=32,gpus=8"  # 256 nodes of 8 GPUs
 DRA_NODES = "blocks=1,racks=4,nodes=32,gpus=0,dra=gpu.nvidia.com:8"  # 128 nodes of 8 devices
 RESOURCE = "/apis/resource.k8s.io/v1"
-PODS = 1000
+PODS = 2000  # a window of 2-4 s: long enough that start-up effects (new connections) weigh little
+DRA_PODS = 1000  # the DRA nodes hold 1,024 devices
 QUICK_PODS = 256
 GANG = 8
 CLIENT_QPS = 5000
@@ -205,7 +206,7 @@ def dra_pod(name: str, scheduler: str) -> dict[str, Any]:
     return made
 
 
-def dra_pods(scheduler: str, count: int = PODS) -> list[dict[str, Any]]:
+def dra_pods(scheduler: str, count: int = DRA_PODS) -> list[dict[str, Any]]:
     return [dra_pod(f"p{i:04d}", scheduler) for i in range(count)]
 
 

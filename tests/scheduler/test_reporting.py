@@ -278,3 +278,30 @@ async def test_while_the_server_does_not_answer_writes_pause_longer_each_time_th
     clock.advance(1)
     await reporter.flush()
     assert all(len(events(store, f"p{i}")) == 1 for i in range(100, 110))
+
+
+async def test_the_interval_writes_wait_for_binds_in_flight_but_not_for_ever() -> None:
+    store = Store()
+    store.ensure_namespace("team")
+    pods = store.resource("v1", "Pod")
+    reporter, _ = reporter_on(store)
+    reporter.settings = ReportingSettings(status_interval_seconds=0.5)  # so binds hold them up 5 s at most
+
+    def condition(name: str) -> list[dict[str, Any]]:
+        conditions = (store.get(pods, "team", name).get("status") or {}).get("conditions") or []
+        return [c for c in conditions if c["type"] == "PodScheduled"]
+
+    for name in ("first", "second"):
+        reporter.state.apply(PODS, Change("ADDED", store.create(pods, "team", gpu_pod(name))))
+    async with anyio.create_task_group() as group:
+        reporter.binding(1)
+        await group.start(reporter.run)
+        reporter.pending(["team/first"], "Unschedulable", "0/4 nodes are available")
+        await eventually(lambda: reporter._binds_done is not None, timeout=10, what="the interval waiting on binds")
+        assert condition("first") == []  # a gang is being bound: its binds go first
+        reporter.binding(0)
+        await eventually(lambda: condition("first"), timeout=10, what="the condition once the binds are done")
+        reporter.binding(1)  # binds in flight from now on, and never done
+        reporter.pending(["team/second"], "Unschedulable", "0/4 nodes are available")
+        await eventually(lambda: condition("second"), timeout=30, what="the condition despite endless binds")
+        group.cancel_scope.cancel()
