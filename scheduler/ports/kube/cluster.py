@@ -1,13 +1,10 @@
 """``KubeCluster``: the cluster port over HTTP, with raw JSON throughout.
 
-Every request is sent on the kubernetes_asyncio client's own aiohttp session (its connection pool, TLS
-context and client certificate, proxy and TLS server name), with the bearer token its configuration gives
-for each request (so that a token from an exec plugin or a file is refreshed as the client refreshes it),
-and responses are read as JSON, not into generated models. The client's ``call_api`` did the same with
-``_preload_content=False``, but its generic handling of parameters and bodies took a third of the CPU of
-each bind (0.47 against 0.29 ms); the generated models are much slower still for watches, and
-kubernetes_asyncio 36 fails to read Binding responses into them. Every status is checked here and turned
-into a ``scheduler.ports.errors`` exception, once.
+Every request goes through ``ApiClient.call_api`` with ``_preload_content=False``: authentication and
+TLS come from the client's configuration, responses are read as JSON (not into generated models, which
+is much faster for watches, and avoids kubernetes_asyncio 36's failure to read Binding responses).
+With raw responses the client does not raise on error statuses, so every status is checked here and
+turned into a ``scheduler.ports.errors`` exception, once.
 """
 
 from __future__ import annotations
@@ -15,11 +12,11 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
-from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
 from yarl import URL
 
 from scheduler.ports.errors import PortError, Unavailable, from_status
@@ -90,23 +87,19 @@ class KubeCluster:
         content_type: str = "application/json",
         timeout: float | None = None,
     ) -> aiohttp.ClientResponse:
-        configuration, rest = self.api.configuration, self.api.rest_client
-        headers = {**self.api.default_headers, "Accept": "application/json", "Content-Type": content_type}
-        bearer = (await configuration.auth_settings()).get("BearerToken")
-        if bearer and bearer.get("value"):
-            headers["Authorization"] = bearer["value"]
-        url = f"{configuration.host}{path}?{urlencode(query)}" if query else f"{configuration.host}{path}"
         try:
-            response = await rest.pool_manager.request(
+            response: aiohttp.ClientResponse = await self.api.call_api(
+                path,
                 method,
-                url,
-                data=None if body is None else json.dumps(body),
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=timeout or self.request_timeout),
-                proxy=rest.proxy or None,
-                proxy_headers=rest.proxy_headers or None,
-                server_hostname=rest.server_hostname or None,
+                query_params=query or [],
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout or self.request_timeout,
             )
+        except ApiException as error:
+            raise from_status(error.status or 503, str(error.reason)) from error
         except (TimeoutError, aiohttp.ClientError, OSError) as error:
             raise Unavailable(f"{method} {path}: {type(error).__name__}: {error}") from error
         if 200 <= response.status < 300:
