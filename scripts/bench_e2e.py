@@ -340,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--upstream-gangs", action="store_true", help=gangs_help)
     only_help = "with --upstream-gangs: only these scenarios (burst, stream, saturation)"
     parser.add_argument("--only", nargs="+", choices=("burst", "stream", "saturation"), default=(), help=only_help)
+    clients_help = "with --real: bare binding clients compared (aiohttp, kubernetes_asyncio, httpx over HTTP/2)"
+    parser.add_argument("--clients", action="store_true", help=clients_help)
     scale_help = "65,536 nodes and 500,000 running pods (and 5,120, 20,480): memory and time to ready"
     parser.add_argument("--scale", action="store_true", help=scale_help)
     parser.add_argument("--create-gangs", nargs=2, metavar=("URL", "GANGS"), help=argparse.SUPPRESS)
@@ -409,6 +411,8 @@ def real(args: argparse.Namespace) -> int:
 
     if args.upstream_gangs:
         return upstream_gangs(args)
+    if args.clients:
+        return binding_clients(args)
 
     full = realbench.DRA_PODS if args.dra else realbench.PODS
     pods = realbench.QUICK_PODS if args.quick else full
@@ -454,6 +458,29 @@ def real(args: argparse.Namespace) -> int:
         print(f"phalanx / raw binding:    {share:.0%} (target >= 80%: {'met' if share >= 0.8 else 'MISSED'})")
     if "profile" in result:
         print(f"\nwhere Phalanx's CPU goes (one more run under cProfile, which about doubles it):\n{result['profile']}")
+    return 0
+
+
+def binding_clients(args: argparse.Namespace) -> int:
+    import realbench  # noqa: PLC0415
+
+    pods = realbench.QUICK_PODS if args.quick else realbench.PODS
+    result = asyncio.run(realbench.clients(args.repeat, pods=pods))
+    result["machine"] = machine()
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"server: kube-apiserver v1.36 from KUBEBUILDER_ASSETS, {realbench.NODES}, audit off; {pods} plain pods, "
+          "one pods/binding POST each, 64 in flight, by a client process of each kind")  # fmt: skip
+    print(f"{'client':<20} {'pods/s':>8} {'client CPU ms/bind':>19}  runs (pods/s)")
+    for name, row in result.items():
+        if name == "machine":
+            continue
+        if row is None:
+            print(f"{name:<20} not measured: pip install 'httpx[http2]' to measure it")
+            continue
+        cpu = f"{row['cpu_ms_per_bind']:.3f}" if row["cpu_ms_per_bind"] is not None else "-"
+        print(f"{name:<20} {row['pods_per_s']:>8.0f} {cpu:>19}  {row['runs_pods_per_s']}")
     return 0
 
 

@@ -113,7 +113,28 @@ class ControlPlane:
     ) -> ControlPlane:
         """Start both and wait until the server is ready. ``audit`` logs every request's metadata as it is
         served (blocking mode: a request is in the log once its answer has been sent); benchmarks turn it off.
-        ``controllers`` (e.g. ``("job-controller",)``) are run by a kube-controller-manager beside them."""
+        ``controllers`` (e.g. ``("job-controller",)``) are run by a kube-controller-manager beside them.
+        A port taken between being chosen and being listened on (it happened: another process's outgoing
+        connection got it) is chosen again, up to three times."""
+        for attempt in range(3):
+            try:
+                return cls._start(assets, workdir, audit=audit, extra_flags=extra_flags, controllers=controllers)
+            except ControlPlaneError as error:
+                if "address already in use" not in str(error) or attempt == 2:
+                    raise
+                shutil.rmtree(workdir / "etcd", ignore_errors=True)
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _start(
+        cls,
+        assets: Path,
+        workdir: Path,
+        *,
+        audit: bool,
+        extra_flags: tuple[str, ...],
+        controllers: tuple[str, ...],
+    ) -> ControlPlane:
         workdir.mkdir(parents=True, exist_ok=True)
         _openssl(
             "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",

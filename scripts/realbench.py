@@ -30,6 +30,7 @@ import json
 import os
 import signal
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -408,6 +409,55 @@ async def start_raw_binder(plane: ControlPlane, api: Api, folder: Path) -> Binde
         await asyncio.gather(task, return_exceptions=True)
 
     return Binder(task, stop)
+
+
+def start_client(client: str, cpu: list[float]) -> Callable[[ControlPlane, Api, Path], Any]:
+    """Start a bare binding client of ``bindclients.py``; once it is done, its CPU per bind goes to ``cpu``."""
+
+    async def start(plane: ControlPlane, api: Api, folder: Path) -> Binder:
+        kubeconfig = plane.kubeconfig(folder / "kubeconfig")
+        command = [sys.executable, str(ROOT / "scripts" / "bindclients.py"), client, str(kubeconfig)]
+        binder = process_binder(command, folder / "client.log", cwd=ROOT)
+        terminate = binder.stop
+
+        async def stop() -> None:  # the last answers are still on their way when the watch sees the last bind
+            await asyncio.wait({binder.ended}, timeout=60)
+            await terminate()
+            said = binder.log.read_text(errors="replace") if binder.log else ""
+            cpu.extend(float(line.split("=", 1)[1]) for line in said.splitlines() if line.startswith("cpu_ms"))
+
+        return Binder(binder.ended, stop, binder.log, binder.pid)
+
+    return start
+
+
+async def clients(repeat: int, *, pods: int = PODS) -> dict[str, Any]:
+    """``bench_e2e.py --real --clients``: the bare clients of ``bindclients.py``, interleaved runs."""
+    import bindclients  # noqa: PLC0415
+
+    assets = assets_dir()
+    if assets is None:
+        raise SystemExit(f"bench_e2e.py --real --clients: KUBEBUILDER_ASSETS is not set; {HOW_TO_GET}")
+    measured = [client for client in bindclients.CLIENTS if bindclients.available(client)]
+    runs: dict[str, list[Figure]] = {client: [] for client in measured}
+    cpu: dict[str, list[float]] = {client: [] for client in measured}
+    for _ in range(repeat):
+        for client in measured:
+            figure = await measure(client, assets, plain_pods("nobody", pods), start_client(client, cpu[client]))
+            runs[client].append(figure)
+    result: dict[str, Any] = {}
+    for client in bindclients.CLIENTS:
+        if client not in runs:
+            result[client] = None
+            continue
+        rates = sorted(figure.pods_per_s for figure in runs[client])
+        result[client] = {
+            "pods": pods,
+            "pods_per_s": round(rates[len(rates) // 2], 1),
+            "runs_pods_per_s": [round(figure.pods_per_s, 1) for figure in runs[client]],
+            "cpu_ms_per_bind": round(statistics.median(cpu[client]), 3) if cpu[client] else None,
+        }
+    return result
 
 
 #: Where a scheduler's CPU goes, by the task that spends it (cProfile's cumulative time of each, which for
