@@ -26,6 +26,9 @@ def test_the_real_side_by_side_benchmark_runs_all_three_and_reports_pods_per_sec
     measured = ("phalanx", "raw binding", *(("kube-scheduler",) if has_kube_scheduler() else ()))
     for name in measured:
         assert report[name]["pods"] == 256 and report[name]["pods_per_s"] > 0, report[name]
+        cores = report[name]["cores_in_window"]  # what the machine's cores went to over the bind window
+        binder = () if name == "raw binding" else (name,)
+        assert {"kube-apiserver", "etcd", *binder} <= cores.keys() and cores["kube-apiserver"] > 0, cores
     if not has_kube_scheduler():  # setup-envtest's directories hold only kube-apiserver and etcd
         assert report["kube-scheduler"] is None
     assert "machine:" in completed.stderr and "command: scripts/bench_e2e.py --real --quick --json" in completed.stderr
