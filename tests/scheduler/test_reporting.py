@@ -46,6 +46,12 @@ def subject(i: int) -> Subject:
     return Subject("v1", "Pod", "team", f"p{i}", f"uid-{i}")
 
 
+def record_scheduled(reporter: Reporter, numbers: range) -> None:
+    """The Scheduled Event of each pod numbered, as the binder records them."""
+    for i in numbers:
+        reporter.event(subject(i), "Scheduled", f"Successfully assigned team/p{i} to n1", type="Normal")
+
+
 async def test_repeats_of_a_recent_event_grow_its_series_and_long_quiet_ones_start_a_new_event() -> None:
     store = Store()
     store.ensure_namespace("team")
@@ -191,8 +197,7 @@ async def test_events_go_out_several_at_a_time_never_more_than_the_setting_allow
     reporter, _ = reporter_on(store)
     reporter.port = slow = _SlowCluster(store)
     reporter.settings = ReportingSettings(concurrency=8)
-    for i in range(100):
-        reporter.event(subject(i), "Scheduled", f"Successfully assigned team/p{i} to n1", type="Normal")
+    record_scheduled(reporter, range(100))
     await reporter.flush()
     assert all(len(events(store, f"p{i}")) == 1 for i in range(100))
     assert slow.most_in_flight == 8
@@ -251,8 +256,7 @@ async def test_while_the_server_does_not_answer_writes_pause_longer_each_time_th
     reporter, clock = reporter_on(store)
     reporter.port = server = _UnreachableCluster(store)
     reporter.settings = ReportingSettings(concurrency=4)
-    for i in range(100):
-        reporter.event(subject(i), "Scheduled", f"Successfully assigned team/p{i} to n1", type="Normal")
+    record_scheduled(reporter, range(100))
     with capture_logs() as logs:
         await reporter.flush()
         assert server.attempts <= 4  # those in flight when the first failed; the other 96 wait
@@ -270,8 +274,7 @@ async def test_while_the_server_does_not_answer_writes_pause_longer_each_time_th
     await reporter.flush()
     assert all(len(events(store, f"p{i}")) == 1 for i in range(100))
     clock.advance(1)
-    for i in range(100, 110):  # writes go out at once again: a success ends the pausing
-        reporter.event(subject(i), "Scheduled", f"Successfully assigned team/p{i} to n1", type="Normal")
+    record_scheduled(reporter, range(100, 110))  # written at once again: a success ended the pausing
     server.down = True
     await reporter.flush()
     server.down = False
