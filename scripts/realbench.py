@@ -240,13 +240,13 @@ async def watch_pods(api: Api, version: str, started: asyncio.Event, seen: Calla
                     return
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time a process has used (user and system, from /proc); 0 once it is gone."""
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time a process has used (user and system, from /proc); None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rpartition(")")[2].split()
     except OSError:
-        return 0.0
+        return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -319,7 +319,8 @@ async def measure(
         readings: list[dict[str, float]] = []
 
         def mark() -> None:
-            readings.append({process: cpu_seconds(pid) for process, pid in processes.items()})
+            seconds = {process: cpu_seconds(pid) for process, pid in processes.items()}
+            readings.append({process: used for process, used in seconds.items() if used is not None})
 
         watcher = asyncio.create_task(watch_binds(api, version, len(pods), watching, mark))
         await watching.wait()
@@ -332,10 +333,11 @@ async def measure(
                 await asyncio.wait({watcher, binder.ended}, timeout=900, return_when=asyncio.FIRST_COMPLETED)
                 if not watcher.done():
                     if binder.ended.done():
-                        binder.ended.result()  # the bare client's error, if it had one
-                        if binder.log is not None:  # a scheduler process exited before binding every pod
+                        code = binder.ended.result()  # the bare client's error, if it had one
+                        if binder.log is not None and code != 0:  # a process that failed before the last bind
                             tail = binder.log.read_text(errors="replace")[-2000:]
                             raise RuntimeError(f"{name} exited before binding every pod; its log ends:\n{tail}")
+                    # Otherwise it ended well (a client's last answer can come before the watch shows the bind):
                     times = await asyncio.wait_for(watcher, timeout=60)
                 times = watcher.result()
             finally:
@@ -344,7 +346,8 @@ async def measure(
             if dra:
                 await check_claims(api)
     window = times[-1] - times[0]
-    cores = {process: (readings[-1][process] - readings[0][process]) / window for process in readings[0]}
+    both = [process for process in readings[0] if process in readings[-1]] if readings else []
+    cores = {process: (readings[-1][process] - readings[0][process]) / window for process in both}
     return Figure(name, len(pods), window, times[-1] - began, cores if window > 0 and len(readings) == 2 else {})
 
 

@@ -11,7 +11,7 @@ from scheduler.clock import ManualClock
 from scheduler.decision import Subject
 from scheduler.gangs import GangKey, GangSpec, ObjectRef, Source, Timeout
 from scheduler.metrics import Metrics
-from scheduler.ports.errors import Unavailable
+from scheduler.ports.errors import PortError, Throttled, Unavailable
 from scheduler.ports.port import PODS, ApiResource, Change
 from scheduler.ports.sim import Store
 from scheduler.ports.sim.adapter import SimCluster
@@ -237,16 +237,18 @@ async def test_news_waits_while_gangs_are_being_bound_and_follows_the_last_bind(
 
 
 class _UnreachableCluster(SimCluster):
-    """A server that does not answer while ``down``: every write fails as a refused connection does."""
+    """A server that does not answer while ``down``: every write fails as a refused connection does (or as
+    ``failure`` says)."""
 
     down = True
     attempts = 0
+    failure: PortError = Unavailable("POST events: ClientConnectorError: Connect call failed")
 
     async def create(self, resource: ApiResource, namespace: str, body: Any) -> dict[str, Any]:
         self.attempts += 1
         await anyio.lowlevel.checkpoint()
         if self.down:
-            raise Unavailable("POST events: ClientConnectorError: Connect call failed")
+            raise self.failure
         return await super().create(resource, namespace, body)
 
 
@@ -265,16 +267,16 @@ async def test_while_the_server_does_not_answer_writes_pause_longer_each_time_th
             clock.advance(pause - 0.1)
             await reporter.flush()
             assert server.attempts == tried  # still pausing: nothing is sent
-            clock.advance(0.1)
+            clock.advance(0.2)
             await reporter.flush()
             assert 1 <= server.attempts - tried <= 4  # the pause is over: a few are tried, and fail again
     assert len([entry for entry in logs if entry["log_level"] == "warning"]) == 8  # one line a pause, not a write
     server.down = False
-    clock.advance(30)
+    clock.advance(31)
     await reporter.flush()
     assert all(len(events(store, f"p{i}")) == 1 for i in range(100))
     clock.advance(1)
-    record_scheduled(reporter, range(100, 110))  # written at once again: a success ended the pausing
+    record_scheduled(reporter, range(100, 110))  # a success ended the doubling: the next pause is 1 s again
     server.down = True
     await reporter.flush()
     server.down = False
@@ -308,3 +310,21 @@ async def test_the_interval_writes_wait_for_binds_in_flight_but_not_for_ever() -
         reporter.pending(["team/second"], "Unschedulable", "0/4 nodes are available")
         await eventually(lambda: condition("second"), timeout=30, what="the condition despite endless binds")
         group.cancel_scope.cancel()
+
+
+async def test_a_server_that_asks_for_time_with_retry_after_gets_it() -> None:
+    store = Store()
+    store.ensure_namespace("team")
+    reporter, clock = reporter_on(store)
+    reporter.port = server = _UnreachableCluster(store)
+    server.failure = Throttled("too many requests", retry_after=5)
+    record_scheduled(reporter, range(10))
+    await reporter.flush()
+    tried = server.attempts
+    clock.advance(4)  # past the first pause of 1 s, not past the 5 s the server asked for
+    await reporter.flush()
+    assert server.attempts == tried
+    server.down = False
+    clock.advance(2)
+    await reporter.flush()
+    assert all(len(events(store, f"p{i}")) == 1 for i in range(10))
