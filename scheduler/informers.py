@@ -143,7 +143,8 @@ class Informer:
             metadata = change.object.get("metadata") or {}
             version = str(metadata.get("resourceVersion") or version)
             if change.type != "BOOKMARK":
-                self.state.apply(self.resource, Change(change.type, _trimmed(change.object)))
+                kept = _trimmed(change.object)  # a new Change only when there was something to drop
+                self.state.apply(self.resource, change if kept is change.object else Change(change.type, kept))
                 self.poke()  # cheap: the scheduling loop coalesces pokes
                 applied += 1
                 if applied % 256 == 0:
