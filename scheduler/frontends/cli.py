@@ -16,26 +16,22 @@ import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 
 from scheduler.app import Phalanx
-from scheduler.frontends.dryrun import dry_run, read_real_cluster
-from scheduler.frontends.explain import ExplainError, explain, parse_target
-from scheduler.frontends.plot import INSTALL_HINT, PlotError, plot
-from scheduler.frontends.render import Progress, table
-from scheduler.frontends.samples import default_cluster, default_workload
-from scheduler.frontends.sandbox import Sandbox, serve
 from scheduler.gangs import SettingsError
 from scheduler.logs import LEVELS, configure
 from scheduler.ports.errors import PortError
 from scheduler.ports.kube import KubeCluster, KubeConfigError, connect
-from scheduler.ports.sim.builders import ClusterShape, ManifestError, read_manifest_file
 from scheduler.settings import Settings, load_settings
-from scheduler.simulation.controllers import EXPANDED
-from scheduler.simulation.driver import Simulation
-from scheduler.simulation.timeline import Scheduled, parse_seconds, scheduled
+
+# The other commands' modules (the emulator, the simulation, the report tables) are imported by the
+# commands that use them: `phalanx run` would otherwise spend a fifth of its start importing them, and a
+# scheduler's start is time its gangs wait (a restart, a new leader).
+if TYPE_CHECKING:
+    from scheduler.simulation.timeline import Scheduled
 
 EXIT_USAGE, EXIT_CLUSTER = 2, 1
 #: What a shell reports for a command killed by SIGPIPE (128 + 13), as `phalanx simulate | head` ends.
@@ -221,6 +217,9 @@ def _workload_flags(command: argparse.ArgumentParser) -> None:
 
 def _read_workloads(paths: list[str]) -> list[tuple[Scheduled, list[dict[str, Any]]]]:
     """Each ``--workload`` argument: when it arrives, and its objects."""
+    from scheduler.ports.sim.builders import read_manifest_file  # noqa: PLC0415
+    from scheduler.simulation.timeline import scheduled  # noqa: PLC0415
+
     workloads = []
     for value in paths:
         when = scheduled(value)
@@ -269,6 +268,9 @@ def _command_run(args: argparse.Namespace, settings: Settings) -> int:
 
 def cluster_nodes(value: str | None) -> list[dict[str, Any]]:
     """``--cluster``: a file of Node manifests, or a shape; the embedded default when not given."""
+    from scheduler.frontends.samples import default_cluster  # noqa: PLC0415
+    from scheduler.ports.sim.builders import ClusterShape, ManifestError, read_manifest_file  # noqa: PLC0415
+
     if value is None:
         return default_cluster()
     if Path(value).exists():
@@ -293,6 +295,13 @@ _CLUSTER_KINDS = frozenset({"Node", "DeviceClass", "ResourceSlice"})
 
 
 def _command_simulate(args: argparse.Namespace, settings: Settings) -> int:
+    from scheduler.frontends.plot import plot  # noqa: PLC0415
+    from scheduler.frontends.render import Progress, table  # noqa: PLC0415
+    from scheduler.frontends.samples import default_workload  # noqa: PLC0415
+    from scheduler.simulation.controllers import EXPANDED  # noqa: PLC0415
+    from scheduler.simulation.driver import Simulation  # noqa: PLC0415
+    from scheduler.simulation.timeline import Scheduled, parse_seconds  # noqa: PLC0415
+
     if args.plot:
         _require_plotting()
     until = parse_seconds(args.until, what="--until")
@@ -335,6 +344,8 @@ def _command_simulate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _require_plotting() -> None:
+    from scheduler.frontends.plot import INSTALL_HINT  # noqa: PLC0415
+
     try:
         import matplotlib  # noqa: F401, PLC0415
     except ImportError:
@@ -345,6 +356,8 @@ def _require_plotting() -> None:
 
 
 def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from scheduler.frontends.sandbox import Sandbox, serve  # noqa: PLC0415
+
     configure(args.log_level, "console")
     host, _, port = args.address.rpartition(":")
     if not host or not port.isdigit() or int(port) > 65535:
@@ -399,6 +412,8 @@ def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _command_dry_run(args: argparse.Namespace, settings: Settings) -> int:
+    from scheduler.frontends.dryrun import dry_run, read_real_cluster  # noqa: PLC0415
+    from scheduler.frontends.render import table  # noqa: PLC0415
 
     copy = anyio.run(read_real_cluster, args.kubeconfig, args.context)
     report = anyio.run(lambda: dry_run(copy, settings, namespace=args.namespace, all_schedulers=args.all_schedulers))
@@ -412,6 +427,8 @@ def _command_dry_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _command_explain(args: argparse.Namespace, settings: Settings) -> int:
+    from scheduler.frontends.dryrun import read_real_cluster  # noqa: PLC0415
+    from scheduler.frontends.explain import ExplainError, explain, parse_target  # noqa: PLC0415
 
     try:
         parse_target(args.target)
@@ -452,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         # Point stdout at /dev/null so that the interpreter's last flush does not complain either.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
-    except (SettingsError, ManifestError, PlotError) as error:
+    except _input_errors() as error:  # evaluated only once something was raised
         return _fail(str(error), EXIT_USAGE)
     except KubeConfigError as error:
         return _fail(str(error), EXIT_CLUSTER)
@@ -462,6 +479,14 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(error), error.code)
     except KeyboardInterrupt:
         return 130
+
+
+def _input_errors() -> tuple[type[Exception], ...]:
+    """What a bad configuration, manifest or plot request raises (imported only when something failed)."""
+    from scheduler.frontends.plot import PlotError  # noqa: PLC0415
+    from scheduler.ports.sim.builders import ManifestError  # noqa: PLC0415
+
+    return SettingsError, ManifestError, PlotError
 
 
 def _fail(message: str, code: int) -> int:
