@@ -45,6 +45,7 @@ ORDER = (
     # what the cluster is
     "devices",
     "budgets",
+    "runtimes",
     "state",
     "informers",
     # the stages of a cycle, and what they keep

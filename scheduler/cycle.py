@@ -59,7 +59,7 @@ from scheduler.preemption.planner import preempting_note, victims_by_reason
 from scheduler.preemption.postfilter import Preemption
 from scheduler.queue import GangQueue
 from scheduler.settings import Settings
-from scheduler.starvation import ReservedRoom, Starvation, held_back_note, runtime_bound
+from scheduler.starvation import ReservedRoom, Starvation, held_back_note
 from scheduler.state import ClusterState
 from scheduler.vacancies import Vacancies
 from scheduler.whose_room import WhoseRoom
@@ -178,8 +178,10 @@ class Cycle:
         """Place the gang with the room others hold, reserve or are nominated to hidden; what does not fit goes
         through the post-filters."""
         # A gang that waits for members cannot promise when it ends: it starts when the last one arrives.
-        runtime = None if missing else runtime_bound(spec, self.state)
-        reserved = self.starvation.reserved_from(spec.key, spec.priority, runtime) if len(self.starvation) else []
+        reserved = []
+        if len(self.starvation):
+            runtime = None if missing else self.starvation.runtime(spec)
+            reserved = self.starvation.reserved_from(spec.key, spec.priority, runtime)
         seen = _Hidden(
             nominated=self.preemption.nominations.hidden_from(self.state, spec.key, spec.priority),
             kept=self.vacancies.hidden_from(spec.key, spec.priority),

@@ -22,8 +22,10 @@ Everything takes the time from an injected clock; nothing here sleeps.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import random
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -63,6 +65,8 @@ class _Entry:
     wake: Wake = field(default_factory=Wake)
     state: State = State.ACTIVE
     version: int = 0  # bumps on every move, so stale heap entries are skipped
+    #: Its place in the queue's order when it was indexed by shape (priority and creation may change after).
+    indexed: tuple[int, float, GangKey] | None = None
 
 
 class GangQueue:
@@ -73,7 +77,11 @@ class GangQueue:
         self._entries: dict[GangKey, _Entry] = {}
         self._active: list[tuple[tuple[int, float, GangKey], int, GangKey]] = []
         self._backoff: list[tuple[float, int, GangKey]] = []
-        self._by_shape: dict[PodShape, set[GangKey]] = {}
+        #: Gangs backing off, per shape they wait for room for, in the queue's order: freed room wakes the
+        #: first few, which must not cost a pass over a backlog of thousands (each pod that ends frees room).
+        self._by_shape: dict[PodShape, list[tuple[tuple[int, float, GangKey], GangKey]]] = {}
+        #: Gangs per state, for the queue-depth gauge of every sync.
+        self._counts: Counter[State] = Counter()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -86,6 +94,7 @@ class GangQueue:
         entry = self._entries.get(key)
         if entry is None:
             entry = self._entries[key] = _Entry(key, priority, created)
+            self._counts[entry.state] += 1
         entry.priority, entry.created = priority, created
         self._activate(entry)
 
@@ -93,6 +102,7 @@ class GangQueue:
         entry = self._entries.pop(key, None)
         if entry is not None:
             self._unindex(entry)
+            self._counts[entry.state] -= 1
 
     def done(self, key: GangKey) -> None:
         """The gang needs nothing more (fully placed): forget it and its failures."""
@@ -105,7 +115,7 @@ class GangQueue:
         entry = self._entries.get(key)
         if entry is not None:
             self._unindex(entry)
-            entry.state = State.BINDING
+            self._move(entry, State.BINDING)
             entry.version += 1
 
     def failed(self, key: GangKey, wake: Wake, *, at_most: float | None = None) -> float:
@@ -121,11 +131,13 @@ class GangQueue:
         if at_most is not None:
             delay = max(0.0, min(delay, at_most))
         self._unindex(entry)
-        entry.state, entry.until, entry.wake = State.BACKOFF, self.clock.monotonic() + delay, wake
+        self._move(entry, State.BACKOFF)
+        entry.until, entry.wake = self.clock.monotonic() + delay, wake
         entry.version += 1
         heapq.heappush(self._backoff, (entry.until, entry.version, key))
+        entry.indexed = order(entry.priority, entry.created, key)
         for shape in wake.shapes:
-            self._by_shape.setdefault(shape, set()).add(key)
+            bisect.insort(self._by_shape.setdefault(shape, []), (entry.indexed, key))
         return delay
 
     def pop(self) -> GangKey | None:
@@ -135,7 +147,7 @@ class GangQueue:
             _, version, key = heapq.heappop(self._active)
             entry = self._entries.get(key)
             if entry is not None and entry.version == version and entry.state is State.ACTIVE:
-                entry.state = State.POPPED
+                self._move(entry, State.POPPED)
                 return key
         return None
 
@@ -166,32 +178,26 @@ class GangQueue:
         (asked once per distinct shape, not once per gang). Wakes, in queue order, the gangs waiting
         for that shape that the room holds, and the first one it does not; only those of priority
         ``above`` or higher when given. Returns how many woke."""
-        woken = 0
-        for shape, keys in list(self._by_shape.items()):
-            budget = room(shape) if keys else 0
-            if budget <= 0:
-                continue
-            waiting = sorted(
-                (
-                    entry
-                    for entry in map(self._entries.get, keys)
-                    if entry is not None and entry.state is State.BACKOFF and (above is None or entry.priority > above)
-                ),
-                key=lambda entry: order(entry.priority, entry.created, entry.key),
-            )
+        woken: dict[GangKey, _Entry] = {}  # in order, each once
+        for shape, waiting in list(self._by_shape.items()):
+            budget = room(shape) if waiting else 0
             beyond = False
-            for entry in waiting:
-                if budget <= 0:
-                    break
+            for rank, key in waiting:  # in the queue's order: the first few are what the room is for
+                if budget <= 0 or (above is not None and -rank[0] <= above):
+                    break  # out of room, or down to gangs not above ``above`` (the order is by priority first)
+                entry = self._entries.get(key)
+                if entry is None or entry.state is not State.BACKOFF or key in woken:
+                    continue  # (a gang waiting for two shapes, woken for the other one)
                 if entry.wake.pods <= budget:
                     budget -= entry.wake.pods
                 elif beyond:
                     continue
                 else:
                     beyond = True  # too big for the freed room alone; with what was free before, maybe
-                self._activate(entry)
-                woken += 1
-        return woken
+                woken[key] = entry
+        for entry in woken.values():
+            self._activate(entry)
+        return len(woken)
 
     def next_ready(self) -> float | None:
         """When the earliest backoff ends (monotonic seconds), or None."""
@@ -204,13 +210,15 @@ class GangQueue:
         return None
 
     def depth(self) -> dict[str, int]:
-        found = {"active": 0, "backoff": 0, "in_flight": 0}
-        for entry in self._entries.values():
-            found["in_flight" if entry.state in (State.POPPED, State.BINDING) else entry.state.value] += 1
-        return found
+        counts = self._counts
+        return {
+            "active": counts[State.ACTIVE],
+            "backoff": counts[State.BACKOFF],
+            "in_flight": counts[State.POPPED] + counts[State.BINDING],
+        }
 
     def waiting_shapes(self) -> Iterable[PodShape]:
-        return [shape for shape, keys in self._by_shape.items() if keys]
+        return [shape for shape, waiting in self._by_shape.items() if waiting]
 
     def _expire_backoffs(self) -> None:
         now = self.clock.monotonic()
@@ -220,16 +228,28 @@ class GangQueue:
             if entry is not None and entry.version == version and entry.state is State.BACKOFF:
                 self._activate(entry)
 
+    def _move(self, entry: _Entry, state: State) -> None:
+        self._counts[entry.state] -= 1
+        self._counts[state] += 1
+        entry.state = state
+
     def _activate(self, entry: _Entry) -> None:
         self._unindex(entry)
-        entry.state = State.ACTIVE
+        self._move(entry, State.ACTIVE)
         entry.version += 1
         heapq.heappush(self._active, (order(entry.priority, entry.created, entry.key), entry.version, entry.key))
 
     def _unindex(self, entry: _Entry) -> None:
+        if entry.indexed is None:
+            return
+        item = (entry.indexed, entry.key)
+        entry.indexed = None
         for shape in entry.wake.shapes:
-            keys = self._by_shape.get(shape)
-            if keys is not None:
-                keys.discard(entry.key)
-                if not keys:
-                    del self._by_shape[shape]
+            waiting = self._by_shape.get(shape)
+            if waiting is None:
+                continue
+            at = bisect.bisect_left(waiting, item)
+            if at < len(waiting) and waiting[at] == item:
+                del waiting[at]
+            if not waiting:
+                del self._by_shape[shape]

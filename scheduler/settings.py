@@ -77,6 +77,12 @@ class StarvationSettings:
     max_hold_seconds: float = 1800.0
     """A reservation that has not let its gang bind after this long is released, and the next domain
     is tried."""
+    runtime_history: int = 1000
+    """Runtimes kept per kind of pod (namespace, priority, request) to guess when pods without
+    ``activeDeadlineSeconds`` end (``scheduler/runtimes.py``); 0 learns nothing (such pods may run forever)."""
+    backfill_confidence: float = 0.9
+    """A gang whose pods set no deadline uses a reservation's room only if its kind of pod has ended before
+    the reservation could start in this share of the runs seen."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -287,6 +293,8 @@ def _check(settings: Settings) -> None:
         raise SettingsError(
             "preemption: maxDomainsTried, nominationTimeoutSeconds and refusedRetrySeconds must be positive"
         )
+    if settings.starvation.runtime_history < 0 or not 0 < settings.starvation.backfill_confidence <= 1:
+        raise SettingsError("starvation: runtimeHistory must be 0 or more and backfillConfidence above 0 and at most 1")
     if settings.starvation.max_reservations < 1 or settings.starvation.max_hold_seconds <= 0:
         raise SettingsError(
             "starvation: maxReservations and maxHoldSeconds must be positive (to reserve nothing, set enabled: false)"

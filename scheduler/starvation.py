@@ -36,7 +36,7 @@ was displaced, and wakes the gang next in line at the level of one that ended fo
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -44,18 +44,23 @@ import numpy as np
 from scheduler.clock import Clock
 from scheduler.decision import Code, Outcome
 from scheduler.gangs import GangKey, GangSpec
+from scheduler.gangs.fields import timestamp
 from scheduler.queue import order
+from scheduler.runtimes import Estimate
 from scheduler.settings import StarvationSettings
-from scheduler.state import ClusterState
+from scheduler.state import ClusterState, RunningPod
 from topology import HOSTNAME, GangRequest, PodShape, Snapshot
 from topology.domains import FloatArray, IntArray
-from topology.drain import DrainPlan, Level, choose_drain, minimum_shapes
+from topology.drain import DrainPlan, Level, choose_drain, choose_parts_drain, minimum_shapes, parts_constrained
 from topology.fit import cumsum_by_group
 from topology.quantities import amount_words as counted
 from topology.reasons import short_name
 
 Requests = tuple[tuple[str, int], ...]
 _NEVER = np.iinfo(np.int64).max
+#: How long a runtime estimate is used before it is made again: what was learned moves slowly, and making
+#: it sorts every kind's runtimes (the ages it is applied to are always the current ones).
+_ESTIMATE_SECONDS = 60.0
 #: A backoff cut short to the moment a gang may reserve ends this much later, so that clock arithmetic
 #: never tries it a hair too early.
 _MARGIN = 0.001
@@ -122,6 +127,11 @@ class Starvation:
         self._levels: dict[GangKey, tuple[object, Level, bool]] = {}
         #: Shadow times, worked out once per sync of the loop (pods on the drained nodes change in between).
         self._shadows: dict[GangKey, float] = {}
+        #: When pods without a deadline are expected to end, learned from those that did (``runtimes.py``),
+        #: and when it was worked out (wall seconds): it is made again at most every ``_ESTIMATE_SECONDS``.
+        self._estimate: tuple[Estimate, float] | None = None
+        #: The running pods' slots, kinds and ages (nan: not started), once per sync.
+        self._lifetimes: tuple[IntArray, IntArray, FloatArray] | None = None
         self._ended: list[Ended] = []
 
     def __len__(self) -> int:
@@ -137,8 +147,45 @@ class Starvation:
         return sorted(self._by_gang.values(), key=lambda reservation: reservation.rank)
 
     def refresh(self) -> None:
-        """The cluster changed (a sync of the loop): shadow times are worked out again when asked."""
+        """The cluster changed (a sync of the loop): shadow times and guesses are worked out again when asked."""
         self._shadows.clear()
+        self._lifetimes = None
+
+    def _guessed(self) -> tuple[Estimate, IntArray, IntArray, FloatArray]:
+        """The runtime estimate, and every running pod's slot, kind and age (nan where it has not started)."""
+        now = self.clock.wall()
+        if self._lifetimes is None:
+            slots, kinds, started = self.state.running.lifetimes(self.state.started)
+            self._lifetimes = (slots, kinds, np.maximum(now - started, 0.0))
+        slots, kinds, ages = self._lifetimes
+        if self._estimate is None or now - self._estimate[1] >= _ESTIMATE_SECONDS or now < self._estimate[1]:
+            self._estimate = (self.state.runtimes.estimate(kinds, ages), now)
+        return self._estimate[0], slots, kinds, ages
+
+    def expected_end(self, kind: int, age: float, *, early: bool = False) -> float:
+        """When a pod of ``kind`` that has run ``age`` seconds is expected to end (wall seconds; inf: no
+        guess); ``early``: as soon as it plausibly could (see ``runtimes.py``, Backfill)."""
+        estimate = self._guessed()[0]
+        share = 1.0 - self.settings.backfill_confidence if early else None
+        return float(estimate.ends(np.array([kind]), np.array([age]), self.clock.wall(), share=share)[0])
+
+    def runtime(self, spec: GangSpec) -> float | None:
+        """How long the gang may run once started: the longest ``activeDeadlineSeconds`` of its pods, or, for
+        a pod with none, the runtime its kind does not outlast with ``starvation.backfillConfidence``; None
+        when one of them could run for as long as anyone knows."""
+        longest = 0.0
+        for member in spec.request.members():
+            record = self.state.pod(member.key)
+            if record is None:
+                return None
+            limit = record.runtime_limit
+            if limit is None:
+                kind = self.state.runtime_kind(member.key)
+                limit = self._guessed()[0].runtime(kind, self.settings.backfill_confidence)
+                if limit is None:
+                    return None
+            longest = max(longest, limit)
+        return longest
 
     # -- who reserves what -------------------------------------------------------------------------
 
@@ -168,7 +215,7 @@ class Starvation:
         reservation (or None) and the one it displaced (or None). A gang holding one keeps it."""
         if spec.key in self._by_gang:
             return self._closer(spec, request), None
-        if _nested_constraint(request):
+        if parts_constrained(request) and _any_placed(request):
             return None, None
         snapshot = self.state.snapshot
         shapes = minimum_shapes(request)
@@ -187,20 +234,9 @@ class Starvation:
         taken = self._taken(snapshot, request, exclude=displaced.gang if displaced else None)
         priorities, ready = self._nodes_now(snapshot)
         tried = self._tried.setdefault(spec.key, set())
-        plan = choose_drain(
-            snapshot,
-            shapes,
-            (level,),
-            node_priority=priorities,
-            node_ready=ready,
-            taken=taken,
-            skip=tried,
-            within=within,
-        )
+        plan = self._drain(request, shapes, level, priorities, ready, taken=taken, skip=tried, within=within)
         if plan is None and tried:  # every domain may have had its turn: then the round starts again
-            plan = choose_drain(
-                snapshot, shapes, (level,), node_priority=priorities, node_ready=ready, taken=taken, within=within
-            )
+            plan = self._drain(request, shapes, level, priorities, ready, taken=taken, skip=(), within=within)
             if plan is not None:
                 tried.clear()
         if plan is None:
@@ -223,12 +259,12 @@ class Starvation:
             return None
         snapshot = self.state.snapshot
         priorities, ready = self._nodes_now(snapshot)
-        plan = choose_drain(
-            snapshot,
+        plan = self._drain(
+            request,
             minimum_shapes(request),
-            (held.level,),
-            node_priority=priorities,
-            node_ready=ready,
+            held.level,
+            priorities,
+            ready,
             taken=self._taken(snapshot, request, exclude=spec.key),
             skip=self._tried.get(spec.key, set()),
             within=_pinned_domain(snapshot, request),
@@ -240,6 +276,30 @@ class Starvation:
         self._by_gang[spec.key] = moved
         self._layouts[spec.key] = (snapshot.generation, plan.rows, plan.demand)
         return moved
+
+    def _drain(
+        self,
+        request: GangRequest,
+        shapes: Counter[PodShape],
+        level: Level,
+        priorities: IntArray,
+        ready: FloatArray | None,
+        *,
+        taken: IntArray | None,
+        skip: Collection[tuple[Level, str]],
+        within: str | None,
+    ) -> DrainPlan | None:
+        """Where the gang would fit soonest at ``level``: one drain for its pods, or, for a composite whose
+        parts each require a domain, one per part inside the domain chosen."""
+        snapshot = self.state.snapshot
+        if parts_constrained(request):
+            return choose_parts_drain(
+                snapshot, request, level, node_priority=priorities, node_ready=ready, taken=taken, skip=skip
+            )
+        return choose_drain(
+            snapshot, shapes, (level,), node_priority=priorities, node_ready=ready, taken=taken, skip=skip,
+            within=within,
+        )  # fmt: skip
 
     def _level(self, gang: GangKey, request: GangRequest, shapes: Counter[PodShape]) -> tuple[Level, bool]:
         """The level the gang reserves at, and whether any domain there could ever hold it (cached until the
@@ -256,25 +316,39 @@ class Starvation:
         else:
             levels = self.narrowest_first
         anything = np.zeros(snapshot.n_nodes, dtype=np.int64)  # what runs where does not decide the level
-        plan = choose_drain(snapshot, shapes, levels, node_priority=anything)
+        if parts_constrained(request):  # the composite's own level (its parts' are theirs)
+            if request.required is not None:
+                levels = (request.required,)
+            else:
+                levels = (request.preferred, None) if request.preferred is not None else (None,)
+            plans = (choose_parts_drain(snapshot, request, level, node_priority=anything) for level in levels)
+            plan = next((plan for plan in plans if plan is not None), None)
+        else:
+            plan = choose_drain(snapshot, shapes, levels, node_priority=anything)
         found = (plan.level, True) if plan is not None else (None, False)
         self._levels[gang] = (key, *found)
         return found
 
     def _nodes_now(self, snapshot: Snapshot) -> tuple[IntArray, FloatArray]:
-        """Per node, the highest priority running there and when every pod there will have ended at the
-        latest (``RunningPods``), counting pods placed and not bound yet: they start about now and run for
-        their limit (or forever)."""
+        """Per node, the highest priority running there and when every pod there will have ended
+        (``RunningPods``): at the latest from their deadlines, else as their kind's runtimes suggest (or
+        never). Pods placed and not bound yet count too: they start about now."""
         now = self.clock.wall()
         priorities = self.state.running.cheapest(snapshot, _NEVER)[0]
-        ready = self.state.running.ready_at(snapshot, now)
+        estimate, slots, kinds, ages = self._guessed()
+        guessed = estimate.ends(kinds, np.nan_to_num(ages, nan=0.0), now)  # not started yet: starts about now
+        ready = self.state.running.ready_at(snapshot, now, guessed=(slots, guessed))
         for pod, assumption in self.state.assumed.items():
             row = snapshot.index_of(assumption.node)
             if row is None:
                 continue
             record = self.state.pod(pod)
             limit = record.runtime_limit if record is not None else None
-            ready[row] = max(ready[row], float("inf") if limit is None else now + limit)
+            if limit is not None:
+                ends = now + limit
+            else:
+                ends = self.expected_end(self.state.runtime_kind(pod), 0.0) if record is not None else float("inf")
+            ready[row] = max(ready[row], ends)
             priorities[row] = max(priorities[row], record.priority if record is not None else 0)
         return priorities, ready
 
@@ -389,6 +463,8 @@ class Starvation:
         self._levels.clear()
         self._shadows.clear()
         self._ended.clear()
+        self._estimate = None
+        self._lifetimes = None
 
     # -- what others see ---------------------------------------------------------------------------
 
@@ -434,8 +510,9 @@ class Starvation:
         return int(np.clip(short, 0, None).sum())
 
     def shadow(self, held: DomainReservation) -> float:
-        """The latest moment (wall seconds) by which the reserved gang's nodes will have room for it, from
-        the deadlines of the pods on them: a pod with none makes it unknown (infinite)."""
+        """The moment (wall seconds) by which the reserved gang's nodes will have room for it: at the latest,
+        from the deadlines of the pods on them; for a pod with none, as early as its kind's runtimes say it
+        plausibly ends (unknown, infinite, when nothing was learned)."""
         cached = self._shadows.get(held.gang)
         if cached is None:
             cached = self._shadows[held.gang] = self._shadow(held)
@@ -455,7 +532,7 @@ class Starvation:
                 assumed = self.state.assumed.get(pod)
                 requests = record.requests if record is not None else assumed.requests if assumed else {}
                 node_of.append(i)
-                ends.append(max(now, record.ends_by(now)) if record is not None else float("inf"))
+                ends.append(max(now, self._ends(pod, record, now, early=True)) if record is not None else float("inf"))
                 vectors.append(snapshot.request_vector(tuple(sorted(requests.items()))).vector)
         free = np.maximum(snapshot.free[rows], 0)
         ready = np.where((free >= demand).all(axis=1), now, float("inf"))
@@ -470,6 +547,15 @@ class Starvation:
             enough = (free[by_node] + released >= demand[by_node]).all(axis=1)
             np.minimum.at(ready, by_node[enough], when[enough])
         return float(ready.max())
+
+    def _ends(self, pod: str, record: RunningPod, now: float, *, early: bool) -> float:
+        """When a pod will have ended: by its deadline if it has one, else when its kind's runtimes suggest."""
+        bound = record.ends_by(now)
+        if bound < float("inf"):
+            return bound
+        started = timestamp(record.start)
+        age = 0.0 if started is None else max(now - started, 0.0)
+        return self.expected_end(self.state.runtime_kind(pod), age, early=early)
 
     def _layout(self, gang: GangKey) -> tuple[IntArray, IntArray]:
         """A reservation's node rows and demand on this snapshot (nodes gone since are left out)."""
@@ -493,10 +579,10 @@ class Starvation:
         return layout
 
 
-def _nested_constraint(request: GangRequest) -> bool:
-    """Whether a part below the root requires a domain of its own (each part of a service in its own rack):
-    one set of drained nodes cannot say where each part goes, so such gangs make no reservation."""
-    return any(part.required is not None for part in request.walk() if part is not request)
+def _any_placed(request: GangRequest) -> bool:
+    """Whether some member runs already: in a composite whose parts require domains, where it runs pins
+    where its part goes, which the parts' drain does not follow (such a gang reserves nothing)."""
+    return any(member.node is not None for member in request.members())
 
 
 def _pinned_domain(snapshot: Snapshot, request: GangRequest) -> str | None:
@@ -510,18 +596,6 @@ def _pinned_domain(snapshot: Snapshot, request: GangRequest) -> str | None:
         if row is not None and column.ids[row] >= 0:
             return str(column.values[int(column.ids[row])])
     return None
-
-
-def runtime_bound(spec: GangSpec, state: ClusterState) -> float | None:
-    """The longest ``activeDeadlineSeconds`` among the gang's pods: how long it can run once started;
-    None when one of them has none (it may run forever)."""
-    longest = 0.0
-    for member in spec.request.members():
-        record = state.pod(member.key)
-        if record is None or record.runtime_limit is None:
-            return None
-        longest = max(longest, record.runtime_limit)
-    return longest
 
 
 def amount_words(resource: str, amount: int) -> str:
@@ -579,7 +653,8 @@ def reserving_note(starvation: Starvation, held: DomainReservation) -> str:
         f"Gang {held.gang} {holds_words(starvation, held)}. It has waited longer than "
         "starvation.reserveAfterSeconds: the room "
         f"freeing up on {nodes} is kept for it for up to {starvation.settings.max_hold_seconds:.0f}s, and other "
-        "gangs use it only if they are sure to end first (activeDeadlineSeconds)."
+        "gangs use it only if they are sure to end first (by their activeDeadlineSeconds, or as pods like theirs "
+        "have been seen to)."
     )
 
 
@@ -588,6 +663,6 @@ def held_back_note(held: list[ReservedRoom]) -> str:
     parts = [f"{_room_on(item)} is held for gang {item.reservation.gang}, which has waited too long" for item in held]
     joined = "; ".join(parts)
     return (
-        f" {joined[0].upper()}{joined[1:]} (a gang whose pods all set activeDeadlineSeconds may use it if it is "
-        "sure to end before that gang could start)."
+        f" {joined[0].upper()}{joined[1:]} (a gang may use it if it is sure to end before that gang could start: "
+        "its pods' activeDeadlineSeconds say so, or pods like them have been seen to end in time)."
     )

@@ -48,6 +48,7 @@ from scheduler.gangs import GangIndex, GangKey
 from scheduler.gangs.fields import timestamp
 from scheduler.gangs.pods import UPSTREAM_GROUP
 from scheduler.ports.port import DISRUPTION_BUDGETS, DRA_GROUP, NODES, PODS, ApiResource, Change
+from scheduler.runtimes import Runtimes
 from scheduler.settings import Settings
 from scheduler.strings import SharedStrings
 from topology import (
@@ -174,6 +175,8 @@ class ClusterState:
         self._pods: dict[str, RunningPod] = {}
         #: Pods bound and not finished, by priority (what preemption could free).
         self.running = RunningPods()
+        #: How long pods run, learned from those that ended (``runtimes.py``): when a domain may empty.
+        self.runtimes = Runtimes(settings.starvation.runtime_history)
         #: Pending pods whose ``status.nominatedNodeName`` names a node: (node, requests, priority). The
         #: room is theirs against lower priorities until the API shows the nomination gone, whichever
         #: process (or an earlier leader) wrote it.
@@ -242,6 +245,7 @@ class ClusterState:
         namespace, name = _key(obj)
         key = f"{namespace}/{name}"
         if change.type == "DELETED":
+            self._learn_runtime(self._pods.get(key), None, self.runtime_kind(key))
             self._drop_pod(key)
             self._claiming.pop(key, None)
             self.index.delete_pod(namespace, name)
@@ -283,8 +287,18 @@ class ClusterState:
         priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
         deleting = metadata.get("deletionTimestamp") is not None
         limit, ends_at = _lifetime(spec, status, metadata)
+        kind = self.runtimes.kind(namespace, priority, requests)
         if node is not None and not finished:
-            self.running.set(key, node, requests, priority, deleting=deleting, ends_at=ends_at, runtime_limit=limit)
+            self.running.set(
+                key,
+                node,
+                requests,
+                priority,
+                deleting=deleting,
+                ends_at=ends_at,
+                runtime_limit=limit,
+                kind=kind,
+            )
         else:
             self.running.remove(key)
         nominated = status.get("nominatedNodeName")
@@ -293,6 +307,8 @@ class ClusterState:
         else:
             self.nominated.pop(key, None)
         victim_of = _victim_message(status)
+        if finished and (previous is None or not previous.finished) and victim_of is None:
+            self._learn_runtime(previous, status, kind)
         marked = victim_of if node is not None and not finished and not deleting else None
         if marked is not None and not marked.startswith(self._victim_prefixes):
             marked = None  # another scheduler's preemption: its own to finish
@@ -446,6 +462,37 @@ class ClusterState:
         now, grace = self.clock.monotonic(), self.settings.permit.replacement_grace_seconds
         departures, self._departures = [d for d in self._departures if now - d.at < grace], []
         return departures
+
+    def _learn_runtime(self, previous: RunningPod | None, status: Mapping[str, Any] | None, kind: int) -> None:
+        """A pod of ``kind`` ended (``status``: as it finished; None: deleted): learn how long it ran, if that
+        can be told. A pod seen only once it had finished (a new leader's list) counts if its status says when its
+        containers finished; one Phalanx preempted does not count (it did not end by itself)."""
+        if previous is not None and previous.preempted:
+            return
+        running = previous is not None and previous.node is not None and not previous.finished
+        if status is None:  # deleted: its room comes back now
+            started = timestamp(previous.start) if previous is not None and running else None
+            if started is not None:
+                self.runtimes.ended(kind, self.clock.wall() - started)
+            return
+        started = timestamp(status.get("startTime"))
+        finished = _finished_at(status)
+        if finished is None and running:
+            finished = self.clock.wall()
+        if started is not None and finished is not None:
+            self.runtimes.ended(kind, finished - started)
+
+    def runtime_kind(self, pod: str) -> int:
+        """What the pod's runtime is learned and guessed as (``Runtimes.kind``); -1 for a pod not known."""
+        record = self._pods.get(pod)
+        if record is None:
+            return -1
+        return self.runtimes.kind(pod.partition("/")[0], record.priority, record.requests)
+
+    def started(self, pod: str) -> float | None:
+        """When the pod started (``status.startTime``, else its creation), in wall seconds, if known."""
+        record = self._pods.get(pod)
+        return timestamp(record.start) if record is not None else None
 
     def _requests(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """The pod's effective request, one shared dict per distinct request (most pods repeat a few)."""
@@ -741,6 +788,17 @@ def _victim_message(status: Mapping[str, Any]) -> str | None:
             message = condition.get("message")
             return message if isinstance(message, str) else ""
     return None
+
+
+def _finished_at(status: Mapping[str, Any]) -> float | None:
+    """When a finished pod's last container finished (``containerStatuses[].state.terminated.finishedAt``)."""
+    latest = None
+    for container in status.get("containerStatuses") or ():
+        terminated = ((container or {}).get("state") or {}).get("terminated") or {}
+        finished = timestamp(terminated.get("finishedAt"))
+        if finished is not None and (latest is None or finished > latest):
+            latest = finished
+    return latest
 
 
 def _grace(pod: Mapping[str, Any]) -> float:

@@ -40,6 +40,7 @@ from typing import Any
 
 from benchinfo import machine
 from quality.baselines import algorithms
+from quality.cache import ReplayCache
 from quality.optimum import optimum
 from quality.replay import TRACE, Replay, read_trace, stats, window
 from quality.saturation import run_stream, summary
@@ -55,6 +56,9 @@ from quality.workloads import (
 from scheduler.logs import configure
 
 NAMES = list(algorithms())
+#: The Philly replay's baselines do not change with Phalanx's placement or reservations: their figures are
+#: kept per harness version (``quality.replay.HARNESS_VERSION`` and the harness's source) and read back.
+CACHE = ReplayCache()
 #: Rows of the Philly replay beyond the placers: (placer, domain reservations, pods set activeDeadlineSeconds).
 REPLAYED = {
     "phalanx": ("phalanx", True, False),
@@ -62,6 +66,7 @@ REPLAYED = {
     "phalanx-greedy": ("phalanx", False, False),
     **{name: (name, False, False) for name in NAMES if name != "phalanx"},
 }
+CACHED = frozenset(name for name in REPLAYED if not name.startswith("phalanx"))
 
 
 def spread(values: list[float]) -> list[float]:
@@ -125,8 +130,17 @@ def optimum_shares(seeds: list[int], per_seed: int) -> dict[str, Any]:
     return report
 
 
-def _replay_one(task: tuple[str, float, int, float, float, str]) -> tuple[str, float, int, dict[str, float], float]:
-    name, load, seed, hours, days, trace = task
+#: One replay: row, load, seed, hours, days, the trace's path, and whether a baseline's figures may come from
+#: (and go to) the cache.
+ReplayTask = tuple[str, float, int, float, float, str, bool]
+
+
+def _replay_one(task: ReplayTask) -> tuple[str, float, int, dict[str, float], float]:
+    name, load, seed, hours, days, trace, cached = task
+    key = f"{name}-load{load:g}-seed{seed}-{hours:g}h-{days:g}d"
+    kept = CACHE.get(trace, key) if cached and name in CACHED else None
+    if kept is not None:
+        return name, load, seed, kept, 0.0
     configure("error")
     size = SIZES[1024]
     jobs = window(read_trace(Path(trace)), seed, days, load, size.n_nodes * 8, hours=hours)
@@ -136,13 +150,24 @@ def _replay_one(task: tuple[str, float, int, float, float, str]) -> tuple[str, f
     result = replay.run(jobs)
     figures = stats(result)
     figures["jobs"] = len(jobs)
+    if cached and name in CACHED:
+        CACHE.put(trace, key, figures)
     return name, load, seed, figures, time.perf_counter() - started
 
 
 def philly(
-    loads: list[float], seeds: list[int], *, hours: float, days: float, workers: int, trace: str
+    loads: list[float],
+    seeds: list[int],
+    *,
+    hours: float,
+    days: float,
+    workers: int,
+    trace: str,
+    rows: list[str] | None = None,
+    cached: bool = True,
 ) -> dict[str, Any]:
-    tasks = [(name, load, seed, hours, days, trace) for load in loads for seed in seeds for name in REPLAYED]
+    names = rows or list(REPLAYED)
+    tasks = [(name, load, seed, hours, days, trace, cached) for load in loads for seed in seeds for name in names]
     collected: dict[tuple[float, str], list[dict[str, float]]] = {}
     with ProcessPoolExecutor(max_workers=workers) as pool:
         for name, load, _seed, figures, _seconds in pool.map(_replay_one, tasks):
@@ -202,7 +227,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plots", metavar="DIR", help="write the PNG pictures into DIR")
     parser.add_argument("--only", nargs="+", choices=["saturation", "optimum", "philly", "adversarial", "elastic"])
     parser.add_argument("--trace", default=str(TRACE), help=f"the Philly CSV (default {TRACE})")
+    parser.add_argument(
+        "--rows",
+        nargs="+",
+        choices=list(REPLAYED),
+        metavar="ROW",
+        help=f"philly: only these rows ({', '.join(REPLAYED)})",
+    )
+    parser.add_argument(
+        "--loads", nargs="+", type=float, metavar="LOAD", help="philly: only these offered loads (e.g. 0.95)"
+    )
+    parser.add_argument(
+        "--no-cache", action="store_true", help=f"philly: replay the baselines again, not from {CACHE.folder}"
+    )
     args = parser.parse_args(argv)
+    if args.plots and (args.rows or args.loads):
+        parser.error("--plots draws every row at every load: leave out --rows and --loads")
     log = sys.stderr if args.json else sys.stdout
     print(
         f"command: scripts/bench_quality.py {' '.join(argv if argv is not None else sys.argv[1:])}".rstrip(), file=log
@@ -225,9 +265,18 @@ def main(argv: list[str] | None = None) -> int:
         timings["optimum"] = time.perf_counter() - started
     if "philly" in wanted:
         started = time.perf_counter()
-        loads = [0.85] if args.quick else [0.7, 0.85, 0.95]
+        loads = args.loads or ([0.85] if args.quick else [0.7, 0.85, 0.95])
         hours = 1.0 if args.quick else 4.0
-        report["philly"] = philly(loads, seeds, hours=hours, days=14.0, workers=os.cpu_count() or 1, trace=args.trace)
+        report["philly"] = philly(
+            loads,
+            seeds,
+            hours=hours,
+            days=14.0,
+            workers=os.cpu_count() or 1,
+            trace=args.trace,
+            rows=args.rows,
+            cached=not args.no_cache,
+        )
         timings["philly"] = time.perf_counter() - started
     if "adversarial" in wanted:
         started = time.perf_counter()

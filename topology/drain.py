@@ -12,6 +12,11 @@ A gang that has waited too long is given the room that frees up on a few nodes o
 One vectorized pass per pod shape covers every domain at once (nodes sorted by domain, then by cost;
 running sums restart at each domain). The result is a :class:`DrainPlan`: the rows, and what the gang
 will take on each, which is what is held back from others while the room frees up.
+
+A composite whose parts require domains of their own (a service's prefill and decode replicas, each in a
+rack of one block) drains part by part (:func:`choose_parts_drain`): the top-level domain first, as for
+all the gang's pods, then inside it each part's own domain, the largest part first, each seeing what
+the parts before it hold as taken.
 """
 
 from __future__ import annotations
@@ -213,3 +218,80 @@ def _domain_index(snapshot: Snapshot, level: Level, value: str) -> int | IntArra
         return 0
     found = snapshot.label(level).index.get(value)
     return np.zeros(0, dtype=np.int64) if found is None else found
+
+
+def parts_constrained(request: GangRequest) -> bool:
+    """Whether a part below the gang's root requires a domain of its own (a replica in one rack)."""
+    return any(part.required is not None for part in request.walk() if part is not request)
+
+
+def choose_parts_drain(
+    snapshot: Snapshot,
+    request: GangRequest,
+    level: Level,
+    *,
+    node_priority: IntArray,
+    node_ready: FloatArray | None = None,
+    taken: IntArray | None = None,
+    skip: Collection[tuple[Level, str]] = (),
+) -> DrainPlan | None:
+    """The drain plan of a composite whose parts require domains of their own: the domain of ``level`` (the
+    composite's required level, or None for the whole cluster) chosen as for all its pods, then inside it
+    a domain per part its minimum needs (the largest first; parts of parts alike), their nodes and demand
+    together. None when some part finds no domain."""
+    held = np.zeros_like(snapshot.allocatable) if taken is None else taken
+    found = _parts_demand(snapshot, request, level, held, node_priority=node_priority, node_ready=node_ready, skip=skip)
+    if found is None:
+        return None
+    whole, demand = found
+    rows = np.flatnonzero(demand.any(axis=1)).astype(np.int64)
+    main = snapshot.resources.index(whole.resource)
+    still = np.clip(demand[rows, main] - np.maximum(snapshot.free[rows, main], 0), 0, None)
+    return DrainPlan(
+        level=level,
+        domain=whole.domain,
+        rows=rows,
+        demand=demand[rows],
+        resource=whole.resource,
+        wanted=int(demand[rows, main].sum()),
+        in_use=int(still.sum()),
+        highest_priority=int(node_priority[rows].max()) if len(rows) else -1,
+    )
+
+
+def _parts_demand(
+    snapshot: Snapshot,
+    part: GangRequest,
+    level: Level,
+    taken: IntArray,
+    *,
+    node_priority: IntArray,
+    node_ready: FloatArray | None,
+    skip: Collection[tuple[Level, str]],
+) -> tuple[DrainPlan, IntArray] | None:
+    """The part's drain (for all its pods) and, per node, what it and its parts take there."""
+    whole = choose_drain(
+        snapshot, minimum_shapes(part), (level,), node_priority=node_priority, node_ready=node_ready, taken=taken,
+        skip=skip,
+    )  # fmt: skip
+    if whole is None:
+        return None
+    demand = np.zeros_like(snapshot.allocatable)
+    if not parts_constrained(part):
+        demand[whole.rows] = whole.demand
+        return whole, demand
+    # Inside the chosen domain only: room elsewhere reads as taken.
+    inside = taken.copy()
+    if level is not None:
+        outside = snapshot.label(level).ids != _domain_index(snapshot, level, whole.domain)
+        inside[outside] = snapshot.allocatable[outside]
+    needed = sorted(part.children, key=lambda child: (child.minimum_pods(), child.key))[: part.min_children]
+    for child in sorted(needed, key=lambda child: (-child.minimum_pods(), child.key)):
+        found = _parts_demand(
+            snapshot, child, child.required, inside, node_priority=node_priority, node_ready=node_ready, skip=()
+        )
+        if found is None:
+            return None
+        inside += found[1]
+        demand += found[1]
+    return whole, demand

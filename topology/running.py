@@ -10,7 +10,7 @@ distinct request.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -44,6 +44,11 @@ class RunningPods:
         #: started yet, their runtime limit (inf when none): see :meth:`ready_at`.
         self._ends_at = np.zeros(0, dtype=np.float64)
         self._limit = np.zeros(0, dtype=np.float64)
+        #: What a pod's runtime is learned and guessed as (an id the caller gives; -1 for none), and when it
+        #: started (wall seconds; nan until asked: read through the caller only when a guess is wanted, which
+        #: a large cluster's lists should not pay for, and again after each update of the pod).
+        self._kind = np.zeros(0, dtype=np.int32)
+        self._started = np.zeros(0, dtype=np.float64)
         self._rows_for: tuple[int, int, IntArray] | None = None  # (snapshot id, generation, node id -> row)
         self._priorities_seen: set[int] = set()  # a cluster has a handful of priority values
         self._version = 0  # changes with every set and remove
@@ -66,9 +71,11 @@ class RunningPods:
         deleting: bool,
         ends_at: float | None = None,
         runtime_limit: float | None = None,
+        kind: int = -1,
     ) -> None:
         """Record (or update) a running pod. O(1) amortized. ``ends_at``: the latest it will have ended, if
-        known; else ``runtime_limit`` counts from whenever it is asked (it has not started yet)."""
+        known; else ``runtime_limit`` counts from whenever it is asked (it has not started yet). ``kind``:
+        see :meth:`lifetimes`."""
         self._version += 1
         slot = self._slot.get(pod)
         if slot is None:
@@ -90,6 +97,8 @@ class RunningPods:
         self._occupied[slot] = True
         self._ends_at[slot] = np.inf if ends_at is None else ends_at
         self._limit[slot] = np.inf if runtime_limit is None else runtime_limit
+        self._kind[slot] = kind
+        self._started[slot] = np.nan
 
     def remove(self, pod: str) -> None:
         slot = self._slot.pop(pod, None)
@@ -142,17 +151,38 @@ class RunningPods:
             count += np.bincount(rows, minlength=snapshot.n_nodes)
         return highest, count
 
-    def ready_at(self, snapshot: Snapshot, now: float) -> FloatArray:
+    def ready_at(
+        self, snapshot: Snapshot, now: float, guessed: tuple[IntArray, FloatArray] | None = None
+    ) -> FloatArray:
         """Per node, when every pod on it will have ended at the latest (wall seconds): ``now`` for a node
-        with none, inf where one may run forever."""
+        with none, inf where one may run forever. ``guessed``: slots and when each is expected to end, for
+        pods whose own deadline says nothing (a guess, where the rest is a bound)."""
         ready = np.full(snapshot.n_nodes, now, dtype=np.float64)
         slots = np.flatnonzero(self._occupied)
         if len(slots):
             rows = self._rows(snapshot)[self._node[slots]]
             known = rows >= 0
             ends = np.where(np.isfinite(self._ends_at[slots]), self._ends_at[slots], now + self._limit[slots])
+            if guessed is not None:
+                expected = np.full(len(self._occupied), np.inf)
+                expected[guessed[0]] = guessed[1]
+                ends = np.where(np.isfinite(ends), ends, expected[slots])
             np.maximum.at(ready, rows[known], ends[known])
         return ready
+
+    def lifetimes(self, started: Callable[[str], float | None]) -> tuple[IntArray, IntArray, FloatArray]:
+        """Every pod's slot, kind and start (wall seconds, as ``started(pod)`` says; nan where it says none),
+        for guessing when each ends; asked once per pod and update."""
+        slots = np.flatnonzero(self._occupied)
+        unread = slots[np.isnan(self._started[slots])]
+        for slot in unread.tolist():
+            value = started(self._keys[slot])
+            self._started[slot] = np.inf if value is None else value  # inf: asked, and none known
+        starts = self._started[slots]
+        return slots, self._kind[slots].astype(np.int64), np.where(np.isinf(starts), np.nan, starts)
+
+    def slot_of(self, pod: str) -> int | None:
+        return self._slot.get(pod)
 
     def on_rows(self, snapshot: Snapshot, rows: IntArray, priority: int) -> list[str]:
         """The candidates below ``priority`` running on the given node rows."""
@@ -175,6 +205,8 @@ class RunningPods:
             self._occupied = np.concatenate([self._occupied, np.zeros(grow, dtype=np.bool_)])
             self._ends_at = np.concatenate([self._ends_at, np.zeros(grow, dtype=np.float64)])
             self._limit = np.concatenate([self._limit, np.zeros(grow, dtype=np.float64)])
+            self._kind = np.concatenate([self._kind, np.full(grow, -1, dtype=np.int32)])
+            self._started = np.concatenate([self._started, np.full(grow, np.nan)])
         slot = self._free_slots.pop()
         self._slot[pod] = slot
         self._keys[slot] = pod

@@ -149,6 +149,7 @@ class Loop:
         runs: float | None = None,
         preempts: bool = True,
         annotations: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
         cpu: str | None = None,
         **extra: Any,
     ) -> str:
@@ -179,6 +180,7 @@ class Loop:
                 "uid": name,
                 "creationTimestamp": rfc3339(self.clock.wall()),
                 "annotations": annotations,
+                **({"labels": labels} if labels else {}),
             },
             "spec": spec,
         }

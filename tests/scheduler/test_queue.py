@@ -84,6 +84,25 @@ def test_freed_room_wakes_the_first_gang_it_cannot_hold_alone_and_the_small_ones
     assert drain(gangs) == ["big", "small-1", "small-2"]
 
 
+def test_freed_room_wakes_higher_priorities_first_and_a_gang_of_two_shapes_once() -> None:
+    gangs = queue(ManualClock())
+    one, two = PodShape.of({"nvidia.com/gpu": 1}), PodShape.of({"nvidia.com/gpu": 2})
+    waiting = (("old-low", 0, {one}), ("both", 5, {one, two}), ("new-high", 9, {one}), ("two-only", 0, {two}))
+    for key, priority, shapes in waiting:
+        gangs.add(key, priority, float(len(gangs)))
+        gangs.pop()
+        gangs.failed(key, Wake(nodes=False, shapes=frozenset(shapes), pods=1))
+    gangs.add("old-low", 3, 0.0)  # its priority changed: indexed again under the new one when it fails
+    gangs.pop()
+    gangs.failed("old-low", Wake(nodes=False, shapes=frozenset({one}), pods=1))
+
+    # Room for three 1-GPU pods and one 2-GPU pod, for gangs above priority 2: "both" is woken once, and
+    # "two-only" (priority 0) not at all.
+    assert gangs.wake_capacity(lambda shape: 3 if shape == one else 1, above=2) == 3
+    assert drain(gangs) == ["new-high", "both", "old-low"]
+    assert gangs.depth() == {"active": 0, "backoff": 1, "in_flight": 3}
+
+
 def test_a_gang_may_fail_forever_without_the_backoff_overflowing() -> None:
     clock = ManualClock()
     gangs = queue(clock)

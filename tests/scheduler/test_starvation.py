@@ -6,13 +6,9 @@ import random
 
 import pytest
 
-from scheduler.gangs import GangKey, GangSpec
-from scheduler.gangs.model import Source, Timeout
-from scheduler.ports.port import NODES, PODS, Change
+from scheduler.ports.port import NODES, PODS, ApiResource, Change
 from scheduler.settings import SettingsError, parse_settings
-from tests.builders import gang
 from tests.scheduler.loop import RACK, Loop, settings
-from topology import GangRequest
 
 START = 0.0
 
@@ -332,24 +328,81 @@ def test_a_gang_made_smaller_reserves_once_a_rack_could_hold_it() -> None:
     assert reservation(loop, "pfn:ml/huge") == "rack b0-r1"
 
 
-def test_a_composite_whose_parts_need_a_rack_each_makes_no_reservation() -> None:
-    # One set of drained nodes cannot say where each part goes (README, Limitations): no reservation.
-    loop = Loop()
-    busy_rack(loop, "r0", [8, 8, 8, 8])
-    busy_rack(loop, "r1", [4, 4, 6, 6])
-    service = GangRequest.group("ml/svc", [gang("ml/a", 2, 8, required=RACK), gang("ml/b", 2, 8, required=RACK)])
-    spec = GangSpec(
-        key=GangKey("composite:ml/svc"),
-        source=Source.COMPOSITE,
-        request=service,
-        priority=0,
-        created=loop.clock.wall() - 600,
-        timeout=Timeout(seconds=30, jitter_seconds=0),
-    )
+COMPOSITES = ApiResource("scheduling.phalanx.dev", "v1alpha1", "compositepodgroups", "CompositePodGroup")
+PLUGIN_GROUPS = ApiResource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup")
 
-    made, displaced = loop.loop.starvation.claim(spec, service)
 
-    assert made is None and displaced is None
+def composite_service(
+    loop: Loop, name: str = "svc", *, parts: int = 2, pods: int = 4, runs: float | None = None
+) -> list[str]:
+    """A CompositePodGroup needing all of its ``parts`` (scheduler-plugins PodGroups of ``pods`` 8-GPU pods),
+    each in a rack of its own choosing, the whole in one block."""
+    meta = {"namespace": "ml", "name": name}
+    composite = {
+        "apiVersion": "scheduling.phalanx.dev/v1alpha1",
+        "kind": "CompositePodGroup",
+        "metadata": meta,
+        "spec": {"schedulingPolicy": {"gang": {"minGroupCount": parts}},
+                 "schedulingConstraints": {"topology": [{"key": "example.com/block"}]}},
+    }  # fmt: skip
+    loop.state.apply(COMPOSITES, Change("ADDED", composite))
+    members = []
+    for part in range(parts):
+        group = f"{name}-{part}"
+        loop.state.apply(PLUGIN_GROUPS, Change("ADDED", {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"namespace": "ml", "name": group,
+                         "annotations": {"scheduling.phalanx.dev/parent": name,
+                                         "scheduling.phalanx.dev/topology-required": RACK}},
+            "spec": {"minMember": pods},
+        }))  # fmt: skip
+        members += [
+            loop.submit(f"{group}-{i}", 8, labels={"scheduling.x-k8s.io/pod-group": group}, runs=runs)
+            for i in range(pods)
+        ]
+    return members
+
+
+def test_a_composite_whose_parts_need_a_rack_each_reserves_a_rack_per_part_in_one_block() -> None:
+    """Two racks of one block: r0 nearly full, r1 half busy. A service of two 2-pod parts, each required in
+    a rack of its own choosing: its reservation holds, inside the block, the nodes each part would take."""
+    loop = Loop(racks=2, nodes=4)
+    busy_rack(loop, "r0", [8, 8, 8, 4])
+    busy_rack(loop, "r1", [4, 4, 4, 4])
+    members = composite_service(loop, parts=2, pods=2)
+    loop.settle()
+    assert all(member not in loop.bound() for member in members)
+
+    loop.run_until(301)
+
+    held = loop.loop.starvation.get("phalanx:ml/svc")  # type: ignore[arg-type]
+    assert held is not None and held.where == "block b0"
+    # Each part needs two whole nodes: r1's two first, then r1's other two (8 GPUs in use, where r0's best
+    # two have 12).
+    assert sorted(held.nodes) == [f"b0-r1-n{i}" for i in range(4)]
+    assert held.wanted == 32
+
+
+def test_a_composite_behind_a_stream_of_small_jobs_binds_within_the_bound_of_a_plain_gang() -> None:
+    """As the 64-GPU gang above, but a service of two 4-pod parts, each required in a rack of one block:
+    it binds within 5 + 20 minutes (and a minute of slack) of arriving, as the plain gang does."""
+
+    def service_waits(*, starvation: bool) -> float | None:
+        loop = Loop(racks=2, nodes=8, config=settings(enabled=starvation))
+        rng = random.Random(7)
+        service: list[str] = []
+        for second in range(0, 2 * 3600, 9):
+            loop.run_until(second)
+            loop.submit(f"small-{second}", rng.choice([1, 1, 2]), runs=rng.uniform(300, 1200))
+            if second == 603:
+                service = composite_service(loop, parts=2, pods=4, runs=1800)
+        bound = [loop.bound_at[pod] for pod in service if pod in loop.bound_at]
+        return max(bound) - 603 if len(bound) == len(service) else None
+
+    assert service_waits(starvation=False) is None
+    waited = service_waits(starvation=True)
+    assert waited is not None and waited <= 300 + 1200 + 60
 
 
 def test_a_reservation_moves_to_a_rack_that_drained_faster() -> None:
