@@ -6,24 +6,27 @@ still does not fit, it may *reserve* a domain (EASY backfilling, with a gang for
 
 - **Where.** At its required level (else its preferred one, else the narrowest level with a domain that
   could ever hold it; the whole cluster last), the domain where it would fit soonest and the nodes there
-  to drain (:func:`topology.drain.choose_drain`): fewest of its main resource still in use, lowest
-  priority first.
+  to drain (:func:`topology.drain.choose_drain`): those expected to be empty first (by their pods'
+  deadlines, else by the runtimes learned of pods like theirs, ``runtimes.py``), then fewest of its main
+  resource still in use, lowest priority first. A composite whose parts require domains of their own
+  drains part by part inside its own domain (:func:`topology.drain.choose_parts_drain`).
 - **Who.** At most ``starvation.maxReservations`` per level. A gang ranked ahead of the least important
   holder in the queue's order (priority, then age) takes its place; anyone else waits its turn.
 - **What it holds.** On each of those nodes, the free room the gang will take there (never more): gangs
-  of its priority or lower do not see it. Room it does not need stays everyone's. A gang whose every pod
-  sets ``activeDeadlineSeconds`` may still use the held room if it is sure to have finished before the
-  reserved gang could start: when every pod that must leave those nodes has ended by its own deadline
-  (the *shadow time*; unknown, so never, while one of them has no deadline). Gangs of higher priority
-  are not held back.
+  of its priority or lower do not see it. Room it does not need stays everyone's. A gang may still use
+  the held room if it is sure to have finished before the reserved gang could start (the *shadow time*):
+  by its pods' ``activeDeadlineSeconds`` against the deadlines of the pods that must leave those nodes,
+  or, where pods set none, by the runtimes learned, with ``starvation.backfillConfidence`` (unknown, so
+  never, while nothing was learned). Gangs of higher priority are not held back.
 - **Until.** The gang binds, is deleted or changes into something that does not wait for room, or
   ``starvation.maxHoldSeconds`` pass without it binding: then the domain is marked tried and the next
   one is reserved at the gang's next attempt. It moves sooner to a domain of its level with at most half
   as much still in use, and at once when some of its nodes are gone. Nothing is written to the API to
   keep a reservation: a new leader rebuilds it from the same state by the same rule at the gang's first
   attempt.
-- **Not for** composites whose parts each require a domain of their own: one set of drained nodes cannot
-  say where each part goes. Members already running pin the domain (the rest must join them).
+- **Pinned.** Members already running pin the domain (the rest must join them); a composite whose parts
+  require domains makes no reservation once some of it runs (where it runs pins its part, which the
+  parts' drain does not follow).
 
 Not to be confused with the room a gang *holds* for members that do not exist yet (``permit/``), nor with
 room the cycle *assumes* for a placement (``state.py``).

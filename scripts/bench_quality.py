@@ -24,6 +24,11 @@
 
 Figures are medians over seeds (5, or 1 with --quick), with the spread (min-max) where it matters.
 --plots DIR writes the PNG pictures of docs/benchmarks.md.
+
+The Philly replay is the long one (about 90 s per row, load and seed at 95%). `--rows phalanx
+phalanx-greedy --loads 0.95` measures one mode at one load alone. The baselines' figures do not depend on
+Phalanx's placement or reservations: they are kept under ~/.cache/phalanx/bench-quality (or
+$XDG_CACHE_HOME), per harness version (scripts/quality/cache.py), and read back; --no-cache replays them.
 """
 
 from __future__ import annotations

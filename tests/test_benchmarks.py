@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -107,3 +109,30 @@ def test_bench_devices_quick_json_places_a_gang_that_claims_devices() -> None:
     assert report["nodes"] == 1024 and report["devices"] == 8192
     assert report["decision_ms"] > 0 and report["index_s"] > 0
     assert "machine:" in completed.stderr and "command: scripts/bench_devices.py --quick --json" in completed.stderr
+
+
+def test_the_philly_replay_reads_a_baseline_from_its_cache_and_replays_phalanx_rows(tmp_path: Path) -> None:
+    """A baseline row replayed once is read back (with the same harness and trace); Phalanx's own rows, whose
+    figures change with Phalanx, are always replayed. A changed trace is a different harness version."""
+    scripts = str(ROOT / "scripts")
+    sys.path.insert(0, scripts)
+    try:
+        import bench_quality  # noqa: PLC0415
+        from quality.cache import ReplayCache  # noqa: PLC0415
+    finally:
+        sys.path.remove(scripts)
+    trace = tmp_path / "philly.csv"
+    trace.write_text("timestamp,duration,num_gpus\n2017-10-03 00:00:00,60,1\n")
+    cache = ReplayCache(tmp_path / "cache")
+    cache.put(str(trace), "kueue-bestfit-load0.85-seed0-1h-14d", {"p95_wait_32plus_s": 123.0})
+    cache.put(str(trace), "phalanx-load0.85-seed0-1h-14d", {"p95_wait_32plus_s": 456.0})
+    bench_quality.CACHE = cache
+
+    name, _, _, figures, seconds = bench_quality._replay_one(("kueue-bestfit", 0.85, 0, 1.0, 14.0, str(trace), True))
+
+    assert (name, figures, seconds) == ("kueue-bestfit", {"p95_wait_32plus_s": 123.0}, 0.0)
+    # A phalanx row is replayed, whatever was kept: this trace of one job has no window to replay.
+    with pytest.raises(ValueError, match="no window"):
+        bench_quality._replay_one(("phalanx", 0.85, 0, 1.0, 14.0, str(trace), True))
+    trace.write_text("timestamp,duration,num_gpus\n2017-10-03 00:00:00,60,2\n")
+    assert cache.get(str(trace), "kueue-bestfit-load0.85-seed0-1h-14d") is None

@@ -47,11 +47,13 @@ class ReplayCache:
         partial.replace(path)  # whole or not at all: workers write side by side
 
     def _path(self, trace: str, key: str) -> Path:
-        return self.folder / _version(trace) / f"{key}.json"
+        found = Path(trace).stat()
+        return self.folder / _version(trace, found.st_size, found.st_mtime_ns) / f"{key}.json"
 
 
 @cache
-def _version(trace: str) -> str:
+def _version(trace: str, size: int, modified: int) -> str:
+    """The harness version: its source, the trace's contents (read once per size and modification)."""
     digest = hashlib.sha256(f"harness {HARNESS_VERSION}\n".encode())
     for name in _SOURCES:
         digest.update((_HARNESS / name).read_bytes())
