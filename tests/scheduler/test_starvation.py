@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -39,21 +40,27 @@ def test_a_64_gpu_gang_behind_a_stream_of_small_jobs_binds_within_bounded_time()
     reserves a rack once it has waited five minutes and binds when the jobs running there then have
     finished: within 5 + 20 minutes (and a minute of slack)."""
 
-    def big_gang_waits(*, starvation: bool) -> float | None:
-        loop = Loop(racks=2, nodes=8, config=settings(enabled=starvation))
-        rng = random.Random(7)
-        big: list[str] = []
-        for second in range(0, 2 * 3600, 9):
-            loop.run_until(second)
-            loop.submit(f"small-{second}", rng.choice([1, 1, 2]), runs=rng.uniform(300, 1200))
-            if second == 603:
-                big = big_gang(loop, pods=8, runs=1800)
-        bound = [loop.bound_at[pod] for pod in big if pod in loop.bound_at]
-        return max(bound) - 603 if len(bound) == len(big) else None
+    def arrives(loop: Loop) -> list[str]:
+        return big_gang(loop, pods=8, runs=1800)
 
-    assert big_gang_waits(starvation=False) is None
-    waited = big_gang_waits(starvation=True)
+    assert wait_behind_small_jobs(arrives, starvation=False) is None
+    waited = wait_behind_small_jobs(arrives, starvation=True)
     assert waited is not None and waited <= 300 + 1200 + 60
+
+
+def wait_behind_small_jobs(arrives: Callable[[Loop], list[str]], *, starvation: bool) -> float | None:
+    """Two racks of eight 8-GPU nodes kept nearly full by a stream of 1- and 2-GPU jobs (5 to 20 minutes
+    each); what ``arrives`` makes ten minutes in: seconds until its last pod bound (None: not in 2 hours)."""
+    loop = Loop(racks=2, nodes=8, config=settings(enabled=starvation))
+    rng = random.Random(7)
+    pods: list[str] = []
+    for second in range(0, 2 * 3600, 9):
+        loop.run_until(second)
+        loop.submit(f"small-{second}", rng.choice([1, 1, 2]), runs=rng.uniform(300, 1200))
+        if second == 603:
+            pods = arrives(loop)
+    bound = [loop.bound_at[pod] for pod in pods if pod in loop.bound_at]
+    return max(bound) - 603 if len(bound) == len(pods) else None
 
 
 def reservation(loop: Loop, gang: str = "pfn:ml/big") -> str | None:
@@ -388,20 +395,11 @@ def test_a_composite_behind_a_stream_of_small_jobs_binds_within_the_bound_of_a_p
     """As the 64-GPU gang above, but a service of two 4-pod parts, each required in a rack of one block:
     it binds within 5 + 20 minutes (and a minute of slack) of arriving, as the plain gang does."""
 
-    def service_waits(*, starvation: bool) -> float | None:
-        loop = Loop(racks=2, nodes=8, config=settings(enabled=starvation))
-        rng = random.Random(7)
-        service: list[str] = []
-        for second in range(0, 2 * 3600, 9):
-            loop.run_until(second)
-            loop.submit(f"small-{second}", rng.choice([1, 1, 2]), runs=rng.uniform(300, 1200))
-            if second == 603:
-                service = composite_service(loop, parts=2, pods=4, runs=1800)
-        bound = [loop.bound_at[pod] for pod in service if pod in loop.bound_at]
-        return max(bound) - 603 if len(bound) == len(service) else None
+    def arrives(loop: Loop) -> list[str]:
+        return composite_service(loop, parts=2, pods=4, runs=1800)
 
-    assert service_waits(starvation=False) is None
-    waited = service_waits(starvation=True)
+    assert wait_behind_small_jobs(arrives, starvation=False) is None
+    waited = wait_behind_small_jobs(arrives, starvation=True)
     assert waited is not None and waited <= 300 + 1200 + 60
 
 
