@@ -40,7 +40,7 @@ from topology.domains import FloatArray, IntArray
 
 #: Ended pods a kind needs before its own estimate is used (else every kind's together).
 MIN_RUNTIMES = 20
-#: Kinds learned separately at most; pods of any kind beyond them are learned in one kind of their own.
+#: Kinds learned separately at most; pods of kinds beyond them are learned together, as the last one.
 MAX_KINDS = 4096
 
 
@@ -93,6 +93,8 @@ class Survival:
         """Seconds within which ``share`` of pods that have run ``ages`` end (a quantile of ``T - a`` given
         ``T > a``); ``share`` of its age for a pod older than every runtime seen to end (where the survival
         left is only known to be there, not when it ends)."""
+        if share <= 0:
+            return np.zeros(len(ages))
         after = np.searchsorted(self.times, ages, side="right")
         left = self.left[after]
         # The first index past which at most (1 - share) of the survival beyond the age is left.
@@ -112,7 +114,8 @@ class Runtimes:
     def __init__(self, history: int) -> None:
         self.history = history
         self._kinds: dict[tuple[str, int, int], int] = {}
-        self._ended: list[deque[float]] = []
+        #: Per kind, the last ``history`` pods that ended: (when each started, how long it ran).
+        self._ended: list[deque[tuple[float, float]]] = []
 
     def kind(self, namespace: str, priority: int, requests: object) -> int:
         """The kind of a pod of ``namespace`` and ``priority`` asking ``requests`` (one shared object per
@@ -120,33 +123,34 @@ class Runtimes:
         key = (namespace, priority, id(requests))
         found = self._kinds.get(key)
         if found is None:
-            found = len(self._ended) if len(self._ended) < MAX_KINDS else MAX_KINDS - 1
-            if found == len(self._ended):
-                self._ended.append(deque(maxlen=self.history))
-            self._kinds[key] = found
+            if len(self._ended) == MAX_KINDS:
+                return MAX_KINDS - 1  # not kept: the table of kinds stays bounded too
+            found = self._kinds[key] = len(self._ended)
+            self._ended.append(deque(maxlen=self.history))
         return found
 
-    def ended(self, kind: int, seconds: float) -> None:
-        """A pod of ``kind`` ended after running ``seconds``."""
+    def ended(self, kind: int, started: float, seconds: float) -> None:
+        """A pod of ``kind`` that started at ``started`` (wall seconds) ended after running ``seconds``."""
         if 0 <= kind < len(self._ended) and seconds >= 0:
-            self._ended[kind].append(seconds)
+            self._ended[kind].append((started, seconds))
 
-    def learned(self) -> int:
-        return sum(len(runtimes) for runtimes in self._ended)
-
-    def estimate(self, kinds: IntArray, ages: FloatArray) -> Estimate:
+    def estimate(self, kinds: IntArray, ages: FloatArray, now: float) -> Estimate:
         """The survival of every kind with enough runtimes, and of all together, with ``ages`` (of pods
-        running now, of ``kinds``; nan where unknown) counted as censored runtimes."""
+        running now, of ``kinds``; nan where unknown) counted as censored runtimes: those that started
+        since the earliest start among the runtimes kept, the same pods the kept ones were drawn from (the
+        older ones would count as surviving what the runtimes forgotten saw end)."""
         known = ~np.isnan(ages)
         kinds, ages = kinds[known], ages[known]
-        ended = [np.fromiter(runtimes, dtype=np.float64, count=len(runtimes)) for runtimes in self._ended]
-        every = np.concatenate(ended) if ended else np.zeros(0)
-        pooled = Survival.estimate(every, ages) if len(every) >= MIN_RUNTIMES else None
-        own = {
-            kind: Survival.estimate(runtimes, ages[kinds == kind])
-            for kind, runtimes in enumerate(ended)
-            if len(runtimes) >= MIN_RUNTIMES
-        }
+        kept = [np.array(runtimes, dtype=np.float64).reshape(-1, 2) for runtimes in self._ended]
+        every = np.concatenate(kept) if kept else np.zeros((0, 2))
+        pooled = None
+        if len(every) >= MIN_RUNTIMES:
+            pooled = Survival.estimate(every[:, 1], ages[ages <= now - every[:, 0].min()])
+        own = {}
+        for kind, runtimes in enumerate(kept):
+            if len(runtimes) >= MIN_RUNTIMES:
+                censored = ages[(kinds == kind) & (ages <= now - runtimes[:, 0].min())]
+                own[kind] = Survival.estimate(runtimes[:, 1], censored)
         return Estimate(own, pooled)
 
 

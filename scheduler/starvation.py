@@ -133,7 +133,7 @@ class Starvation:
         #: When pods without a deadline are expected to end, learned from those that did (``runtimes.py``),
         #: and when it was worked out (wall seconds): it is made again at most every ``_ESTIMATE_SECONDS``.
         self._estimate: tuple[Estimate, float] | None = None
-        #: The running pods' slots, kinds and ages (nan: not started), once per sync.
+        #: The running pods' slots, kinds and ages (nan where no start is known), once per sync.
         self._lifetimes: tuple[IntArray, IntArray, FloatArray] | None = None
         self._ended: list[Ended] = []
 
@@ -162,7 +162,7 @@ class Starvation:
             self._lifetimes = (slots, kinds, np.maximum(now - started, 0.0))
         slots, kinds, ages = self._lifetimes
         if self._estimate is None or now - self._estimate[1] >= _ESTIMATE_SECONDS or now < self._estimate[1]:
-            self._estimate = (self.state.runtimes.estimate(kinds, ages), now)
+            self._estimate = (self.state.runtimes.estimate(kinds, ages, now), now)
         return self._estimate[0], slots, kinds, ages
 
     def expected_end(self, kind: int, age: float, *, early: bool = False) -> float:
@@ -474,8 +474,8 @@ class Starvation:
     def reserved_from(self, gang: GangKey | None, priority: int, runtime: float | None) -> list[ReservedRoom]:
         """The room ``gang`` may not take: on each reservation's nodes, what its gang will take there (as
         nominated room is hidden: free room below it reads as none, and room that frees up later is the
-        reservation's too), unless ``gang`` ranks above it by priority, or ``runtime`` (the longest
-        ``activeDeadlineSeconds`` of its pods) ends before the reservation could start."""
+        reservation's too), unless ``gang`` ranks above it by priority, or ``runtime`` (:meth:`runtime`: its
+        pods' deadlines, or their kinds' runtimes) ends before the reservation could start."""
         if not self._by_gang:
             return []
         now = self.clock.wall()
@@ -556,7 +556,7 @@ class Starvation:
         bound = record.ends_by(now)
         if bound < float("inf"):
             return bound
-        started = timestamp(record.start)
+        started = timestamp(record.start) if record.node is not None else None  # placed, not bound: starts now
         age = 0.0 if started is None else max(now - started, 0.0)
         return self.expected_end(self.state.runtime_kind(pod), age, early=early)
 

@@ -473,14 +473,14 @@ class ClusterState:
         if status is None:  # deleted: its room comes back now
             started = timestamp(previous.start) if previous is not None and running else None
             if started is not None:
-                self.runtimes.ended(kind, self.clock.wall() - started)
+                self.runtimes.ended(kind, started, self.clock.wall() - started)
             return
         started = timestamp(status.get("startTime"))
         finished = _finished_at(status)
         if finished is None and running:
             finished = self.clock.wall()
         if started is not None and finished is not None:
-            self.runtimes.ended(kind, finished - started)
+            self.runtimes.ended(kind, started, finished - started)
 
     def runtime_kind(self, pod: str) -> int:
         """What the pod's runtime is learned and guessed as (``Runtimes.kind``); -1 for a pod not known."""
@@ -490,9 +490,10 @@ class ClusterState:
         return self.runtimes.kind(pod.partition("/")[0], record.priority, record.requests)
 
     def started(self, pod: str) -> float | None:
-        """When the pod started (``status.startTime``, else its creation), in wall seconds, if known."""
+        """When a bound pod started (``status.startTime``, else its creation: the kubelet writes the start
+        moments after the bind), in wall seconds, if known."""
         record = self._pods.get(pod)
-        return timestamp(record.start) if record is not None else None
+        return timestamp(record.start) if record is not None and record.node is not None else None
 
     def _requests(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """The pod's effective request, one shared dict per distinct request (most pods repeat a few)."""

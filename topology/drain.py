@@ -33,6 +33,8 @@ from topology.quantities import PODS
 from topology.request import GangRequest, PodShape
 from topology.snapshot import Snapshot
 
+#: Domains of one level a composite's drain tries before it gives up: each try is a pass over every node.
+_DOMAINS_TRIED = 8
 #: The level a domain belongs to: a node label key, or None for the whole cluster.
 Level = str | None
 
@@ -97,9 +99,9 @@ def choose_drain(
         The highest priority running on each node (-1 where nothing runs): the tie-break between nodes
         and domains with as much in use.
     node_ready : ndarray of shape (n_nodes,), dtype=float64, optional
-        When every pod on each node will have ended at the latest (inf where unknown). Where pods say
-        (``activeDeadlineSeconds``), the nodes that empty soonest come first, and the domain that would
-        hold the gang soonest: what "fewest in use" only guesses at.
+        When every pod on each node will have ended (inf where unknown): at the latest by deadlines, or
+        as the caller guesses from runtimes seen. The nodes that empty soonest come first, and the domain
+        that would hold the gang soonest: what "fewest in use" only guesses at.
     taken : ndarray of shape (n_nodes, n_resources), dtype=int64, optional
         Room other gangs' plans keep already: not counted as the node's to give.
     skip : (level, domain) pairs not to choose (tried already without success).
@@ -269,24 +271,51 @@ def _parts_demand(
     node_ready: FloatArray | None,
     skip: Collection[tuple[Level, str]],
 ) -> tuple[DrainPlan, IntArray] | None:
-    """The part's drain (for all its pods) and, per node, what it and its parts take there."""
-    whole = choose_drain(
-        snapshot, minimum_shapes(part), (level,), node_priority=node_priority, node_ready=node_ready, taken=taken,
-        skip=skip,
-    )  # fmt: skip
-    if whole is None:
-        return None
-    demand = np.zeros_like(snapshot.allocatable)
-    if not parts_constrained(part):
-        demand[whole.rows] = whole.demand
-        return whole, demand
-    # Inside the chosen domain only: room elsewhere reads as taken.
+    """The part's drain (for all its pods) and, per node, what it and its parts take there. A domain whose
+    parts do not all find room inside it is passed over for the next one, ``_DOMAINS_TRIED`` at most."""
+    passed = set(skip)
+    for _ in range(_DOMAINS_TRIED):
+        whole = choose_drain(
+            snapshot, minimum_shapes(part), (level,), node_priority=node_priority, node_ready=node_ready,
+            taken=taken, skip=passed,
+        )  # fmt: skip
+        if whole is None:
+            return None
+        demand = np.zeros_like(snapshot.allocatable)
+        if not parts_constrained(part):
+            demand[whole.rows] = whole.demand
+            return whole, demand
+        inside = _inside_parts(
+            snapshot, part, level, whole.domain, taken, node_priority=node_priority, node_ready=node_ready
+        )
+        if inside is not None:
+            return whole, inside
+        if level is None:
+            return None  # the whole cluster: there is no other domain
+        passed.add((level, whole.domain))
+    return None
+
+
+def _inside_parts(
+    snapshot: Snapshot,
+    part: GangRequest,
+    level: Level,
+    domain: str,
+    taken: IntArray,
+    *,
+    node_priority: IntArray,
+    node_ready: FloatArray | None,
+) -> IntArray | None:
+    """Per node, what the parts ``part``'s minimum needs take inside ``domain``; None if one finds no room."""
     inside = taken.copy()
-    if level is not None:
-        outside = snapshot.label(level).ids != _domain_index(snapshot, level, whole.domain)
+    if level is not None:  # room outside the domain reads as taken
+        outside = snapshot.label(level).ids != _domain_index(snapshot, level, domain)
         inside[outside] = snapshot.allocatable[outside]
+    demand = np.zeros_like(snapshot.allocatable)
     needed = sorted(part.children, key=lambda child: (child.minimum_pods(), child.key))[: part.min_children]
     for child in sorted(needed, key=lambda child: (-child.minimum_pods(), child.key)):
+        if not minimum_shapes(child):
+            continue  # a part whose minimum asks for nothing more
         found = _parts_demand(
             snapshot, child, child.required, inside, node_priority=node_priority, node_ready=node_ready, skip=()
         )
@@ -294,4 +323,4 @@ def _parts_demand(
             return None
         inside += found[1]
         demand += found[1]
-    return whole, demand
+    return demand

@@ -9,7 +9,7 @@ import pytest
 from scheduler.clock import ManualClock
 from scheduler.ports.port import PODS, Change
 from scheduler.reporting import rfc3339
-from scheduler.runtimes import MIN_RUNTIMES, Survival
+from scheduler.runtimes import MIN_RUNTIMES, Runtimes, Survival
 from scheduler.state import ClusterState
 from tests.scheduler.loop import Loop, settings
 from tests.scheduler.test_starvation import big_gang, reservation
@@ -56,7 +56,7 @@ def _pod(name: str, *, node: str | None, start: float | None, phase: str = "Runn
 
 
 def _learned(state: ClusterState) -> list[float]:
-    return sorted(runtime for runtimes in state.runtimes._ended for runtime in runtimes)
+    return sorted(runtime for runtimes in state.runtimes._ended for _, runtime in runtimes)
 
 
 def test_the_state_learns_runtimes_from_pods_deleted_or_finished_but_not_from_victims() -> None:
@@ -148,3 +148,18 @@ def test_the_early_end_is_a_quantile_of_the_time_left_at_the_pod_s_age() -> None
     # A tenth of new pods end within 10 s; a tenth of those 50 s old within 5 s more; past what was seen,
     # a tenth of its age.
     assert early.tolist() == pytest.approx([10.0, 5.0, 20.0])
+
+
+def test_only_pods_started_since_the_oldest_runtime_kept_count_as_still_running() -> None:
+    """The runtimes kept are those of the last pods to end; a pod running since before the first of them
+    started is of the runs that the forgotten runtimes saw end, and would make survival look longer."""
+    runtimes = Runtimes(history=MIN_RUNTIMES)
+    kind = runtimes.kind("ml", 0, object())
+    for i in range(MIN_RUNTIMES):
+        runtimes.ended(kind, 1000.0 + i, 10.0)
+
+    # At t=2000: a pod running since t=0 (age 2000), one since t=1500 (age 500).
+    survival = runtimes.estimate(np.array([kind, kind]), np.array([2000.0, 500.0]), now=2000.0).own[kind]
+
+    assert survival.longest_seen == 500.0
+    assert survival.remaining(np.array([0.0])).tolist() == pytest.approx([(20 * 10 + 1 * 1000) / 21])

@@ -6,9 +6,9 @@ from collections import Counter
 
 import numpy as np
 
-from tests.builders import GPU, LEVELS, RACK, cluster, fill, gang, gpu_shape
+from tests.builders import BLOCK, GPU, LEVELS, RACK, cluster, fill, gang, gpu_shape
 from topology import GangRequest, Member, Snapshot
-from topology.drain import choose_drain, minimum_shapes
+from topology.drain import choose_drain, choose_parts_drain, minimum_shapes
 
 
 def _snapshot(used: dict[str, int]) -> Snapshot:
@@ -144,3 +144,25 @@ def test_the_minimum_counts_unplaced_members_and_the_cheapest_children() -> None
     assert minimum_shapes(elastic) == Counter({gpu_shape(8): 4})
     assert minimum_shapes(running) == Counter({gpu_shape(8): 2})
     assert minimum_shapes(service) == Counter({gpu_shape(1): 1, gpu_shape(2): 2})
+
+
+def test_a_composite_passes_over_a_block_whose_racks_cannot_each_hold_a_part() -> None:
+    """Two parts of two whole nodes, each in a rack of one block. Block b0 comes first (as little in use, and
+    its name) and has four nodes for the composite's four pods, but other reservations hold the rest: one
+    rack offers one node, the other three, and no two racks there hold a part each. Block b1 does."""
+    snapshot = Snapshot(cluster(2, 2, 4), topology=LEVELS)
+    for name in ("b1-r0-n00", "b1-r0-n01", "b1-r1-n00", "b1-r1-n01"):
+        fill(snapshot, name, 4)
+    taken = np.zeros_like(snapshot.allocatable)
+    for name in ("b0-r0-n00", "b0-r0-n01", "b0-r0-n02", "b0-r1-n00"):
+        row = snapshot.index_of(name)
+        taken[row] = snapshot.allocatable[row]
+    service = GangRequest.group(
+        "ml/svc", [gang("ml/a", 2, 8, required=RACK), gang("ml/b", 2, 8, required=RACK)], required=BLOCK
+    )
+
+    plan = choose_parts_drain(snapshot, service, BLOCK, node_priority=_idle(snapshot), taken=taken)
+
+    assert plan is not None and plan.domain == "b1"
+    assert _names(snapshot, plan.rows) == [f"b1-r{r}-n0{n}" for r in range(2) for n in (2, 3)]
+    assert plan.wanted == 32 and plan.in_use == 0
