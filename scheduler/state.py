@@ -245,7 +245,7 @@ class ClusterState:
         namespace, name = _key(obj)
         key = f"{namespace}/{name}"
         if change.type == "DELETED":
-            self._learn_runtime(self._pods.get(key), None, self.runtime_kind(key))
+            self._learn_deleted(key)
             self._drop_pod(key)
             self._claiming.pop(key, None)
             self.index.delete_pod(namespace, name)
@@ -287,7 +287,6 @@ class ClusterState:
         priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
         deleting = metadata.get("deletionTimestamp") is not None
         limit, ends_at = _lifetime(spec, status, metadata)
-        kind = self.runtimes.kind(namespace, priority, requests)
         if node is not None and not finished:
             self.running.set(
                 key,
@@ -297,7 +296,7 @@ class ClusterState:
                 deleting=deleting,
                 ends_at=ends_at,
                 runtime_limit=limit,
-                kind=kind,
+                kind=self.runtimes.kind(namespace, priority, requests),
             )
         else:
             self.running.remove(key)
@@ -308,7 +307,7 @@ class ClusterState:
             self.nominated.pop(key, None)
         victim_of = _victim_message(status)
         if finished and (previous is None or not previous.finished) and victim_of is None:
-            self._learn_runtime(previous, status, kind)
+            self._learn_finished(previous, status, self.runtimes.kind(namespace, priority, requests))
         marked = victim_of if node is not None and not finished and not deleting else None
         if marked is not None and not marked.startswith(self._victim_prefixes):
             marked = None  # another scheduler's preemption: its own to finish
@@ -463,21 +462,25 @@ class ClusterState:
         departures, self._departures = [d for d in self._departures if now - d.at < grace], []
         return departures
 
-    def _learn_runtime(self, previous: RunningPod | None, status: Mapping[str, Any] | None, kind: int) -> None:
-        """A pod of ``kind`` ended (``status``: as it finished; None: deleted): learn how long it ran, if that
-        can be told. A pod seen only once it had finished (a new leader's list) counts if its status says when its
-        containers finished; one Phalanx preempted does not count (it did not end by itself)."""
-        if previous is not None and previous.preempted:
+    def _learn_deleted(self, pod: str) -> None:
+        """A pod was deleted: if it was running, it ended now (its room comes back), unless Phalanx preempted
+        it (it did not end by itself)."""
+        record = self._pods.get(pod)
+        if record is None or record.node is None or record.finished or record.preempted:
             return
-        running = previous is not None and previous.node is not None and not previous.finished
-        if status is None:  # deleted: its room comes back now
-            started = timestamp(previous.start) if previous is not None and running else None
-            if started is not None:
-                self.runtimes.ended(kind, started, self.clock.wall() - started)
+        started = timestamp(record.start)
+        if started is not None:
+            self.runtimes.ended(self.runtime_kind(pod), started, self.clock.wall() - started)
+
+    def _learn_finished(self, previous: RunningPod | None, status: Mapping[str, Any], kind: int) -> None:
+        """A pod of ``kind`` finished: learn how long it ran, if that can be told. A pod seen only once it had
+        finished (a new leader's list) counts if its status says when its containers finished; one Phalanx
+        preempted does not count."""
+        if previous is not None and previous.preempted:
             return
         started = timestamp(status.get("startTime"))
         finished = _finished_at(status)
-        if finished is None and running:
+        if finished is None and previous is not None and previous.node is not None:  # watched running till now
             finished = self.clock.wall()
         if started is not None and finished is not None:
             self.runtimes.ended(kind, started, finished - started)
