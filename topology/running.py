@@ -181,9 +181,6 @@ class RunningPods:
         starts = self._started[slots]
         return slots, self._kind[slots].astype(np.int64), np.where(np.isinf(starts), np.nan, starts)
 
-    def slot_of(self, pod: str) -> int | None:
-        return self._slot.get(pod)
-
     def on_rows(self, snapshot: Snapshot, rows: IntArray, priority: int) -> list[str]:
         """The candidates below ``priority`` running on the given node rows."""
         wanted = np.zeros(snapshot.n_nodes, dtype=np.bool_)
