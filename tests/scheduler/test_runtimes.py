@@ -115,12 +115,9 @@ def test_a_starving_gang_reserves_the_rack_expected_to_empty_first_not_the_one_w
     assert reserved(1000) == "rack b0-r1"
 
 
-def test_a_job_without_deadline_backfills_reserved_room_only_if_its_kind_ends_in_time() -> None:
-    """Rack r0 is full of 2-GPU pods (seen to run 90 minutes); the gang holds rack r1, whose 1-GPU pods
-    (seen to run 10 minutes) started moments ago. A 3-GPU job, of a kind seen to run 30 s, may use the held
-    room: it ends well before r1 is expected to empty. A 2-GPU job may not."""
-    loop = Loop(config=settings(reserve_after_seconds=10.0))
-    learn(loop, 3, 30.0)
+def _reserve_rack_r1(loop: Loop) -> None:
+    """Rack r0 full of 2-GPU pods (seen to run 90 minutes), rack r1 of 1-GPU pods (seen to run 10 minutes)
+    that started moments ago: the starving gang holds r1, which is expected to empty first."""
     learn(loop, 1, 600.0)
     learn(loop, 2, 5400.0)
     for node in range(4):
@@ -131,6 +128,14 @@ def test_a_job_without_deadline_backfills_reserved_room_only_if_its_kind_ends_in
     loop.run_until(loop.clock.monotonic() + 11)
     assert reservation(loop) == "rack b0-r1"
 
+
+def test_a_job_without_deadline_backfills_reserved_room_only_if_its_kind_ends_in_time() -> None:
+    """A 3-GPU job, of a kind seen to run 30 s, may use the held room of rack r1: it ends well before r1 is
+    expected to empty. A 2-GPU job (seen to run 90 minutes) may not."""
+    loop = Loop(config=settings(reserve_after_seconds=10.0))
+    learn(loop, 3, 30.0)
+    _reserve_rack_r1(loop)
+
     three = loop.submit("three-gpus", 3)
     two = loop.submit("two-gpus", 2)
     loop.settle()
@@ -138,6 +143,28 @@ def test_a_job_without_deadline_backfills_reserved_room_only_if_its_kind_ends_in
     assert loop.bound().get(three, "").startswith("b0-r1-")
     assert two not in loop.bound()
     assert "is held for gang pfn:ml/big" in loop.told.pending[two]
+
+
+@pytest.mark.parametrize(("confidence", "backfills"), [(None, False), (0.9, True)])
+def test_a_kind_seen_to_run_long_once_in_21_runs_does_not_backfill_at_the_default_confidence(
+    confidence: float | None, backfills: bool
+) -> None:
+    """3-GPU pods have ended after 30 s twenty times and after 90 minutes once. One user's jobs come in
+    bursts that run alike, so at the default ``backfillConfidence`` (0.99) that one long run keeps a 3-GPU
+    job out of the held room; at 0.9 it is let in."""
+    chosen = {} if confidence is None else {"backfill_confidence": confidence}
+    loop = Loop(config=settings(reserve_after_seconds=10.0, **chosen))
+    learn(loop, 3, 30.0)
+    loop.submit("learn-3-long", 3, node="b0-r0-n0", runs=5400.0)
+    loop.run_until(loop.clock.monotonic() + 5400.0)
+    _reserve_rack_r1(loop)
+
+    three = loop.submit("three-gpus", 3)
+    loop.settle()
+
+    assert loop.bound().get(three, "").startswith("b0-r1-") is backfills
+    if not backfills:
+        assert "is held for gang pfn:ml/big" in loop.told.pending[three]
 
 
 def test_the_early_end_is_a_quantile_of_the_time_left_at_the_pod_s_age() -> None:
