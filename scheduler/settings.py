@@ -82,9 +82,10 @@ class StarvationSettings:
     ``activeDeadlineSeconds`` end (``scheduler/runtimes.py``); 0 learns nothing (such pods may run forever)."""
     backfill_confidence: float = 0.99
     """A gang whose pods set no deadline uses a reservation's room only if its kind of pod has ended before
-    the reservation could start in this share of the runs seen. High, because one user's jobs come in
-    bursts that run alike: a kind seen to end within seconds nine times in ten can next bring ten that run
-    for hours, and each such job in held room keeps the reserved gang out as long."""
+    the reservation could start in this share of the runs seen, taking the reserved nodes to empty as soon
+    as the first ``1 -`` this share of their pods' kinds would. High, because jobs come in bursts that run
+    alike: a kind seen to end within seconds 19 times in 20 can next bring ten that run for hours, and each
+    one let into held room keeps those nodes from the reserved gang for as long as it runs."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

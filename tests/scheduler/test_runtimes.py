@@ -145,13 +145,13 @@ def test_a_job_without_deadline_backfills_reserved_room_only_if_its_kind_ends_in
     assert "is held for gang pfn:ml/big" in loop.told.pending[two]
 
 
-@pytest.mark.parametrize(("confidence", "backfills"), [(None, False), (0.9, True)])
+@pytest.mark.parametrize(("confidence", "backfills"), [(None, False), (0.9, True)], ids=["default", "0.9"])
 def test_a_kind_seen_to_run_long_once_in_21_runs_does_not_backfill_at_the_default_confidence(
     confidence: float | None, backfills: bool
 ) -> None:
-    """3-GPU pods have ended after 30 s twenty times and after 90 minutes once. One user's jobs come in
-    bursts that run alike, so at the default ``backfillConfidence`` (0.99) that one long run keeps a 3-GPU
-    job out of the held room; at 0.9 it is let in."""
+    """3-GPU pods have ended after 30 s twenty times and after 90 minutes once. At the default
+    ``backfillConfidence`` (0.99) that one long run is enough to keep a 3-GPU job out of the held room (jobs
+    come in bursts that run alike, and one let in holds the room as long as it runs); at 0.9 it is let in."""
     chosen = {} if confidence is None else {"backfill_confidence": confidence}
     loop = Loop(config=settings(reserve_after_seconds=10.0, **chosen))
     learn(loop, 3, 30.0)
