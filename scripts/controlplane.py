@@ -306,13 +306,21 @@ class ControlPlane:
         return self.audit_log.stat().st_size if self.audit_log.exists() else 0
 
     def audit(self, offset: int = 0) -> Iterator[dict[str, Any]]:
-        """Audit events logged from byte ``offset`` on."""
+        """Audit events logged from byte ``offset`` on.
+
+        The server appends events as requests complete, a long one in more than one write: a line not
+        ended yet is still being written (it is read next time), and a line that began before ``offset``
+        (the offset was taken mid-write) belongs to what came before it.
+        """
         if not self.audit_log.exists():
             return
         with self.audit_log.open("rb") as log:
-            log.seek(offset)
+            if offset > 0:
+                log.seek(offset - 1)
+                if log.read(1) != b"\n":
+                    log.readline()
             for line in log:
-                if line.strip():
+                if line.endswith(b"\n") and line.strip():
                     yield json.loads(line)
 
     def stop(self) -> None:
