@@ -51,6 +51,24 @@ async def test_list_then_watch_sees_every_change_once_in_order_across_dropped_wa
         await stream.close()
 
 
+async def test_a_lagging_watch_sends_each_event_late_and_in_order() -> None:
+    """``Faults.watch_lag``: a watcher's cache behind the store, so that tests can make its races happen."""
+    sim = store()
+    async with served(sim) as (server, api):
+        core = client.CoreV1Api(api)
+        listed = await core.list_namespaced_pod("ns")
+        server.faults.watch_lag["pods"] = (0.3, 0.3)
+        stream = watch.Watch().stream(core.list_namespaced_pod, "ns", resource_version=listed.metadata.resource_version)
+        created = anyio.current_time()
+        for name in ("a", "b"):
+            await core.create_namespaced_pod("ns", pod(name))
+        events = await next_events(stream, 2)
+        assert anyio.current_time() - created >= 0.6  # each waits behind the one before
+        assert [event["raw_object"]["metadata"]["name"] for event in events] == ["a", "b"]
+        assert server.faults.injected["watch lag"] == 2
+        await stream.close()
+
+
 async def test_watch_from_a_compacted_version_gets_410_and_a_relist_recovers() -> None:
     sim = store(history=2)
     async with served(sim) as (_, api):

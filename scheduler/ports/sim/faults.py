@@ -3,9 +3,10 @@
 Rules match requests by verb (``get``, ``list``, ``watch``, ``create``, ``update``, ``patch``,
 ``delete``, ``bind``) and resource (plural, e.g. ``pods``), and may fail them (500, 429 with a
 ``Retry-After``, 409, 503) at a rate, or delay them. Besides rules: watches can be dropped after N
-events, the next watches can be answered with 410 Expired, binds of chosen pods can fail, any verb on
-a chosen object can fail (``failing``), and the
-whole server can be made unavailable (open watches end at their next event or bookmark). Every
+events, the next watches can be answered with 410 Expired, the events of a resource's watches can
+arrive late (``watch_lag``: a client's cache behind the store), binds of chosen pods can fail, any verb
+on a chosen object can fail (``failing``), and the whole server can be made unavailable (open watches
+end at their next event or bookmark). Every
 decision draws from one seeded generator, and every fault injected is counted.
 """
 
@@ -57,6 +58,10 @@ class Faults:
     #: (verb, "namespace/name") -> HTTP code: every such request fails so until the entry is removed.
     failing: dict[tuple[str, str], int] = field(default_factory=dict)
     unavailable: bool = False
+    #: resource (plural) -> (least, most) seconds each event of its watches waits before it is sent, so that a
+    #: watching client's cache lags the store as on a loaded host: whatever it decides from that cache races
+    #: with writes it has not seen yet. Events keep their order (each waits behind the one before).
+    watch_lag: dict[str, tuple[float, float]] = field(default_factory=dict)
     injected: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
@@ -69,6 +74,7 @@ class Faults:
         self.bind_failures.clear()
         self.failing.clear()
         self.unavailable = False
+        self.watch_lag.clear()
 
     def decide(self, verb: str, resource: str, target: str = "") -> tuple[float, ApiError | None]:
         """The delay to apply and the error to return (or None) for one request."""
@@ -100,6 +106,14 @@ class Faults:
                     return delay, ApiError(409, f"injected conflict on {resource}", reason="Conflict")
                 return delay, ApiError(code, f"injected {code} on {verb} {resource}")
         return delay, None
+
+    def lag(self, resource: str) -> float:
+        """How long the next watch event of ``resource`` waits before it is sent (0 when it does not)."""
+        bounds = self.watch_lag.get(resource)
+        if bounds is None:
+            return 0.0
+        self.injected["watch lag"] += 1
+        return self._random.uniform(*bounds)
 
     def take_expired_watch(self) -> bool:
         if self.expire_next_watches > 0:

@@ -394,6 +394,8 @@ class SimServer:
         self._streams.add(stream)
         try:
             async for event in stream:
+                if event.type != "BOOKMARK" and (lag := self.faults.lag(target.resource.plural)):
+                    await asyncio.sleep(lag)
                 shown = event.object
                 if as_table and event.type != "BOOKMARK":
                     # One row per event; the columns only in the first, as the API server sends them.
