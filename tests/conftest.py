@@ -57,11 +57,10 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    from tests.scheduler.support import CHECKS  # noqa: PLC0415  (only once the suite has run)
+    from tests.scheduler.support import TALLY  # noqa: PLC0415  (only once the suite has run)
 
-    if CHECKS:
-        figures = ", ".join(f"{name} {count}" for name, count in sorted(CHECKS.items()))
-        terminalreporter.write_line(f"invariant checks: {figures}; violations 0 (any would have failed its test)")
+    if TALLY.checks:
+        terminalreporter.write_line(TALLY.line())
     if ASSETS is None:
         terminalreporter.write_line(f"{REAL} suite not run: KUBEBUILDER_ASSETS is not set; to run it, {HOW_TO_GET}")
         return

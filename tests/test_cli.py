@@ -243,7 +243,8 @@ def test_output_cut_short_by_its_reader_ends_quietly(tmp_path: Path) -> None:
     import subprocess  # noqa: PLC0415
 
     workload = tmp_path / "many.yaml"
-    workload.write_text(yaml.safe_dump_all([pod("team", f"solo-{i:04d}", 1) for i in range(1500)]))
+    # About 240 KB of JSON: more than the pipe holds (64 KiB) once the reader has gone.
+    workload.write_text(yaml.safe_dump_all([pod("team", f"solo-{i:04d}", 1) for i in range(300)]))
     with subprocess.Popen(
         [sys.executable, "-m", "scheduler.frontends.cli", "simulate", "--output", "json", "--workload", str(workload)],
         stdout=subprocess.PIPE,

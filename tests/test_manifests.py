@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from scheduler.gangs.sources import SOURCES, SourceApi
-from scheduler.ports.sim import Faults
+from scheduler.ports.sim import Faults, read_manifest_file
 from scheduler.ports.sim.store import MERGE_PATCH
 from scheduler.settings import LeaderSettings, Settings, load_settings
 from tests.devices.support import claim, device_class, node_slice
@@ -169,22 +169,28 @@ async def test_rbac_allows_exactly_the_calls_the_scheduler_makes() -> None:
         ),
     )
     faults = Faults(seed=3)
+    # Phalanx's cache lags the store, as on a loaded host: a pod it binds after pods bound by others arrive
+    # races with them unless the test lets it see them first (as it does), and the monitor would say so.
+    faults.watch_lag["pods"] = (0.0002, 0.004)
     async with cluster("blocks=2,racks=4,nodes=8,gpus=8", faults=faults) as where:
         where.store.ensure_namespace("phalanx-system")
         async with phalanx(where, settings) as app:
+            # A preemption: a low-priority pod of another scheduler holds the one node a gang may use (one where
+            # no example arrives bound).
+            taken = {(obj.get("spec") or {}).get("nodeName") for path in example_files()
+                     for obj in read_manifest_file(path)}  # fmt: skip
+            nodes = sorted(node["metadata"]["name"] for node in where.store.objects(where.store.resource("v1", "Node")))
+            node = next(name for name in nodes if name not in taken)
+            await where.create_bound(gpu_pod("squatter", scheduler="default-scheduler", nodeName=node))
+            await create_manifests(where, *example_files())
             faults.bind_failures["team/conflicted"] = 409
             where.create(gpu_pod("conflicted", annotations=pfn("conflicted", 1)))
             await eventually(lambda: faults.injected["bind 409"] >= 1, what="a bind conflict")
             faults.bind_failures.clear()
-            for path in example_files():
-                create_manifests(where, str(path))
             for i in range(2):  # never fits: its FailedScheduling Event repeats (a series patch)
                 where.create(gpu_pod(f"huge-{i}", gpus=16, annotations=pfn("huge", 2)))
-            # A preemption: a low-priority pod of another scheduler holds the one node a gang may use.
             where.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                           "metadata": {"name": "vip"}, "value": 1000})  # fmt: skip
-            node = next(iter(where.store.objects(where.store.resource("v1", "Node"))))["metadata"]["name"]
-            where.create(gpu_pod("squatter", scheduler="default-scheduler", nodeName=node))
             where.create(gpu_pod("vip", annotations=pfn("vip", 1), priorityClassName="vip",
                                  nodeSelector={"kubernetes.io/hostname": node}))  # fmt: skip
             # A pod that claims devices (DRA): its claim is allocated before it binds.

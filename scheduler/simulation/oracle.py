@@ -4,7 +4,10 @@ It sees every change as the store makes it (``Store.observe``), so it checks eac
 show, not only the end of a run:
 
 - at every bind, the node's bound requests plus what the schedulers still assume there (pods reserved
-  but not yet bound) stay within its allocatable, for every resource;
+  but not yet bound) stay within its allocatable, for every resource. Pods bound by others count too: a
+  scenario that binds pods itself while Phalanx runs must let Phalanx see them before it may use that
+  room (a scheduler deciding from its cache cannot know of a bind it has not been shown), and a violation
+  names the pods bound by others that the attached Phalanx had not seen yet;
 - no pod is bound twice or moved to a second node, and no pod of another scheduler is bound;
 - whenever asked (:meth:`check_gangs`, at quiet moments): no gang is bound below its minimum, except
   gangs whose members the test deleted itself (:meth:`user_deleted`) or that had members on a node
@@ -91,6 +94,7 @@ class InvariantMonitor:
         self._bound: dict[str, tuple[str, str, dict[str, int]]] = {}  # pod -> (uid, node, requests)
         self._ever_bound: dict[str, str] = {}  # uid -> node
         self._ours_on: Counter[str] = Counter()  # node -> pods we bound there that still take room
+        self._theirs: set[str] = set()  # bound pods, taking room, that no scheduler of ours bound
         self._exempt: set[GangKey] = set()
         self._others_may_bind: set[str] = set()
         self._seen: set[str] = set()
@@ -236,6 +240,7 @@ class InvariantMonitor:
         else:
             self.index.upsert_pod(pod)
         self._track_nomination(key, pod, deleted=deleted)
+        was_theirs = key in self._theirs
         self._release(key)
         node = _node_of(pod)
         if node is None or deleted:
@@ -263,6 +268,8 @@ class InvariantMonitor:
         self._used.setdefault(node, Counter()).update(requests)
         if ours:
             self._ours_on[node] += 1
+        if (newly_bound and not ours) or previous is None or was_theirs:  # bound by another scheduler, or created bound
+            self._theirs.add(key)
         if newly_bound and ours:
             self._check_node(node, requests)
             self._check_nominated(key, node, requests)
@@ -343,6 +350,7 @@ class InvariantMonitor:
         if held is None:
             return
         _, node, requests = held
+        self._theirs.discard(key)
         self._used[node].subtract(requests)
         if self._ours_on[node]:
             self._ours_on[node] -= 1
@@ -370,6 +378,13 @@ class InvariantMonitor:
         }
         if over:
             detail = ", ".join(f"{name} {amount} > {allocatable.get(name, 0)}" for name, amount in sorted(over.items()))
+            unseen = sorted(
+                pod
+                for pod in self._theirs
+                if self._bound[pod][1] == node and any(app.state.bound_node(pod) != node for app in self.apps)
+            )
+            if unseen:
+                detail += f" (with pods bound by others that Phalanx had not seen yet: {', '.join(unseen)})"
             self._violate(f"node {node} over-committed: {detail}")
 
     def _check_claims(self, key: str, pod: Obj, node: str) -> None:

@@ -134,6 +134,8 @@ async def test_a_crd_schema_prunes_what_it_does_not_declare(api: Api) -> None:
 
 
 async def test_binding_assigns_once_and_refuses_a_gated_pod(api: Api) -> None:
+    """Learned from the real server: it refuses to bind a pod that still has ``spec.schedulingGates`` (409, with
+    this message), which the emulator first allowed."""
     created = await api.ok("POST", api.path("pods"), pod("p"))
     binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
                "target": {"apiVersion": "v1", "kind": "Node", "name": "b0-r0-n0"}}  # fmt: skip
@@ -193,6 +195,8 @@ def event(name: str, namespace: str, **fields: Any) -> dict[str, Any]:
 
 
 async def test_events_are_validated_as_the_api_server_validates_them(api: Api) -> None:
+    """Learned from the real server: it once refused every Event Phalanx wrote (their names and fields), which
+    the emulator had accepted; each rule here is one it was seen to apply."""
     path = api.path("events", group="events.k8s.io")
     cases = {
         "p.18eaba7efe209df3": ({}, None),

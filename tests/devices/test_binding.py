@@ -46,7 +46,7 @@ async def test_a_gang_that_claims_devices_binds_whole_with_its_claims_allocated_
             assert status["reservedFor"] == [{"resource": "pods", "name": pod["name"], "uid": pod["uid"]}]
             finalizers = claims(where)[f"w-{i}-gpus"]["metadata"]["finalizers"]
             assert finalizers == ["resource.kubernetes.io/delete-protection"]
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_a_refused_claim_write_binds_nothing_and_leaves_no_claim_allocated() -> None:
@@ -60,7 +60,7 @@ async def test_a_refused_claim_write_binds_nothing_and_leaves_no_claim_allocated
         assert not any(obj["metadata"].get("finalizers") for obj in claims(where).values())  # taken off too
         faults.rules.clear()  # the refusal is lifted: the gang binds at its next attempt
         await eventually(lambda: len(where.bound()) == 2, what="the gang bound once the writes pass", timeout=60)
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_a_claim_taken_back_after_a_lost_bind_is_allocated_afresh_before_its_pods_bind() -> None:
@@ -84,7 +84,7 @@ async def test_a_claim_taken_back_after_a_lost_bind_is_allocated_afresh_before_i
         assert sorted(ref["uid"] for ref in status["reservedFor"]) == sorted(
             pods[f"team/{name}"]["metadata"]["uid"] for name in ("left", "right")
         )
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_a_claim_made_for_extended_resources_is_deleted_when_its_pod_cannot_bind_and_made_again() -> None:
@@ -111,4 +111,4 @@ async def test_a_claim_made_for_extended_resources_is_deleted_when_its_pod_canno
             made["metadata"]["name"]
         )
         assert len(made["status"]["allocation"]["devices"]["results"]) == 2
-        check_invariants(where)
+        await check_invariants(where)

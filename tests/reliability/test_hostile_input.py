@@ -162,7 +162,7 @@ async def feed(batch: list[dict[str, Any]]) -> None:
         assert not unwarned(), f"invalid but without a Warning: {sorted(unwarned())} ({invalid})"
         for pod, message in invalid.items():
             assert where.condition(pod)["message"] == message
-        check_invariants(where)
+        await check_invariants(where)
 
 
 @settings(max_examples=12)

@@ -89,7 +89,7 @@ async def test_killing_the_leader_mid_bind_hands_over_once_its_lease_runs_out_an
             for _ in range(3):
                 create(where, gangs.next()[1])
             await settle(where, follower)
-            check_invariants(where)
+            await check_invariants(where)
             assert binds(follower) >= 1
 
 
@@ -115,7 +115,7 @@ async def test_an_api_server_gone_for_a_while_makes_phalanx_unready_then_it_reco
             await settle(where, app)
             async with http.get(f"{app.health.url}/readyz") as response:
                 assert response.status == 200
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_leader_loss_mid_preemption_neither_repeats_the_preemption_nor_loses_it() -> None:
@@ -154,4 +154,4 @@ async def test_leader_loss_mid_preemption_neither_repeats_the_preemption_nor_los
             for victim in victims:
                 where.finish_termination(victim)
             await eventually(lambda: {"team/prod-0", "team/prod-1"} <= set(where.bound()), what="the preemptor bound")
-            check_invariants(where)
+            await check_invariants(where)

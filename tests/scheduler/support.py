@@ -4,10 +4,11 @@ that wait on conditions (never on time)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,36 @@ FAST = Settings(
 WAKES_ONLY = replace(FAST, queue=QueueSettings(initial_backoff_seconds=600, max_backoff_seconds=600))
 
 LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
-#: Invariant checks done by every cluster's monitor in this test session (printed at the end of the run).
-CHECKS: Counter[str] = Counter()
+#: ``PHALANX_TEST_WATCH_LAG=1``: every cluster's pod watch sends each event 0.2-4 ms late, so that Phalanx's cache
+#: lags the store as on a loaded host; a test that assumed Phalanx sees what it created at once fails every time.
+LAGGING_WATCH = (0.0002, 0.004) if os.environ.get("PHALANX_TEST_WATCH_LAG") else None
+
+
+@dataclass
+class Tally:
+    """What the monitors of every cluster in this test session checked and found (printed at the end of the run)."""
+
+    checks: Counter[str] = field(default_factory=Counter)
+    violations: int = 0
+    #: Of ``violations``, those found in clusters whose tests provoke them on purpose and assert them.
+    provoked: int = 0
+
+    def add(self, monitor: InvariantMonitor, *, provoked: bool = False) -> None:
+        self.checks.update(monitor.checks)
+        self.checks["clusters monitored"] += 1
+        self.violations += len(monitor.violations)
+        if provoked:
+            self.provoked += len(monitor.violations)
+
+    def line(self) -> str:
+        figures = ", ".join(f"{name} {count}" for name, count in sorted(self.checks.items()))
+        found = f"violations {self.violations}"
+        if self.provoked:
+            found += f" ({self.provoked} provoked on purpose by tests that check the monitor finds them)"
+        return f"invariant checks: {figures}; {found}"
+
+
+TALLY = Tally()
 
 
 def elected(identity: str, *, lease: float = 1.5, renew: float = 1.0, retry: float = 0.2) -> LeaderSettings:
@@ -95,6 +124,27 @@ class Cluster:
             self.store.ensure_namespace(namespace)
         return self.store.create(resource, namespace, obj)
 
+    async def create_bound(self, *pods: dict[str, Any], timeout: float = 30.0) -> list[dict[str, Any]]:
+        """Create pods that arrive bound (``spec.nodeName`` set, as another scheduler, a kubelet's static pods or
+        a test leave them), then wait until every Phalanx on the cluster has seen each one on its node.
+
+        Until a Phalanx has seen such a pod, it may give the pod's room out, as any scheduler deciding from its
+        cache may (on a real node, the kubelet refuses the pod that does not fit). The monitor counts every
+        pod bound to a node against it, so a test that binds pods itself while Phalanx runs creates them
+        here: then whatever Phalanx binds on that node afterwards is its own decision."""
+        created = []
+        for pod in pods:
+            assert pod["spec"].get("nodeName"), f"{pod['metadata']['name']} is not bound: create it with create()"
+            created.append(self.create(pod))
+        wanted = {f"{pod['metadata']['namespace']}/{pod['metadata']['name']}": pod["spec"]["nodeName"] for pod in pods}
+
+        def unseen() -> list[str]:
+            return sorted({pod for app in self.monitor.apps for pod, node in wanted.items()
+                           if app.state.bound_node(pod) != node})  # fmt: skip
+
+        await eventually(lambda: not unseen(), timeout=timeout, what=lambda: f"Phalanx to see the pods {unseen()}")
+        return created
+
     def restore(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Put an object in as it is, past the API server's validation: what an older server, or a CRD
         installed without a schema, may hold (and Phalanx must survive)."""
@@ -119,10 +169,15 @@ async def cluster(
     faults: Faults | None = None,
     nodes: list[dict[str, Any]] | None = None,
     graceful: bool = False,
+    provoked: bool = False,
 ) -> AsyncIterator[Cluster]:
     """``graceful``: deleted pods stay Terminating (their kubelet never finishes) until the test removes them
-    with ``finish_termination``."""
+    with ``finish_termination``. ``provoked``: the test breaks an invariant on purpose and asserts what the
+    monitor found itself (counted apart in the summary); otherwise any violation fails the test at exit."""
     store = Store(seed=1, graceful=graceful)
+    if LAGGING_WATCH:
+        faults = faults or Faults(seed=1)
+        faults.watch_lag.setdefault("pods", LAGGING_WATCH)
     load(store, nodes if nodes is not None else ClusterShape.parse(shape).node_manifests())
     monitor = InvariantMonitor(store, gang_settings=GangSettings(levels=LEVELS))
     server = SimServer(store, faults=faults, bookmark_interval=0.2)
@@ -131,9 +186,9 @@ async def cluster(
         yield Cluster(store, server, url, monitor)
     finally:
         await server.stop()
-    CHECKS.update(monitor.checks)
-    CHECKS["clusters monitored"] += 1
-    monitor.assert_clean()  # what was seen at every bind, whatever the test checked at its end
+        TALLY.add(monitor, provoked=provoked)
+    if not provoked:
+        monitor.assert_clean()  # what was seen at every bind, whatever the test checked at its end
 
 
 @contextlib.asynccontextmanager
@@ -193,15 +248,19 @@ def pfn(gang: str, size: int, timeout: int | None = None) -> dict[str, str]:
     return found
 
 
-def create_manifests(where: Cluster, path: str) -> list[dict[str, Any]]:
-    """Create every object of an examples/ manifest file, as ``kubectl apply -f`` would on a fresh cluster
-    (its Namespace may exist already: the emulator makes namespaces as objects need them)."""
-    created = []
-    for obj in read_manifest_file(path):
+async def create_manifests(where: Cluster, *paths: str | Path) -> list[dict[str, Any]]:
+    """Create every object of examples/ manifest files, as ``kubectl apply -f`` would on a fresh cluster (a
+    Namespace may exist already: the emulator makes namespaces as objects need them): what is not a pod
+    first, then the pods that arrive bound (:meth:`Cluster.create_bound`, so that Phalanx has seen the room
+    they take), then the pods to schedule, each in the order of its file."""
+    objects = [obj for path in paths for obj in read_manifest_file(str(path))]
+    for obj in objects:
         if obj["kind"] == "Namespace":
             where.store.ensure_namespace(obj["metadata"]["name"])
-            continue
-        created.append(where.create(obj))
+    created = [where.create(obj) for obj in objects if obj["kind"] not in ("Namespace", "Pod")]
+    bound = [obj for obj in objects if obj["kind"] == "Pod" and (obj.get("spec") or {}).get("nodeName")]
+    created += await where.create_bound(*bound)
+    created += [where.create(obj) for obj in objects if obj["kind"] == "Pod" and obj not in bound]
     return created
 
 

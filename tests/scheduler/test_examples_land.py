@@ -19,7 +19,7 @@ def replicas(bound: dict[str, str], prefix: str) -> dict[str, list[str]]:
 
 async def test_volcano_prefill_decode_subgroups_land_each_replica_in_one_rack() -> None:
     async with cluster("blocks=1,racks=4,nodes=2,gpus=8") as where, phalanx(where):
-        create_manifests(where, str(EXAMPLES / "volcano" / "kthena-prefill-decode.yaml"))
+        await create_manifests(where, str(EXAMPLES / "volcano" / "kthena-prefill-decode.yaml"))
         await eventually(lambda: len(where.bound()) == 8, what="all eight pods bound")
         groups = replicas(where.bound(), "sample-0-")
         assert sorted(groups) == ["sample-0-decode-0", "sample-0-decode-1", "sample-0-prefill-0", "sample-0-prefill-1"]
@@ -30,16 +30,16 @@ async def test_volcano_prefill_decode_subgroups_land_each_replica_in_one_rack() 
             lambda: (where.store.get(groups_api, "serving", "sample-0").get("status") or {}).get("phase") == "Running",
             what="the PodGroup Running",
         )
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_volcano_group_with_too_few_racks_for_its_minimum_binds_nothing() -> None:
     # Two racks of one 8-GPU node each: two replicas of 2 x 4 GPUs fit, the minimum needs three.
     async with cluster("blocks=1,racks=2,nodes=1,gpus=8") as where, phalanx(where):
-        create_manifests(where, str(EXAMPLES / "volcano" / "kthena-prefill-decode.yaml"))
+        await create_manifests(where, str(EXAMPLES / "volcano" / "kthena-prefill-decode.yaml"))
         await eventually(lambda: where.events("FailedScheduling"), what="FailedScheduling Event")
         assert where.bound() == {}
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_a_kubernetes_podgroup_with_a_rack_constraint_lands_in_one_rack() -> None:
@@ -56,7 +56,7 @@ async def test_a_kubernetes_podgroup_with_a_rack_constraint_lands_in_one_rack() 
                 },
             }
         )
-        create_manifests(where, str(EXAMPLES / "podgroup-1.37" / "podgroup.yaml"))
+        await create_manifests(where, str(EXAMPLES / "podgroup-1.37" / "podgroup.yaml"))
         await eventually(lambda: len(where.bound()) == 5, what="the four workers bound")
         workers = [node for pod, node in where.bound().items() if "finetune-worker" in pod]
         assert labels_of(where, workers, RACK) == {"b0-r1"}  # rack b0-r0 has only three free nodes
@@ -67,7 +67,7 @@ async def test_a_kubernetes_podgroup_with_a_rack_constraint_lands_in_one_rack() 
             return next((c["status"] for c in conditions or [] if c["type"] == "PodGroupInitiallyScheduled"), None)
 
         await eventually(lambda: initially_scheduled() == "True", what="PodGroupInitiallyScheduled=True")
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_a_composite_service_lands_in_one_block_with_each_replica_in_one_rack() -> None:
@@ -85,7 +85,7 @@ async def test_a_composite_service_lands_in_one_block_with_each_replica_in_one_r
                     },
                 }
             )
-        create_manifests(where, str(EXAMPLES / "phalanx-composite" / "service.yaml"))
+        await create_manifests(where, str(EXAMPLES / "phalanx-composite" / "service.yaml"))
         await eventually(
             lambda: len([p for p in where.bound() if p.startswith("serving/")]) >= 8,
             what="one prefill and one decode replica bound",
@@ -96,7 +96,7 @@ async def test_a_composite_service_lands_in_one_block_with_each_replica_in_one_r
         assert labels_of(where, [n for nodes in groups.values() for n in nodes], BLOCK) == {"b1"}
         for replica, nodes in groups.items():
             assert len(nodes) == 4 and len(labels_of(where, nodes, RACK)) == 1, f"{replica} spans racks"
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_an_elastic_composite_service_goes_to_the_block_where_every_replica_fits() -> None:
@@ -106,7 +106,7 @@ async def test_an_elastic_composite_service_goes_to_the_block_where_every_replic
         for rack in ("b0-r0", "b0-r1"):
             for i in range(4):
                 where.create(gpu_pod(f"busy-{rack}-{i}", "other", scheduler="other", nodeName=f"{rack}-n{i}"))
-        create_manifests(where, str(EXAMPLES / "phalanx-composite" / "service.yaml"))
+        await create_manifests(where, str(EXAMPLES / "phalanx-composite" / "service.yaml"))
         service = await eventually(
             lambda: (
                 (found := {p: n for p, n in where.bound().items() if p.startswith("serving/")})
@@ -118,4 +118,4 @@ async def test_an_elastic_composite_service_goes_to_the_block_where_every_replic
         assert labels_of(where, service.values(), BLOCK) == {"b1"}
         for replica, nodes in replicas(service, "chat-").items():
             assert len(labels_of(where, nodes, RACK)) == 1, f"{replica} spans racks"
-        check_invariants(where)
+        await check_invariants(where)

@@ -37,7 +37,7 @@ async def test_two_replicas_never_both_bind_and_the_follower_takes_over() -> Non
             assert binds(survivor) == 2
         lease = where.store.get(where.store.resource("coordination.k8s.io/v1", "Lease"), "kube-system", "phalanx")
         assert lease["spec"]["leaseTransitions"] >= 1
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_a_follower_takes_over_when_the_leader_stops_renewing() -> None:
@@ -76,5 +76,5 @@ async def test_a_restart_in_the_middle_of_binding_a_gang_ends_fully_bound_withou
                 lambda: {f"team/w{i}" for i in range(8)} <= set(where.bound()),
                 what="the rest of the gang bound by the restarted scheduler",
             )
-        check_invariants(where)
+        await check_invariants(where)
         assert "team/late" not in where.bound()  # the cluster is full: the gang's members took what it needed

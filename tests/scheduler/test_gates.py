@@ -48,7 +48,7 @@ async def test_gated_members_are_counted_never_touched_and_the_gang_binds_once_t
         # At once: woken by the release, not after its (ten-minute) backoff or the gang's timeout.
         await eventually(lambda: len(where.bound()) == 4, what="the whole gang bound")
         assert not app.permit.waiting
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_the_kueue_pattern_pods_released_with_a_rack_selector_land_in_that_rack() -> None:
@@ -64,4 +64,4 @@ async def test_the_kueue_pattern_pods_released_with_a_rack_selector_land_in_that
         placed = await eventually(lambda: len(where.bound()) == 5 and where.bound(), what="the gang bound")
         tas = [node for pod, node in placed.items() if pod.startswith("team/tas-")]
         assert labels_of(where, tas, "example.com/rack") == {"b0-r1"}
-        check_invariants(where)
+        await check_invariants(where)

@@ -51,7 +51,7 @@ async def test_a_member_deleted_while_the_gang_waits_is_waited_for_again() -> No
         assert where.bound() == {}  # three members of a gang of four: nothing bound
         where.create(gpu_pod("t-4", annotations=pfn("t", 4, timeout=100)))
         await eventually(lambda: len(where.bound()) == 4, what="the gang of four bound")
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_a_minimum_raised_while_the_gang_waits_is_what_it_waits_for() -> None:
@@ -63,7 +63,7 @@ async def test_a_minimum_raised_while_the_gang_waits_is_what_it_waits_for() -> N
         # A gang that waits for members is Pending, as the README says (issue 25: it had no phase at all).
         await eventually(lambda: (where.store.get(groups, "team", "pg").get("status") or {}).get("phase") == "Pending",
                          what="the waiting group Pending")  # fmt: skip
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_a_minimum_lowered_while_the_gang_waits_binds_it_at_once() -> None:
@@ -71,7 +71,7 @@ async def test_a_minimum_lowered_while_the_gang_waits_binds_it_at_once() -> None
         await waiting_podgroup(where, app, minimum_now=3)
         await eventually(lambda: len(where.bound()) == 3, what="the three bound without waiting out the timeout")
         assert not app.permit.waiting and not [key for key in app.state.assumed if key.startswith("~placeholder")]
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_members_released_with_their_own_hosts_one_by_one_wait_rather_than_look_impossible() -> None:
@@ -94,4 +94,4 @@ async def test_members_released_with_their_own_hosts_one_by_one_wait_rather_than
             release(i)
         placed = await eventually(lambda: len(where.bound()) == 4 and where.bound(), what="the gang bound")
         assert placed == {f"team/tas-{i}": f"b0-r1-n{i}" for i in range(4)}
-        check_invariants(where)
+        await check_invariants(where)

@@ -108,7 +108,7 @@ async def test_a_production_gang_evicts_one_whole_batch_gang_in_one_rack_and_bin
         # The other batch gang is untouched, whole.
         survivors = {key for key in where.bound() if key.startswith("team/batch")}
         assert len(survivors) == 2 and len({key[:-2] for key in survivors}) == 1
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_equal_priority_never_preempts_and_preemption_policy_never_says_so() -> None:
@@ -124,7 +124,7 @@ async def test_equal_priority_never_preempts_and_preemption_policy_never_says_so
             "Preemption cannot help: it may not preempt: its pod team/polite-0 has preemptionPolicy Never."
         )
         assert len(where.bound()) == 4 and not where.events("Preempting")
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_the_surplus_of_an_elastic_gang_goes_first_and_its_minimum_stays() -> None:
@@ -148,7 +148,7 @@ async def test_the_surplus_of_an_elastic_gang_goes_first_and_its_minimum_stays()
         await eventually(lambda: {"team/prod-0", "team/prod-1"} <= set(where.bound()), what="the preemptor bound")
         elastic = [key for key in where.bound() if key.startswith("team/elastic")]
         assert len(elastic) == 2  # exactly its minimum is left running
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_nominated_room_is_not_taken_by_a_lower_priority_gang_while_victims_terminate() -> None:
@@ -167,7 +167,7 @@ async def test_nominated_room_is_not_taken_by_a_lower_priority_gang_while_victim
         where.finish_termination(victims[1])
         await eventually(lambda: {"team/prod-0", "team/prod-1"} <= set(where.bound()), what="the preemptor bound")
         assert "team/middle-0" not in where.bound()
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_a_higher_priority_gang_may_take_nominated_room() -> None:
@@ -179,7 +179,7 @@ async def test_a_higher_priority_gang_may_take_nominated_room() -> None:
         where.finish_termination(victims[0])
         where.create(member("critical-0", "critical", 1, "critical"))
         await eventually(lambda: "team/critical-0" in where.bound(), what="the critical gang bound in nominated room")
-        check_invariants(where)
+        await check_invariants(where)
 
 
 @pytest.mark.parametrize(
@@ -212,7 +212,7 @@ async def test_an_upstream_pod_group_s_disruption_mode_decides_whether_its_surpl
             where.create(member(f"prod-{i}", "prod", 2, "production"))
         await eventually(lambda: {"team/prod-0", "team/prod-1"} <= set(where.bound()), what="the preemptor bound")
         assert len([key for key in where.bound() if key.startswith("team/elastic")]) == left
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_a_group_whose_priority_class_never_preempts_says_so_and_evicts_nothing() -> None:
@@ -228,7 +228,7 @@ async def test_a_group_whose_priority_class_never_preempts_says_so_and_evicts_no
             "Preemption cannot help: it may not preempt: its PriorityClass polite has preemptionPolicy Never."
         )
         assert len(where.bound()) == 4 and not where.events("Preempting")
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_a_running_gang_whose_group_was_deleted_is_still_evicted_whole() -> None:
@@ -248,7 +248,7 @@ async def test_a_running_gang_whose_group_was_deleted_is_still_evicted_whole() -
         where.create(member("prod-0", "prod", 1, "production"))
         await eventually(lambda: "team/prod-0" in where.bound(), what="the preemptor bound")
         assert not any(key.startswith("team/train") for key in where.pods())  # both went, not one
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_a_stale_nomination_is_cleared_so_its_room_is_not_held_forever() -> None:
@@ -271,7 +271,7 @@ async def test_a_stale_nomination_is_cleared_so_its_room_is_not_held_forever() -
                 lambda: not (where.pods()["team/prod-0"].get("status") or {}).get("nominatedNodeName"),
                 what="the stale nomination cleared",
             )
-            check_invariants(where)
+            await check_invariants(where)
 
 
 async def test_victims_whose_deletion_fails_for_a_while_still_all_go(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -291,7 +291,7 @@ async def test_victims_whose_deletion_fails_for_a_while_still_all_go(monkeypatch
         survivors = [key for key in where.bound() if key.startswith("team/batch")]
         assert len(survivors) == 2 and len({key[:-2] for key in survivors}) == 1  # one whole gang left
         assert app.metrics.registry.get_sample_value("phalanx_preemption_victims_total", {"reason": "gang"}) == 2
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_a_victim_whose_delete_keeps_failing_is_deleted_once_it_can_be_and_is_nobody_else_s_victim(
@@ -328,7 +328,7 @@ async def test_a_victim_whose_delete_keeps_failing_is_deleted_once_it_can_be_and
         assert where.bound()["team/late-0"] == stuck_node
         assert not any(key.startswith("team/wide") for key in where.bound())
         await eventually(lambda: app.evictor.idle, what="the evictor done")
-        check_invariants(where)
+        await check_invariants(where)
 
 
 def mark_as_victim(where: Cluster, pod: str, preemptor: str = "pfn:prod/llm") -> None:
@@ -377,7 +377,7 @@ async def test_a_new_leader_finishes_the_evictions_its_predecessor_began_whole_u
             assert preempted == {"wide-0", "wide-1", "wide-2", "elastic-2", "plain-0"}
             await eventually(lambda: app.evictor.idle, what="the evictor done")
             assert terminating(where) == {*going, "team/plain-0"}
-        check_invariants(where)
+        await check_invariants(where)
 
 
 @pytest.mark.parametrize("policy", [{"gang": {"minCount": 3}}, {"basic": {}}])
@@ -407,7 +407,7 @@ async def test_members_beyond_a_gang_s_minimum_preempt_lower_priorities_as_any_p
 
         await eventually(all_bound, what=lambda: f"all four bound, got {sorted(where.bound())}")
         assert len([key for key in where.bound() if key.startswith("team/small")]) == 4  # no more victims than needed
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_a_new_leader_finishes_a_group_that_goes_only_whole_even_when_its_minimum_would_stay() -> None:
@@ -425,4 +425,4 @@ async def test_a_new_leader_finishes_a_group_that_goes_only_whole_even_when_its_
             going = {"team/whole-0", "team/whole-1", "team/whole-2"}
             await eventually(lambda: terminating(where) == going, what=lambda: f"all three going: {terminating(where)}")
             await eventually(lambda: app.evictor.idle, what="the evictor done")
-        check_invariants(where)
+        await check_invariants(where)

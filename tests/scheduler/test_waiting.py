@@ -45,7 +45,7 @@ async def test_a_volcano_subgroup_with_no_pods_yet_makes_the_gang_wait_on_an_emp
                 where.create(obj)
         pods = [obj for obj in read_manifest_file(str(EXAMPLE)) if obj["kind"] == "Pod"]
         await eventually(lambda: len(where.bound()) == len(pods), what="the whole gang bound")
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_a_gang_that_waits_for_members_and_would_not_fit_says_both() -> None:
@@ -72,7 +72,7 @@ async def test_a_48_pod_gang_gathering_its_members_writes_one_waiting_event_not_
         await eventually(lambda: len(where.bound()) == 48, what="the gang bound")
         waiting = [e for e in where.events("GangWaiting") if e["regarding"]["name"] == "job-0"]
         assert len(waiting) <= 1, [e["note"] for e in waiting]
-        check_invariants(where)
+        await check_invariants(where)
 
 
 async def test_a_gang_whose_declared_resources_no_cluster_could_hold_says_that_before_anything_about_held_room() -> (

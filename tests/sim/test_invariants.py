@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
@@ -10,7 +11,7 @@ from scheduler.gangs.gang_settings import GangSettings
 from scheduler.ports.sim import ClusterShape, Store, load
 from scheduler.simulation.oracle import InvariantMonitor
 from scheduler.state import Assumption
-from tests.scheduler.support import LEVELS, gpu_pod, pfn
+from tests.scheduler.support import LEVELS, TALLY, Tally, cluster, gpu_pod, pfn
 
 PODS_RESOURCE = ("v1", "Pod")
 
@@ -59,6 +60,42 @@ def test_room_a_scheduler_still_assumes_counts_against_a_bind() -> None:
     create(store, gpu_pod("c", gpus=6))
     bind(store, "c", "b0-r0-n0")
     assert monitor.violations == ["node b0-r0-n0 over-committed: nvidia.com/gpu 10 > 8"]
+
+
+def over_commit_beside(squatter: str, *, seen: bool) -> list[str]:
+    """What the monitor says when Phalanx binds a pod beside ``squatter``, bound by another scheduler, on a full
+    node; ``seen``: whether Phalanx had seen the squatter there."""
+    store, monitor = watched()
+    known = {f"team/{squatter}": "b0-r0-n0"} if seen else {}
+    monitor.apps.append(SimpleNamespace(state=SimpleNamespace(assumed={}, bound_node=known.get)))  # type: ignore[arg-type]
+    create(store, gpu_pod(squatter, scheduler="default-scheduler", nodeName="b0-r0-n0"))
+    create(store, gpu_pod("ours"))
+    bind(store, "ours", "b0-r0-n0")
+    return monitor.violations
+
+
+def test_an_over_commit_names_the_pods_bound_by_others_that_phalanx_had_not_seen() -> None:
+    """A scheduler deciding from its cache cannot know of a bind it was not shown yet: the violation says so,
+    so that the scenario that bound the pod itself is mended (``Cluster.create_bound``), not the scheduler."""
+    assert over_commit_beside("squatter", seen=True) == ["node b0-r0-n0 over-committed: nvidia.com/gpu 16 > 8"]
+    assert over_commit_beside("squatter", seen=False) == [
+        "node b0-r0-n0 over-committed: nvidia.com/gpu 16 > 8"
+        " (with pods bound by others that Phalanx had not seen yet: team/squatter)"
+    ]
+
+
+async def test_the_run_summary_counts_the_violations_monitors_found() -> None:
+    before = (TALLY.violations, TALLY.provoked)
+    async with cluster("blocks=1,racks=1,nodes=1,gpus=8", provoked=True) as where:
+        for name in ("a", "b"):
+            where.create(gpu_pod(name, gpus=6))
+            where.store.bind("team", name, {"target": {"name": "b0-r0-n0"}})
+        assert where.monitor.violations == ["node b0-r0-n0 over-committed: nvidia.com/gpu 12 > 8"]
+    assert (TALLY.violations, TALLY.provoked) == (before[0] + 1, before[1] + 1)
+    assert Tally(Counter(bind=2), violations=1).line() == "invariant checks: bind 2; violations 1"
+    assert Tally(Counter(bind=2), violations=1, provoked=1).line() == (
+        "invariant checks: bind 2; violations 1 (1 provoked on purpose by tests that check the monitor finds them)"
+    )
 
 
 def test_a_pod_of_another_scheduler_bound_is_a_violation_unless_announced() -> None:
