@@ -1,8 +1,8 @@
 """A real Kubernetes control plane for tests and benchmarks: etcd and kube-apiserver from
 ``KUBEBUILDER_ASSETS``, on free loopback ports, stopped by PID.
 
-This is the envtest convention Go controllers use (``setup-envtest use 1.36`` prints such a directory;
-``../shared/envtest/install`` does here). The server runs with RBAC, a static admin token, TLS from a
+This is the envtest convention Go controllers use (``setup-envtest use 1.36`` prints such a directory; no
+registry reachable here ships one, so CI runs without it). The server runs with RBAC, a static admin token, TLS from a
 throwaway self-signed certificate, the service-account token issuer (so a test can ask for a token of
 Phalanx's own ServiceAccount), an audit log of every request, and the ``scheduling.k8s.io`` gang APIs
 switched on; optionally a kube-controller-manager running chosen controllers (the Job, ReplicaSet, ...
@@ -32,8 +32,8 @@ import yaml
 
 #: What the issue and the envtest README name: how to get the binaries on a machine with internet.
 HOW_TO_GET = (
-    "set KUBEBUILDER_ASSETS to a directory holding kube-apiserver and etcd "
-    "(`setup-envtest use 1.36 -p path` on a machine with internet, or ../shared/envtest/install here)"
+    "set KUBEBUILDER_ASSETS to a directory holding kube-apiserver and etcd, as envtest does "
+    "(`setup-envtest use 1.36 -p path` on a machine with internet gets them)"
 )
 
 FEATURE_GATES = (
