@@ -7,7 +7,7 @@ show, not only the end of a run:
   but not yet bound) stay within its allocatable, for every resource. Pods bound by others count too: a
   scenario that binds pods itself while Phalanx runs must let Phalanx see them before it may use that
   room (a scheduler deciding from its cache cannot know of a bind it has not been shown), and a violation
-  names the pods bound by others that the attached Phalanx had not seen yet;
+  names the pods bound by others that the Phalanx which bound had not seen when its bind landed;
 - no pod is bound twice or moved to a second node, and no pod of another scheduler is bound;
 - whenever asked (:meth:`check_gangs`, at quiet moments): no gang is bound below its minimum, except
   gangs whose members the test deleted itself (:meth:`user_deleted`) or that had members on a node
@@ -271,7 +271,7 @@ class InvariantMonitor:
         if (newly_bound and not ours) or previous is None or was_theirs:  # bound by another scheduler, or created bound
             self._theirs.add(key)
         if newly_bound and ours:
-            self._check_node(node, requests)
+            self._check_node(node, requests, bound=key)
             self._check_nominated(key, node, requests)
             if (pod.get("spec") or {}).get("resourceClaims") or extended:
                 self._check_claims(key, pod, node)
@@ -355,10 +355,10 @@ class InvariantMonitor:
         if self._ours_on[node]:
             self._ours_on[node] -= 1
 
-    def _check_node(self, node: str, asked: Mapping[str, int] | None = None) -> None:
-        """At a bind of ours: bound plus still-assumed requests against allocatable, in what the bound pod
-        asks for (``asked``; every resource when None): a pod that asks nothing of a resource another
-        scheduler over-committed has not taken that room."""
+    def _check_node(self, node: str, asked: Mapping[str, int] | None = None, *, bound: str | None = None) -> None:
+        """At a bind of ours (of the pod ``bound``): bound plus still-assumed requests against allocatable, in
+        what the bound pod asks for (``asked``; every resource when None): a pod that asks nothing of a resource
+        another scheduler over-committed has not taken that room."""
         self.checks["node capacity"] += 1
         allocatable = self._allocatable.get(node)
         if allocatable is None:
@@ -378,14 +378,25 @@ class InvariantMonitor:
         }
         if over:
             detail = ", ".join(f"{name} {amount} > {allocatable.get(name, 0)}" for name, amount in sorted(over.items()))
-            unseen = sorted(
+            unseen = self._unseen_there(node, over, bound)
+            if unseen:
+                detail += f" (with pods bound by others that Phalanx had not seen when this bind landed: {unseen})"
+            self._violate(f"node {node} over-committed: {detail}")
+
+    def _unseen_there(self, node: str, over: Mapping[str, int], bound: str | None) -> str:
+        """Pods bound by others on ``node``, taking some of what is over-committed, that the Phalanx which bound
+        ``bound`` (every one attached, when not known) had not seen there: a scheduler deciding from its cache
+        cannot know of them, so the test that bound them is to be mended, not the scheduler."""
+        binders = [app for app in self.apps if bound in app.state.assumed] or self.apps
+        return ", ".join(
+            sorted(
                 pod
                 for pod in self._theirs
-                if self._bound[pod][1] == node and any(app.state.bound_node(pod) != node for app in self.apps)
+                if self._bound[pod][1] == node
+                and any(self._bound[pod][2].get(name, 0) for name in over)
+                and any(app.state.bound_node(pod) != node for app in binders)
             )
-            if unseen:
-                detail += f" (with pods bound by others that Phalanx had not seen yet: {', '.join(unseen)})"
-            self._violate(f"node {node} over-committed: {detail}")
+        )
 
     def _check_claims(self, key: str, pod: Obj, node: str) -> None:
         """At a bind of ours of a pod that claims devices: each claim is allocated, on this node, and reserved

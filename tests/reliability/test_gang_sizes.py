@@ -29,12 +29,13 @@ def pending_message(where: object, pod: str) -> str | None:
 @pytest.mark.parametrize("size", SIZES)
 async def test_a_size_above_max_gang_size_is_invalid_at_once_and_the_other_gangs_bind(size: int) -> None:
     async with cluster() as where, phalanx(where) as app:
-        for i in range(2):
-            where.create(gpu_pod(f"good-{i}", annotations=pfn("good", 2)))
-        await eventually(lambda: len(where.bound()) == 2, what="the good gang bound")
         started = time.process_time()
         where.create(gpu_pod("huge-0", annotations=pfn("huge", size)))
-        message = await eventually(lambda: pending_message(where, "team/huge-0"), what="the huge gang's decision")
+        for i in range(2):
+            where.create(gpu_pod(f"good-{i}", annotations=pfn("good", 2)))
+        message = await eventually(
+            lambda: len(where.bound()) == 2 and pending_message(where, "team/huge-0"), what="both decisions"
+        )
         cpu = time.process_time() - started  # the scheduler's, the emulator's and this test's together
         assert sorted(where.bound()) == ["team/good-0", "team/good-1"]
         assert message == (
@@ -56,17 +57,22 @@ async def test_a_size_above_max_gang_size_is_invalid_at_once_and_the_other_gangs
 async def test_with_the_limit_raised_a_size_beyond_the_cluster_is_unschedulable_and_holds_nothing(size: int) -> None:
     settings = replace(FAST, gangs=replace(FAST.gangs, max_gang_size=2**64))
     async with cluster("blocks=1,racks=2,nodes=4,gpus=8") as where, phalanx(where, settings) as app:
-        for i in range(2):
-            where.create(gpu_pod(f"good-{i}", annotations=pfn("good", 2)))
-        await eventually(lambda: len(where.bound()) == 2, what="the good gang bound")
         started = time.process_time()
         where.create(gpu_pod("huge-0", annotations=pfn("huge", size)))
-        message = await eventually(lambda: pending_message(where, "team/huge-0"), what="the huge gang's decision")
+        for i in range(2):
+            where.create(gpu_pod(f"good-{i}", annotations=pfn("good", 2)))
+        message = await eventually(
+            lambda: len(where.bound()) == 2 and pending_message(where, "team/huge-0"), what="both decisions"
+        )
         cpu = time.process_time() - started
-        assert message == (
-            f"6/8 nodes are available: 2 Insufficient nvidia.com/gpu. Gang team/huge needs {size} pods; the "
-            "cluster could hold at most 8 of this shape even if it were empty: each node holds at most 1 "
-            f"(nvidia.com/gpu 8 of 8). It also waits for {size - 1} member(s) that do not exist yet."
+        nodes, why = message.split(". ", 1)
+        # Decided before or after the good gang bound, as Phalanx saw them arrive (its reason is not decided
+        # again when another gang binds: issue 41).
+        assert nodes in ("8/8 nodes are available", "6/8 nodes are available: 2 Insufficient nvidia.com/gpu")
+        assert why == (
+            f"Gang team/huge needs {size} pods; the cluster could hold at most 8 of this shape even if it were "
+            "empty: each node holds at most 1 (nvidia.com/gpu 8 of 8). It also waits for "
+            f"{size - 1} member(s) that do not exist yet."
         )
         assert where.condition("team/huge-0")["reason"] == "Unschedulable"  # type: ignore[index]
         assert not app.permit.waiting  # no reservation: waiting for members would not make it fit

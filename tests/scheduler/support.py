@@ -68,9 +68,9 @@ class Tally:
 
     def line(self) -> str:
         figures = ", ".join(f"{name} {count}" for name, count in sorted(self.checks.items()))
-        found = f"violations {self.violations}"
+        found = f"violations {self.violations - self.provoked}"
         if self.provoked:
-            found += f" ({self.provoked} provoked on purpose by tests that check the monitor finds them)"
+            found += f" (and {self.provoked} provoked on purpose by tests that check the monitor finds them)"
         return f"invariant checks: {figures}; {found}"
 
 
@@ -249,18 +249,18 @@ def pfn(gang: str, size: int, timeout: int | None = None) -> dict[str, str]:
 
 
 async def create_manifests(where: Cluster, *paths: str | Path) -> list[dict[str, Any]]:
-    """Create every object of examples/ manifest files, as ``kubectl apply -f`` would on a fresh cluster (a
-    Namespace may exist already: the emulator makes namespaces as objects need them): what is not a pod
-    first, then the pods that arrive bound (:meth:`Cluster.create_bound`, so that Phalanx has seen the room
-    they take), then the pods to schedule, each in the order of its file."""
+    """Create every object of examples/ manifest files on a fresh cluster (a Namespace may exist already: the
+    emulator makes namespaces as objects need them). Not quite in ``kubectl apply -f`` order: what is not a
+    pod comes first, then the pods that arrive bound (:meth:`Cluster.create_bound`, so that Phalanx has seen
+    the room they take), then the pods to schedule, each in the order of its file."""
     objects = [obj for path in paths for obj in read_manifest_file(str(path))]
     for obj in objects:
         if obj["kind"] == "Namespace":
             where.store.ensure_namespace(obj["metadata"]["name"])
+    pods = [obj for obj in objects if obj["kind"] == "Pod"]
     created = [where.create(obj) for obj in objects if obj["kind"] not in ("Namespace", "Pod")]
-    bound = [obj for obj in objects if obj["kind"] == "Pod" and (obj.get("spec") or {}).get("nodeName")]
-    created += await where.create_bound(*bound)
-    created += [where.create(obj) for obj in objects if obj["kind"] == "Pod" and obj not in bound]
+    created += await where.create_bound(*(pod for pod in pods if (pod.get("spec") or {}).get("nodeName")))
+    created += [where.create(pod) for pod in pods if not (pod.get("spec") or {}).get("nodeName")]
     return created
 
 

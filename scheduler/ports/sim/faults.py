@@ -3,11 +3,11 @@
 Rules match requests by verb (``get``, ``list``, ``watch``, ``create``, ``update``, ``patch``,
 ``delete``, ``bind``) and resource (plural, e.g. ``pods``), and may fail them (500, 429 with a
 ``Retry-After``, 409, 503) at a rate, or delay them. Besides rules: watches can be dropped after N
-events, the next watches can be answered with 410 Expired, the events of a resource's watches can
-arrive late (``watch_lag``: a client's cache behind the store), binds of chosen pods can fail, any verb
-on a chosen object can fail (``failing``), and the whole server can be made unavailable (open watches
-end at their next event or bookmark). Every
-decision draws from one seeded generator, and every fault injected is counted.
+events, the next watches can be answered with 410 Expired, binds of chosen pods can fail, any verb on a
+chosen object can fail (``failing``), and the whole server can be made unavailable (open watches end at
+their next event or bookmark). Every decision draws from one seeded generator, and every fault injected
+is counted. Apart from faults, the events of a resource's watches can be sent late (``watch_lag``: a
+client's cache behind the store, as on a loaded host).
 """
 
 from __future__ import annotations
@@ -60,21 +60,26 @@ class Faults:
     unavailable: bool = False
     #: resource (plural) -> (least, most) seconds each event of its watches waits before it is sent, so that a
     #: watching client's cache lags the store as on a loaded host: whatever it decides from that cache races
-    #: with writes it has not seen yet. Events keep their order (each waits behind the one before).
+    #: with writes it has not seen yet. Events keep their order (each waits behind the one before). A lag is
+    #: how the cluster is, not a fault: ``clear`` keeps it, it is not counted in ``injected``, and it draws
+    #: from its own generator, so that the same seed fails the same requests with or without it.
     watch_lag: dict[str, tuple[float, float]] = field(default_factory=dict)
     injected: Counter[str] = field(default_factory=Counter)
+    #: Watch events sent late (``watch_lag``).
+    lagged: int = 0
 
     def __post_init__(self) -> None:
         self._random = random.Random(self.seed)
+        self._lag_random = random.Random(self.seed)
 
     def clear(self) -> None:
+        """Stop every fault (a ``watch_lag`` stays: it is how the cluster is, not a fault)."""
         self.rules.clear()
         self.drop_watch_after = None
         self.expire_next_watches = 0
         self.bind_failures.clear()
         self.failing.clear()
         self.unavailable = False
-        self.watch_lag.clear()
 
     def decide(self, verb: str, resource: str, target: str = "") -> tuple[float, ApiError | None]:
         """The delay to apply and the error to return (or None) for one request."""
@@ -112,8 +117,8 @@ class Faults:
         bounds = self.watch_lag.get(resource)
         if bounds is None:
             return 0.0
-        self.injected["watch lag"] += 1
-        return self._random.uniform(*bounds)
+        self.lagged += 1
+        return self._lag_random.uniform(*bounds)
 
     def take_expired_watch(self) -> bool:
         if self.expire_next_watches > 0:
