@@ -46,7 +46,7 @@ WAKES_ONLY = replace(FAST, queue=QueueSettings(initial_backoff_seconds=600, max_
 
 LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
 #: ``PHALANX_TEST_WATCH_LAG=1``: every cluster's pod watch sends each event 0.2-4 ms late, so that Phalanx's cache
-#: lags the store as on a loaded host; a test that assumed Phalanx sees what it created at once fails every time.
+#: lags the store as on a loaded host; a test that assumed Phalanx sees what it created at once fails reliably.
 LAGGING_WATCH = (0.0002, 0.004) if os.environ.get("PHALANX_TEST_WATCH_LAG") else None
 
 
