@@ -38,6 +38,7 @@ from scheduler.decision import BindJob, Reason
 from scheduler.devices.allocation import DELETE_PROTECTION, ClaimWrite, plan, taken_back
 from scheduler.devices.extended import asks_any, claim_body, pod_claim_status
 from scheduler.devices.inventory import Release
+from scheduler.devices.sharing import binding_state
 from scheduler.gangs import GangKey
 from scheduler.jobs import Jobs
 from scheduler.metrics import Metrics
@@ -150,6 +151,15 @@ class Binder:
             self.reporter.event(self.reporter.pod_subject(pod), Reason.FAILED_BINDING, claimed, action="Binding")
             self._release(job, claimed, refused=True)
             return
+        if any(write.waits_for_driver for write, _ in claimed):
+            failed = await self._await_drivers(claimed)
+            if failed is not None:  # taken back and tried again later, as kube-scheduler's PreBind does
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_BACK_SECONDS):
+                    await self._take_back(self._as_known(claimed))
+                pod = job.pods[0][0]
+                self.reporter.event(self.reporter.pod_subject(pod), Reason.FAILED_BINDING, failed, action="Binding")
+                self._release(job, failed, refused=True)
+                return
         bound: set[str] = set()
         then: list[Callable[[], None]] = []
         try:
@@ -252,13 +262,13 @@ class Binder:
                                                  {"status": pod_claim_status(write.name, write.extended)})  # fmt: skip
             except PortError as error:
                 for unwritten in writes[i:]:
-                    self.state.devices.release(unwritten.devices)
+                    self.state.devices.release(unwritten.devices, f"{unwritten.namespace}/{unwritten.name}")
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_BACK_SECONDS):
                     await self._take_back(written)
                 return f"allocating ResourceClaim {write.namespace}/{write.name} was refused: {error}"
             except BaseException:
                 for unwritten in writes[i:]:
-                    self.state.devices.release(unwritten.devices)
+                    self.state.devices.release(unwritten.devices, f"{unwritten.namespace}/{unwritten.name}")
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_BACK_SECONDS):
                     await self._take_back(written)
                 raise
@@ -266,6 +276,56 @@ class Binder:
                 written.append((write, str((stored.get("metadata") or {}).get("resourceVersion", ""))))
         log.info("claims allocated", gang=job.gang, claims=len(written))
         return written
+
+    async def _await_drivers(self, claimed: list[tuple[ClaimWrite, str]]) -> str | None:
+        """Wait until the drivers report every binding condition of the devices just allocated True (the claims'
+        ``status.devices``, as the watch shows them); why not, when a failure condition turns True or
+        ``binding.deviceBindingTimeoutSeconds`` passes first. No pod of the gang is bound meanwhile."""
+        devices = self.state.devices
+        keys = [f"{write.namespace}/{write.name}" for write, _ in claimed if write.waits_for_driver]
+        deadline = self.clock.monotonic() + self.settings.device_binding_timeout_seconds
+        seen: set[str] = set()  # claims the watch has shown allocated (before, it may be behind the write)
+        while True:
+            waiting = []
+            for key in keys:
+                claim = devices.claims.get(key)
+                if claim is None or not claim.allocated:
+                    if key in seen or claim is None:
+                        return f"ResourceClaim {key} lost its allocation while its devices were being attached"
+                    waiting.append(f"ResourceClaim {key} (its allocation)")
+                    continue
+                seen.add(key)
+                for device, (wanted, failures) in zip(claim.allocated, claim.binding, strict=False):
+                    ready, failed = binding_state(claim.conditions.get(device, {}), wanted, failures)
+                    if failed is not None:
+                        named = "/".join(device)
+                        return f"device {named} of ResourceClaim {key} reports {failed}: it could not be attached"
+                    if not ready:
+                        waiting.append(f"{'/'.join(device)} ({', '.join(wanted)})")
+            if not waiting:
+                log.info("devices attached", claims=len(keys))
+                return None
+            left = deadline - self.clock.monotonic()
+            if left <= 0:
+                return (f"the driver did not report {waiting[0]} ready within "
+                        f"{self.settings.device_binding_timeout_seconds:g}s")  # fmt: skip
+            changed = anyio.Event()
+            devices.wakers.add(changed.set)
+            try:
+                with anyio.move_on_after(min(left, 1.0)):
+                    await changed.wait()
+            finally:
+                devices.wakers.discard(changed.set)
+
+    def _as_known(self, claimed: list[tuple[ClaimWrite, str]]) -> list[tuple[ClaimWrite, str]]:
+        """The writes with the versions the watch shows now: a driver reporting its devices' conditions changed
+        the claims since they were written, and the allocation is still this write's."""
+        known = self.state.devices.claims
+        return [
+            (write, known[key].version if (key := f"{write.namespace}/{write.name}") in known and write.waits_for_driver
+             else version)
+            for write, version in claimed
+        ]  # fmt: skip
 
     async def _make_claim(self, write: ClaimWrite) -> ClaimWrite:
         """Make the claim of a pod's extended resources (KEP-5004), with kube-scheduler's finalizer on: the
@@ -279,8 +339,8 @@ class Binder:
         named = replace(write, name=str(metadata.get("name", "")), version=str(metadata.get("resourceVersion", "")),
                         finalizers=None)  # fmt: skip
         # Held under its name from now on: the watch's DELETED of it lets them go, whatever happens here.
-        self.state.devices.release(write.devices)
-        self.state.devices.hold(f"{named.namespace}/{named.name}", named.devices)
+        self.state.devices.release(write.devices, f"{write.namespace}/{write.name}")
+        self.state.devices.hold(f"{named.namespace}/{named.name}", named.devices, named.consumed)
         return named
 
     async def _delete_made(self, key: str) -> bool:
@@ -323,7 +383,7 @@ class Binder:
             key = f"{write.namespace}/{write.name}"
             if write.extended:
                 if await self._delete_made(key):
-                    devices.release(write.devices)  # free again once the watch shows the claim gone
+                    devices.release(write.devices, key)  # free again once the watch shows the claim gone
                 continue
             taken = False
             for attempt in range(3):
@@ -346,7 +406,7 @@ class Binder:
                     log.warning("claim allocation not taken back yet", claim=write.name, error=str(error)[:200])
                     await anyio.sleep(0.2 * (attempt + 1))
             if taken:
-                devices.release(write.devices)  # free again once the watch shows the claim without them
+                devices.release(write.devices, key)  # free again once the watch shows the claim without them
             else:  # still allocated as written: what is known of it will be true once the watch shows it
                 devices.releasing.pop(key, None)
 

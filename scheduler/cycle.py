@@ -65,6 +65,7 @@ from scheduler.vacancies import Vacancies
 from scheduler.whose_room import WhoseRoom
 from topology import GangRequest, Infeasible, Placement, Placer
 from topology.domains import IntArray
+from topology.quantities import DEVICES
 
 log = structlog.get_logger("phalanx.cycle")
 
@@ -161,7 +162,8 @@ class Cycle:
         wake = Wake(nodes=True, shapes=frozenset(member.shape for member in unplaced), pods=len(unplaced))
         too_big = beyond_cluster(request, self.state.snapshot)
         if too_big is not None:  # only more nodes help; nothing is held
-            message = too_big.message + (f" It also waits for {absent(spec, missing)}.{gated(spec)}" if missing else "")
+            message = too_big.message + self.state.device_note(_device_columns(request))
+            message += f" It also waits for {absent(spec, missing)}.{gated(spec)}" if missing else ""
             return Outcome(code=Code.UNRESOLVABLE, message=message, pods=pods, each_pod=True)
         never = min_resources_problem(spec.key, spec.min_resources, self.state.snapshot, at_all=True)
         if never is not None:  # only more nodes help: evicting or holding room would be for nothing
@@ -225,7 +227,7 @@ class Cycle:
             waits = self.permitting.existing_fit(spec, request, placed, missing)
             if waits is not None:
                 return waits
-        message = placed.message
+        message = placed.message + self.state.device_note(_device_columns(request))
         if missing:  # the room was sought for members that do not exist yet, too: say so
             message += f" It also waits for {absent(spec, missing)}.{gated(spec)}"
         if placed.unresolvable:
@@ -470,3 +472,8 @@ def _problem(error: GangError) -> Outcome:
     """A gang that cannot be compiled: it waits for an object, or must be fixed."""
     code = Code.WAIT if error.problem is Problem.WAITING else Code.INVALID
     return Outcome(code=code, message=error.message, pods=error.pods, each_pod=True)
+
+
+def _device_columns(request: GangRequest) -> list[str]:
+    """The columns of devices the gang's pods ask (for what keeps devices from them)."""
+    return [name for member in request.members() for name, _ in member.shape.requests if name.startswith(DEVICES)]

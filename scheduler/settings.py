@@ -98,6 +98,9 @@ class BindingSettings:
     """Writes allowed at once above the rate, as kube-scheduler's burst."""
     assume_timeout_seconds: float = 30.0
     """A bound pod the watch has not confirmed after this long is forgotten and its capacity released."""
+    device_binding_timeout_seconds: float = 600.0
+    """How long a gang's pods wait, allocated, for drivers to report their devices' binding conditions True
+    before the allocation is taken back (kube-scheduler's ``bindingTimeout``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -66,9 +66,12 @@ from topology import (
 from topology.eligibility import affinity_mask
 from topology.kinds import Requests
 from topology.nodes import NodeRecord
-from topology.quantities import DEVICES
+from topology.quantities import DEVICES, resource_words
 from topology.request import NodeConstraints, NodeSelectorTerm
 from topology.running import RunningPods
+
+#: The key under which a node's devices that allocations elsewhere keep from a column are counted.
+BLOCKED_PREFIX = "devices-in-use@"
 
 log = structlog.get_logger("phalanx.state")
 
@@ -158,6 +161,7 @@ class ClusterState:
         self.index = GangIndex(settings.gang_settings(), self.kinds)
         self._base_nodes: dict[str, NodeRecord] = {}  # each node as its own object says (no devices)
         self._device_supply: dict[str, dict[str, int]] = {}  # node -> devices offered, by column
+        self._blocked: dict[str, tuple[tuple[str, int], ...]] = {}  # node -> ``Devices.blocked`` counted there
         self._device_attributes: dict[str, dict[str, str]] = {}  # node -> attributes its devices agree on
         #: Pods that claim devices: the claims they name (namespace/name), and the pod as last seen.
         self._claiming: dict[str, tuple[tuple[str, ...], Mapping[str, Any]]] = {}
@@ -615,11 +619,35 @@ class ClusterState:
                 self._freed.add(name)
         for claim in list(self._on_its_own):  # the columns their devices count in may have changed
             self._count_on_its_own(claim)
+        self._count_blocked()
         if self.devices.most != most_before:  # which alternative of firstAvailable a pending pod asks
             choosing = [pod for pod, (_, obj) in self._claiming.items() if self.device_demand.chooses(obj)]
             self.index.touch(choosing)
             for pod in choosing:
                 self._apply_pod(Change("MODIFIED", self._claiming[pod][1]))
+
+    def _count_blocked(self) -> None:
+        """Count, on each node, the partitions and shares its devices cannot give because allocations counted in
+        other columns use their counters or capacity (``Devices.blocked``); room given back is freed room."""
+        wanted = {node: tuple(sorted(columns.items())) for node, columns in self.devices.blocked.items()}
+        for node, columns in self._blocked.items():
+            if wanted.get(node) != columns:
+                self.snapshot.forget(f"{BLOCKED_PREFIX}{node}")
+                self._freed.add(node)
+        for node, columns in wanted.items():
+            if self._blocked.get(node) != columns and node in self._base_nodes:
+                self.snapshot.assume(f"{BLOCKED_PREFIX}{node}", node, dict(columns))
+        self._blocked = {node: columns for node, columns in wanted.items() if node in self._base_nodes}
+
+    def device_note(self, columns: Iterable[str]) -> str:
+        """`` Of the devices of class ...: 8 tainted ...``: why devices the gang's requests select cannot serve
+        them, for the message of a gang that does not fit (empty when nothing keeps them)."""
+        found = [
+            f" Of the {resource_words(column)}: {self.devices.notes[column]}."
+            for column in sorted(set(columns))
+            if column in self.devices.notes
+        ]
+        return "".join(found)
 
     def _apply_group(self, resource: ApiResource, change: Change) -> None:
         obj = change.object if change.type == "DELETED" else self._strings.share(change.object)

@@ -119,6 +119,29 @@ def test_the_dra_job_binds_whole_in_one_rack_on_nodes_that_publish_devices(capsy
     assert report["stats"]["peak_gpu_allocation"] == 0.5  # counted when the pods bound, with their claims
 
 
+def test_mig_partitions_of_one_gpu_go_to_one_gang_at_a_time_as_their_counters_allow(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Fourteen 1g.10gb pods take both GPUs' counters whole; the trainer's two 7g.80gb pods bind when they end."""
+    argv = ["simulate", "--cluster", "blocks=1,racks=1,nodes=2,gpus=0,dra=gpu.nvidia.com:1:mig", "--workload",
+            str(EXAMPLES / "dra" / "mig-partitions.yaml"), "--output", "json"]  # fmt: skip
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["bound"]) == 16 and not report["pending"]
+    gangs = {gang["key"]: gang for gang in report["gangs"]}
+    assert gangs["pfn:ml/small"]["bound_at"] < 10 and gangs["pfn:ml/trainer"]["bound_at"] >= 600
+    assert report["stats"]["peak_gpu_allocation"] == 1.0  # seven 1g partitions are one GPU, not seven
+
+
+def test_a_gpu_shared_by_memory_serves_four_20gi_pods_each(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--cluster", "blocks=1,racks=1,nodes=2,gpus=0,dra=gpu.nvidia.com:1:shared", "--workload",
+            str(EXAMPLES / "dra" / "shared-gpu.yaml"), "--output", "json"]  # fmt: skip
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(report["bound"].values()) == ["b0-r0-n0"] * 4 + ["b0-r0-n1"] * 4 and not report["pending"]
+    assert report["stats"]["gpu_allocation"] == 1.0  # four shares of 20Gi fill an 80Gi GPU
+
+
 def test_the_compute_domain_jobset_binds_whole_in_one_nvlink_clique(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["simulate", "--cluster", COMPUTE_DOMAIN_CLUSTER, "--workload",
             str(EXAMPLES / "dra" / "computedomain-jobset.yaml"), "--output", "json"]  # fmt: skip

@@ -17,8 +17,10 @@ for is bound after all, the write is taken back (``taken_back``).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.devices.claims import ALL, Claim, ClaimError, ClaimRequest, Constraint, Request, pod_claims
@@ -26,6 +28,7 @@ from scheduler.devices.demand import MAX_RESERVED
 from scheduler.devices.expressions import SelectorError
 from scheduler.devices.extended import ExtendedRequest, asks_any, claim_requests, extended_requests
 from scheduler.devices.inventory import DeviceId, Devices
+from scheduler.devices.sharing import Budget, consumption
 from scheduler.devices.slices import ALL_NODES, Device
 from topology.request import NodeSelectorTerm
 
@@ -57,6 +60,10 @@ class ClaimWrite:
     #: exist yet: the binder makes it (``extended.claim_body``), names it in the pod's status, and deletes it
     #: to take the write back.
     extended: tuple[ExtendedRequest, ...] = ()
+    #: Per device, what it consumes of a shared device's capacity (empty for a device given whole).
+    consumed: tuple[Mapping[str, int], ...] = ()
+    #: Some device needs its driver to report binding conditions before the claim's pods may bind.
+    waits_for_driver: bool = False
 
 
 def plan(
@@ -64,6 +71,7 @@ def plan(
     pods: Iterable[tuple[Mapping[str, Any], str]],
     own: Callable[[str], Mapping[str, int]] = lambda node: {},
     reaches: Callable[[tuple[NodeSelectorTerm, ...], str], bool] = lambda terms, node: not terms,
+    share_id: Callable[[], str] | None = None,
 ) -> list[ClaimWrite] | str:
     """The writes that give the claims of ``pods`` (each a pod object and its node) their devices and
     reserve each claim for the pods that name it, or why that cannot be done (nothing is written then).
@@ -72,6 +80,7 @@ def plan(
     that asks an extended resource its node has none of (``own``: what each node itself has) gets a claim
     of the devices that serve it, made for it (KEP-5004). A node uses its own devices first, then networked
     ones it reaches (``reaches``: whether a node selector's terms select the node)."""
+    share_id = share_id or share_ids
     users: dict[str, tuple[Claim, list[tuple[dict[str, str], str, str]]]] = {}
     made: dict[str, tuple[ExtendedRequest, ...]] = {}
     served = devices.served()
@@ -95,6 +104,7 @@ def plan(
             if all(seen_pod != f"{namespace}/{name}" for _, _, seen_pod in using):  # a pod may name one claim twice
                 using.append((ref, node, f"{namespace}/{name}"))
     taken: set[DeviceId] = set()
+    choice = _Choice(devices.budget(in_flight=True), {}, set(devices.allocated()) | set(devices.in_flight_shares))
     writes: list[ClaimWrite] = []
     for claim, using in users.values():
         if claim.key in devices.releasing:
@@ -128,33 +138,43 @@ def plan(
             continue
         try:
             ways = {
-                request.name: _first_available(devices, request, node, taken, reaches) for request in claim.requests
+                request.name: _first_available(devices, request, node, taken, reaches, shares=choice.shares)
+                for request in claim.requests
             }
         except (ClaimError, SelectorError) as error:
             return f"ResourceClaim {claim.key}: {error}"
         free = {name: found for name, (_, found, _) in ways.items()}
-        picked = _pick(claim, free, {name: count for name, (_, _, count) in ways.items()}, claim.constraints)
+        picked = _pick(claim, free, {name: count for name, (_, _, count) in ways.items()}, claim.constraints, choice)
         if picked is None:
             wanted = ", ".join(
                 f"{'every device' if way.mode == ALL else way.count} of class {way.device_class}"
                 for way, _, _ in ways.values()
             )
             kept = " that satisfy its constraints" if claim.constraints else ""
-            return f"ResourceClaim {claim.key} needs {wanted} on {node}, and fewer are free there{kept}"
-        results: list[dict[str, str]] = []
+            short = _partitions_short(devices, ways, choice)
+            return f"ResourceClaim {claim.key} needs {wanted} on {node}, and fewer are free there{kept}{short}"
+        results: list[dict[str, Any]] = []
         classes: dict[str, list[str]] = {}
+        consumed: list[Mapping[str, int]] = []
         for request in claim.requests:
             way, _, _ = ways[request.name]
             chosen = picked[request.name]
-            taken.update(device.id for device in chosen)
-            results += [
-                {"request": way.name, "driver": device.driver, "pool": device.pool, "device": device.name}
-                for device in chosen
-            ]
+            for device in chosen:
+                result, amounts = _result(way, device, share_id)
+                results.append(result)
+                consumed.append(amounts)
+                choice.spend(device, amounts)
+                if not device.sharing.shared:
+                    taken.add(device.id)
             classes.setdefault(way.device_class, []).append(way.name)
         allocation: dict[str, Any] = {"devices": {"results": results}}
         chosen_all = [device for request in claim.requests for device in picked[request.name]]
-        if not all(device.node is None and device.reach == ALL_NODES for device in chosen_all):
+        waits = any(device.sharing.binding_conditions for device in chosen_all)
+        if waits:  # when the wait for the driver began, for the binding timeout (as kube-scheduler writes it)
+            allocation["allocationTimestamp"] = now()
+        if any(device.sharing.binds_to_node for device in chosen_all) or not all(
+            device.node is None and device.reach == ALL_NODES for device in chosen_all
+        ):
             # Usable on this node only (a device of a node, or reached by some nodes): as kube-scheduler's
             # allocator names a node. Devices every node reaches leave the claim usable anywhere.
             allocation["nodeSelector"] = {
@@ -173,11 +193,76 @@ def plan(
                 status={"allocation": allocation, "reservedFor": reservations},
                 devices=tuple(_ids(results)),
                 extended=made.get(claim.key, ()),
+                consumed=tuple(consumed),
+                waits_for_driver=waits,
             )
         )
     for write in writes:
-        devices.hold(f"{write.namespace}/{write.name}", write.devices)
+        devices.hold(f"{write.namespace}/{write.name}", write.devices, write.consumed)
     return writes
+
+
+@dataclass(slots=True)
+class _Choice:
+    """What this PreBind has spent so far, beside what allocations and other PreBinds hold: counters left, and
+    the shares it gave of shared devices (``spent``: devices whose counters are taken already)."""
+
+    budget: Budget
+    shares: dict[DeviceId, dict[str, int]]
+    spent: set[DeviceId]
+
+    def fits(self, device: Device, budget: Budget) -> bool:
+        return device.id in self.spent or not device.sharing.consumes or budget.fits(
+            device.driver, device.pool, device.sharing
+        )
+
+    def spend(self, device: Device, amounts: Mapping[str, int]) -> None:
+        if device.id not in self.spent and device.sharing.consumes:
+            self.budget.take(device.driver, device.pool, device.sharing)
+        self.spent.add(device.id)
+        if amounts:
+            used = self.shares.setdefault(device.id, {})
+            for name, amount in amounts.items():
+                used[name] = used.get(name, 0) + amount
+
+
+def _result(way: Request, device: Device, share_id: Callable[[], str]) -> tuple[dict[str, Any], Mapping[str, int]]:
+    """One device's entry of ``results`` as kube-scheduler writes it, and what it consumes of a shared device."""
+    result: dict[str, Any] = {"request": way.name, "driver": device.driver, "pool": device.pool, "device": device.name}
+    sharing = device.sharing
+    if way.tolerations:
+        result["tolerations"] = [dict(toleration) for toleration in way.tolerations]
+    if sharing.binding_conditions:
+        result["bindingConditions"] = list(sharing.binding_conditions)
+        result["bindingFailureConditions"] = list(sharing.binding_failure_conditions)
+    amounts: dict[str, int] = {}
+    if sharing.shared:
+        taken = consumption(sharing.capacity or {}, dict(way.capacity)) or {}
+        result["shareID"] = share_id()
+        result["consumedCapacity"] = {name: amount.text for name, amount in taken.items()}
+        amounts = {name: amount.milli for name, amount in taken.items()}
+    return result, amounts
+
+
+def _partitions_short(
+    devices: Devices, ways: Mapping[str, tuple[Request, list[Device], int]], choice: _Choice
+) -> str:
+    """Why partitions that match were not enough, in words: the counters of their GPU that others use."""
+    for _, found, _ in ways.values():
+        for device in found:
+            short = choice.budget.short(device.driver, device.pool, device.sharing)
+            if device.id not in choice.spent and short is not None:
+                return f" (partition {device.name}: {short})"
+    return ""
+
+
+def share_ids() -> str:
+    """A share's ``shareID``, unique among the device's allocations (a lowercase UUID, as the API checks)."""
+    return str(uuid.uuid4())
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _first_available(
@@ -186,13 +271,15 @@ def _first_available(
     node: str,
     taken: set[DeviceId],
     reaches: Callable[[tuple[NodeSelectorTerm, ...], str], bool],
+    *,
+    shares: Mapping[DeviceId, Mapping[str, int]],
 ) -> tuple[Request, list[Device], int]:
     """The way ``request`` is met on ``node``, the free devices that meet it there and how many it takes: of
     ``firstAvailable``, the first alternative with enough of them (the last when none has), as kube-scheduler
     tries them. ``All`` takes every one of the node's own devices that satisfy it, and is met only if none is
     taken (and there is one)."""
     for way in request.alternatives:
-        found = devices.candidates(way, node, taken, reaches)
+        found = devices.candidates(way, node, taken, reaches, shares)
         count = way.count
         if way.mode == ALL:
             found = [device for device in found if device.node == node]
@@ -210,6 +297,7 @@ def _pick(
     free: Mapping[str, list[Device]],
     counts: Mapping[str, int],
     constraints: Sequence[Constraint],
+    choice: _Choice,
 ) -> dict[str, list[Device]] | None:
     """Each request's devices out of ``free`` (per request, ``counts`` of each), every constraint kept:
     ``matchAttribute`` tries each value the devices have in turn (the lowest first), ``distinctAttribute``
@@ -226,7 +314,7 @@ def _pick(
                     name: [d for d in found if name not in covered or str(_attribute(d, attribute)) == value]
                     for name, found in free.items()
                 }
-                found = _pick(claim, narrowed, counts, rest)
+                found = _pick(claim, narrowed, counts, rest, choice)
                 if found is not None:
                     return found
             return None
@@ -245,16 +333,25 @@ def _pick(
                     if len(chosen) == counts[request.name]:
                         break
                 narrowed[request.name] = chosen
-            return _pick(claim, narrowed, counts, rest)
-        return _pick(claim, free, counts, rest)
+            return _pick(claim, narrowed, counts, rest, choice)
+        return _pick(claim, free, counts, rest, choice)
     picked: dict[str, list[Device]] = {}
     seen: set[DeviceId] = set()
+    budget = choice.budget.copy()  # partitions of one GPU chosen together must fit its counters together
     for request in claim.requests:
         count = counts[request.name]
-        chosen = [device for device in free.get(request.name, ()) if device.id not in seen][:count]
+        chosen = []
+        for device in free.get(request.name, ()):
+            if len(chosen) == count:
+                break
+            if device.id in seen or not choice.fits(device, budget):
+                continue
+            if device.id not in choice.spent and device.sharing.consumes:
+                budget.take(device.driver, device.pool, device.sharing)
+            chosen.append(device)
+            seen.add(device.id)
         if len(chosen) < count:
             return None
-        seen.update(device.id for device in chosen)
         picked[request.name] = chosen
     return picked
 
@@ -270,7 +367,8 @@ def taken_back(write: ClaimWrite, version: str) -> Mapping[str, Any]:
     """The merge patch of the status that takes ``write`` back: the allocation it made, or the reservations
     it added to a claim allocated before."""
     if write.reserved_before is None:
-        status: dict[str, Any] = {"allocation": None, "reservedFor": None}
+        # What drivers reported of the devices goes too: the API server keeps ``status.devices`` to allocated ones.
+        status: dict[str, Any] = {"allocation": None, "reservedFor": None, "devices": None}
     else:
         status = {"reservedFor": list(write.reserved_before) or None}
     return {"metadata": {"resourceVersion": version}, "status": status}

@@ -13,10 +13,14 @@ reserved for the PodGroup, not for each pod (``GroupClaims``).
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as default
 from typing import Any
 
+from scheduler.devices.sharing import Quantity, quantity
+from topology import QuantityError
 from topology.quantities import DEVICES
 
 #: ``allocationMode``: a count of devices, or every matching device.
@@ -48,6 +52,10 @@ class Request:
     selectors: tuple[str, ...]
     mode: str
     count: int
+    #: ``tolerations`` as written: the device taints the request tolerates, copied into its results.
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    #: ``capacity.requests``: what it takes of a shared device's capacities (of a whole device, what it needs).
+    capacity: tuple[tuple[str, Quantity], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +102,12 @@ class Claim:
     extended_for: str | None = None
     #: Allocated with no node selector (every device networked, reached from all nodes): usable anywhere.
     anywhere: bool = False
+    #: Per allocated device, what it consumes of the device's capacity (``consumedCapacity``, thousandths).
+    consumed: tuple[Mapping[str, int], ...] = ()
+    #: Per allocated device, its ``bindingConditions`` and ``bindingFailureConditions`` as the result copies them.
+    binding: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
+    #: ``status.devices``: per (driver, pool, device), its conditions (type -> status) as the driver reports them.
+    conditions: Mapping[tuple[str, str, str], Mapping[str, str]] = default(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -155,11 +169,16 @@ def pod_group(pod: Mapping[str, Any]) -> str | None:
 
 
 def column(request: Request) -> str:
-    """``devices/<class>``, with a digest of the request's own selectors when it has some: the column of
-    placement's arrays that counts the devices that satisfy the request."""
+    """``devices/<class>``, with a digest of the request's own selectors (and of the taints it tolerates and the
+    capacity it asks) when it has some: the column of placement's arrays that counts the devices that satisfy
+    the request."""
     name = f"{DEVICES}{request.device_class}"
-    if request.selectors:
-        name += "/" + hashlib.sha256("\n".join(request.selectors).encode()).hexdigest()[:8]
+    if request.selectors or request.tolerations or request.capacity:
+        own = [*request.selectors]
+        if request.tolerations or request.capacity:
+            own.append(json.dumps([list(request.tolerations), [(k, v.text) for k, v in request.capacity]],
+                                  sort_keys=True))  # fmt: skip
+        name += "/" + hashlib.sha256("\n".join(own).encode()).hexdigest()[:8]
     return name
 
 
@@ -220,7 +239,31 @@ def read_claim(obj: Mapping[str, Any]) -> Claim:
         ),
         extended_for=_extended_for(metadata),
         anywhere=bool(results) and allocation.get("nodeSelector") is None,
+        consumed=tuple(_consumed(result, where) for result in results if isinstance(result, Mapping)),
+        binding=tuple(
+            (tuple(result.get("bindingConditions") or ()), tuple(result.get("bindingFailureConditions") or ()))
+            for result in results
+            if isinstance(result, Mapping)
+        ),
+        conditions={
+            (str(entry.get("driver", "")), str(entry.get("pool", "")), str(entry.get("device", ""))): {
+                str(condition.get("type", "")): str(condition.get("status", ""))
+                for condition in entry.get("conditions") or []
+                if isinstance(condition, Mapping)
+            }
+            for entry in _list(status.get("devices"), f"{where}: status.devices")
+            if isinstance(entry, Mapping)
+        },
     )
+
+
+def _consumed(result: Mapping[str, Any], where: str) -> Mapping[str, int]:
+    try:
+        return {
+            str(name): quantity(value, name).milli for name, value in (result.get("consumedCapacity") or {}).items()
+        }
+    except (QuantityError, ValueError) as error:
+        raise ClaimError(f"{where}: status.allocation: consumedCapacity: {error}") from None
 
 
 def _extended_for(metadata: Mapping[str, Any]) -> str | None:
@@ -291,12 +334,19 @@ def _request(name: str, raw: object, where: str) -> Request:
     count = request.get("count", 1) if mode == EXACT_COUNT else 0
     if not isinstance(count, int) or isinstance(count, bool) or (mode == EXACT_COUNT and count < 1):
         raise ClaimError(f"{where}.count: {count!r} is not a positive integer")
+    asked = _mapping(request.get("capacity"), f"{where}.capacity").get("requests") or {}
+    try:
+        capacity = tuple(sorted((str(key), quantity(value, str(key))) for key, value in _mapping(asked, where).items()))
+    except (QuantityError, ValueError) as error:
+        raise ClaimError(f"{where}.capacity.requests: {error}") from None
     return Request(
         name=name,
         device_class=str(request.get("deviceClassName", "")),
         selectors=_selectors(request.get("selectors"), f"{where}.selectors"),
         mode=mode,
         count=count,
+        tolerations=tuple(_mapping(t, f"{where}.tolerations") for t in _list(request.get("tolerations"), where)),
+        capacity=capacity,
     )
 
 

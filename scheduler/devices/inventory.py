@@ -30,6 +30,15 @@ from scheduler.devices.claims import (
 )
 from scheduler.devices.expressions import SelectorError, Selectors
 from scheduler.devices.extended import served_by
+from scheduler.devices.sharing import (
+    UNLIMITED_SHARES,
+    Budget,
+    CounterKey,
+    consumption,
+    fits_capacity,
+    shares_left,
+    tolerates,
+)
 from scheduler.devices.slices import ALL_NODES, Device, Pools
 from scheduler.ports.port import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES, ApiResource
 from topology.quantities import WHOLE_NODE
@@ -92,8 +101,23 @@ class Devices:
         self._node_attributes: dict[str, dict[str, str]] | None = None  # cached until a slice changes
         self._by_id: dict[DeviceId, Device] | None = None  # cached until a slice changes
         self._on_node: dict[str, list[Device]] | None = None  # cached until a slice changes
-        #: Device -> the claims it is allocated to (one, unless another scheduler shares devices: adminAccess).
+        #: Device -> the claims it is allocated to (one, unless it allows multiple allocations, or adminAccess).
         self._allocated: dict[DeviceId, set[str]] = {}
+        #: Of devices that allow multiple allocations, the claims PreBind has chosen them for that the watch does
+        #: not show allocated yet, with what each consumes (device -> claim -> capacity -> amount).
+        self.in_flight_shares: dict[DeviceId, dict[str, Mapping[str, int]]] = {}
+        #: Whether some device consumes counters or is shared (as of the last :meth:`supply`): allocations then
+        #: change what nodes offer.
+        self.sharing_pools = False
+        #: Per node, per column, the devices offered there that allocations counted nowhere in the column use
+        #: (partitions whose counters other partitions took, shared capacity others consumed), as of the last
+        #: :meth:`supply`: ClusterState counts them as room in use.
+        self.blocked: dict[str, dict[str, int]] = {}
+        #: Per column, why devices its request's selectors select cannot serve it (taints, counters, capacity).
+        self.notes: dict[str, str] = {}
+        #: Called on every claim the watch shows: the binder waits on them for drivers' binding conditions.
+        self.wakers: set[Callable[[], None]] = set()
+        self._counters: dict[CounterKey, dict[str, int]] | None = None  # cached until a slice changes
 
     def apply(self, resource: ApiResource, change_type: str, obj: Mapping[str, Any]) -> None:
         metadata = obj.get("metadata") or {}
@@ -104,7 +128,7 @@ class Devices:
         self.dirty = self.dirty or resource.plural in (RESOURCE_SLICES.plural, DEVICE_CLASSES.plural)
         try:
             if resource.plural == RESOURCE_SLICES.plural:
-                self._node_attributes = self._by_id = self._on_node = None
+                self._node_attributes = self._by_id = self._on_node = self._counters = None
                 self.selectors.forget(self.pools.apply(change_type, obj))
                 for slice_name, problem in self.pools.problems.items():
                     self.problems[(resource.kind, slice_name)] = problem
@@ -134,6 +158,8 @@ class Devices:
                     self.counted_by_pod(key, False)
                 if gone:
                     self.in_flight = {device: claim for device, claim in self.in_flight.items() if claim != key}
+                    for shares in self.in_flight_shares.values():
+                        shares.pop(key, None)
                 elif claim is not None:
                     self.claims[key] = claim
                     if claim.extended_for is not None:
@@ -143,6 +169,14 @@ class Devices:
                     for device in claim.allocated:
                         self._allocated.setdefault(device, set()).add(key)
                         self.in_flight.pop(device, None)  # the watch shows it given: the allocation counts now
+                        self.in_flight_shares.get(device, {}).pop(key, None)
+                changed = (*(before.allocated if before is not None else ()), *(claim.allocated if claim else ()))
+                if self.sharing_pools and changed and (before is None or claim is None or
+                                                       before.allocated != claim.allocated):
+                    # Counters, and the capacity of shared devices, are what allocations leave: offers change.
+                    self.dirty = self.dirty or any(self._counts_use(device) for device in changed)
+                for wake in self.wakers:
+                    wake()
             elif resource.plural == RESOURCE_CLAIM_TEMPLATES.plural:
                 self.templates.discard(key)
                 if not gone:
@@ -199,11 +233,35 @@ class Devices:
         SelectorError (an expression that does not compile or fails on a device) and ClaimError (no such
         class)."""
         expressions = self._expressions(request)
+        return [device for device in self.pools.devices() if self._usable(device, request, expressions)]
+
+    def _usable(self, device: Device, request: Request, expressions: tuple[str, ...]) -> bool:
+        """Whether ``device`` can serve ``request`` at all: every selector, and what :meth:`_allowed` asks."""
+        return all(
+            self.selectors.matches(expression, device.key, device.view) for expression in expressions
+        ) and self._allowed(device, request)
+
+    def _selected(self, request: Request) -> list[Device]:
+        """The devices ``request``'s selectors (its class's and its own) select; raises as :meth:`matching`."""
+        expressions = self._expressions(request)
         return [
             device
             for device in self.pools.devices()
             if all(self.selectors.matches(expression, device.key, device.view) for expression in expressions)
         ]
+
+    @staticmethod
+    def _allowed(device: Device, request: Request) -> bool:
+        """Every blocking taint of the device tolerated, and the capacity the request asks there (a share of a
+        shared device, or at least that much of a whole one)."""
+        sharing = device.sharing
+        if sharing.taints and not tolerates(sharing.taints, request.tolerations):
+            return False
+        if sharing.shared:
+            return consumption(sharing.capacity or {}, dict(request.capacity)) is not None
+        if request.capacity:
+            return fits_capacity(_whole_capacity(device), dict(request.capacity))
+        return True
 
     def _expressions(self, request: Request) -> tuple[str, ...]:
         """The selectors a device must satisfy for ``request``, its class's first; raises as :meth:`matching`."""
@@ -248,8 +306,7 @@ class Devices:
         if device_class is None:
             return False
         try:
-            expressions = (*device_class.selectors, *request.selectors)
-            return all(self.selectors.matches(expression, device.key, device.view) for expression in expressions)
+            return self._usable(device, request, (*device_class.selectors, *request.selectors))
         except SelectorError:
             return False  # a request that cannot be evaluated: its pods are told, and take nothing
 
@@ -274,18 +331,26 @@ class Devices:
         or its pod gone) is counted on its own by ClusterState. Devices on no one node (network-attached) are
         offered by every node that reaches them (``reach``: the nodes a node selector selects) while they
         are free: a pod counts only the devices of its claim that are on its node. (A column whose request
-        cannot be evaluated offers nothing; the pods that ask for it are told why.)"""
+        cannot be evaluated offers nothing; the pods that ask for it are told why.)
+
+        Partitions and shared devices are offered as many as the node could give at once were nothing
+        allocated; what allocations take of their counters or capacity beyond what the column's own pods
+        count is ``blocked`` (node -> column -> count), which ClusterState counts as room in use. Why devices
+        that the column's selectors select cannot serve it (taints, counters, capacity) is in ``notes``."""
         offered: dict[str, dict[str, int]] = {}
-        self.most = {}
+        self.most, self.blocked, self.notes = {}, {}, {}
         # Not the devices PreBind holds: their pods still count them until the watch shows them allocated.
         taken = self._allocated
         counted_in = self._counted_in() if len(self.columns) > 1 else {}
+        self.sharing_pools = any(device.sharing.consumes or device.sharing.shared for device in self.pools.devices())
+        budget = self.budget(in_flight=False) if self.sharing_pools else None
         reached: dict[tuple[NodeSelectorTerm, ...], list[str]] = {}  # the nodes of each node selector, once
         for name, request in self.columns.items():
             try:
-                matching = self.matching(request)
+                selected = self._selected(request)
             except (ClaimError, SelectorError):
                 continue
+            matching = [device for device in selected if self._allowed(device, request)]
             if name.endswith(WHOLE_NODE):  # allocationMode All: one set per node with the most of them
                 nodes = set(reach(ALL_NODES))  # of the nodes there are (a slice may outlive its node)
                 found = Counter(device.node for device in matching if device.node in nodes)
@@ -295,12 +360,7 @@ class Devices:
                         offered.setdefault(node, {})[name] = 1
                 self.most[name] = most  # what a pod taking such a set counts of the devices
                 continue
-            # A device a pod counts in another column (its claim's) is not offered in this one as well.
-            found = Counter(
-                device.node
-                for device in matching
-                if device.node is not None and counted_in.get(device.id, name) == name
-            )
+            found, capacity = self._offered_on_nodes(name, request, matching, counted_in, budget)
             free_networked = Counter(
                 device.reach for device in matching if device.node is None and device.reach is not None
                 and device.id not in taken
@@ -310,11 +370,93 @@ class Devices:
                     reached[terms] = list(reach(terms))
                 for node in reached[terms]:
                     found[node] += count
-            for node, count in found.items():
+                    capacity[node] += count
+            for node, count in capacity.items():
                 offered.setdefault(node, {})[name] = count
+                if count > found[node]:
+                    self.blocked.setdefault(node, {})[name] = count - found[node]
             self.most[name] = max(found.values(), default=0)
+            note = self._note(request, selected, matching, budget)
+            if note:
+                self.notes[name] = note
         self.networked_pools = any(device.node is None and device.reach is not None for device in self.pools.devices())
         return offered
+
+    def _offered_on_nodes(
+        self,
+        name: str,
+        request: Request,
+        matching: list[Device],
+        counted_in: Mapping[tuple[DeviceId, str], str],
+        budget: Budget | None,
+    ) -> tuple[Counter[str], Counter[str]]:
+        """Per node, the node's own devices offered in column ``name`` now, and as many as it could give were
+        nothing allocated. Now: each allocated device whose claim is counted in this column (by its pod) or on
+        its own, each free one; a free partition only as far as what allocations leave of its counters allows
+        (the smallest partitions first, as many as fit); a shared device as each allocation it has plus the
+        shares for ``request`` it has room for. Were nothing allocated: as many partitions as fit the counters
+        whole, as many shares as fit the capacity whole."""
+        found: Counter[str] = Counter()
+        capacity: Counter[str] = Counter()
+        partitions: list[Device] = []
+        for device in matching:
+            if device.node is None:
+                continue
+            holders = self._allocated.get(device.id)
+            shared = device.sharing.shared
+            if shared:
+                capacity[device.node] += self.shares(device, request, empty=True) if not device.sharing.consumes else 0
+            elif not device.sharing.consumes or budget is None:
+                capacity[device.node] += 1
+            if device.sharing.consumes and budget is not None:
+                partitions.append(device)
+                if not holders:
+                    continue
+            if holders:
+                # A device a pod counts in another column (its claim's) is not offered in this one as well.
+                here = sum(1 for claim in holders if counted_in.get((device.id, claim), name) == name)
+                found[device.node] += here + self.shares(device, request) if shared else min(here, 1)
+            else:
+                found[device.node] += self.shares(device, request) if shared else 1
+        if partitions and budget is not None:
+            left, whole = budget.copy(), self.budget(in_flight=False, empty=True)
+            for device in sorted(partitions, key=_smallest_first):
+                node, sharing = str(device.node), device.sharing
+                if whole.fits(device.driver, device.pool, sharing):
+                    whole.take(device.driver, device.pool, sharing)
+                    capacity[node] += self.shares(device, request, empty=True) if sharing.shared else 1
+                if device.id not in self._allocated and left.fits(device.driver, device.pool, sharing):
+                    left.take(device.driver, device.pool, sharing)
+                    found[node] += self.shares(device, request) if sharing.shared else 1
+        return found, capacity
+
+    def _note(self, request: Request, selected: list[Device], matching: list[Device], budget: Budget | None) -> str:
+        """Why devices the request's selectors select cannot serve it, in words (empty when all can)."""
+        usable = {device.id for device in matching}
+        tainted = [device for device in selected if device.id not in usable and device.sharing.taints
+                   and not tolerates(device.sharing.taints, request.tolerations)]  # fmt: skip
+        found = []
+        if tainted:
+            taints = sorted({str(taint) for device in tainted for taint in device.sharing.taints})
+            found.append(f"{len(tainted)} tainted {', '.join(taints[:2])}{' and more' if len(taints) > 2 else ''}, "
+                         "which the request does not tolerate")  # fmt: skip
+        small = [device for device in selected if device.id not in usable and device not in tainted]
+        if small and request.capacity:
+            asked = " and ".join(f"{quantity.text} of {name}" for name, quantity in request.capacity)
+            found.append(f"{len(small)} with less than {asked} (or a policy that refuses it)")
+        if budget is not None:
+            blocked = [device for device in matching if device.sharing.consumes and device.id not in self._allocated
+                       and not budget.fits(device.driver, device.pool, device.sharing)]  # fmt: skip
+            if blocked:
+                first = blocked[0]
+                short = budget.short(first.driver, first.pool, first.sharing)
+                found.append(f"{len(blocked)} partitions whose GPU's counters other partitions use (on "
+                             f"{first.node or first.pool}, {short})")  # fmt: skip
+        full = [device for device in matching if device.sharing.shared and device.id in self._allocated
+                and not self.shares(device, request)]  # fmt: skip
+        if full:
+            found.append(f"{len(full)} shared devices with too little capacity left for another share")
+        return "; ".join(found)
 
     def counted_by_pod(self, claim: str, counted: bool) -> None:
         """ClusterState says whether the claim's devices are counted by its one pod (in its request's column)."""
@@ -322,10 +464,11 @@ class Devices:
             (self._pod_counted.add if counted else self._pod_counted.discard)(claim)
             self.dirty = self.dirty or len(self.columns) > 1  # offered in the other columns, or no longer
 
-    def _counted_in(self) -> dict[DeviceId, str]:
+    def _counted_in(self) -> dict[tuple[DeviceId, str], str]:
         """The column each device allocated to a claim of one pod is counted in by that pod (the column of the
-        request it was given for). Devices of claims counted on their own count in every column already."""
-        found: dict[DeviceId, str] = {}
+        request it was given for), by (device, claim). Devices of claims counted on their own count in every
+        column already."""
+        found: dict[tuple[DeviceId, str], str] = {}
         for key in self._pod_counted:
             claim = self.claims.get(key)
             if claim is None:
@@ -333,7 +476,7 @@ class Devices:
             ways = {way.name: way for request in claim.requests for way in request.alternatives}
             for device, given in zip(claim.allocated, claim.allocated_requests, strict=False):
                 if given in ways:
-                    found[device] = column(ways[given])
+                    found[(device, key)] = column(ways[given])
         return found
 
     def node_attributes(self) -> dict[str, dict[str, str]]:
@@ -362,11 +505,7 @@ class Devices:
         """How many of ``node``'s own devices satisfy ``request``, taken or not (what ``All`` takes there)."""
         expressions = self._expressions(request)
         self.candidates(request, node, set())  # builds the per-node index
-        return sum(
-            1
-            for device in (self._on_node or {}).get(node, ())
-            if all(self.selectors.matches(expression, device.key, device.view) for expression in expressions)
-        )
+        return sum(1 for device in (self._on_node or {}).get(node, ()) if self._usable(device, request, expressions))
 
     def candidates(
         self,
@@ -374,10 +513,13 @@ class Devices:
         node: str,
         taken: set[DeviceId],
         reaches: Callable[[tuple[NodeSelectorTerm, ...], str], bool] = lambda terms, node: not terms,
+        shares: Mapping[DeviceId, Mapping[str, int]] | None = None,
     ) -> list[Device]:
-        """The devices ``node`` can use that satisfy ``request``, not allocated and not in ``taken``: its own,
-        then those on no one node that it reaches (``reaches``); the lowest names first within each, so that a
-        repeated choice is the same choice. Only the node's devices and the networked ones are looked at."""
+        """The devices ``node`` can use that satisfy ``request``, not allocated and not in ``taken`` (of a shared
+        device: with room for one more share, counting ``shares``, what this choice has given of it already):
+        its own, then those on no one node that it reaches (``reaches``); the lowest names first within each,
+        so that a repeated choice is the same choice. Only the node's devices and the networked ones are looked
+        at. Counters are not looked at here: what several devices consume together is (``Budget``)."""
         expressions = self._expressions(request)
         if self._on_node is None:
             self._on_node = {}
@@ -390,24 +532,105 @@ class Devices:
             (
                 device
                 for device in (*self._on_node.get(node, ()), *self._on_node.get("", ()))
-                if device.id not in self._allocated
-                and device.id not in taken
-                and device.id not in self.in_flight
+                if self._free(device, request, taken, shares or {})
                 and (device.node is not None or (device.reach is not None and reaches(device.reach, node)))
-                and all(self.selectors.matches(expression, device.key, device.view) for expression in expressions)
+                and self._usable(device, request, expressions)
             ),
             key=lambda device: (device.node is None, device.id),
         )
 
-    def hold(self, claim: str, devices: Iterable[DeviceId]) -> None:
-        """PreBind chose ``devices`` for ``claim``: nobody else gets them until the watch shows them given, or
-        :meth:`release`."""
-        for device in devices:
-            self.in_flight[device] = claim
+    def _free(
+        self, device: Device, request: Request, taken: set[DeviceId], shares: Mapping[DeviceId, Mapping[str, int]]
+    ) -> bool:
+        if not device.sharing.shared:
+            return device.id not in self._allocated and device.id not in taken and device.id not in self.in_flight
+        capacity = device.sharing.capacity or {}
+        takes = consumption(capacity, dict(request.capacity))
+        if takes is None:
+            return False
+        used = self.used(device.id, in_flight=True)
+        for name, amount in shares.get(device.id, {}).items():
+            used[name] = used.get(name, 0) + amount
+        return shares_left(capacity, used, takes, 1) >= 1
 
-    def release(self, devices: Iterable[DeviceId]) -> None:
+    def used(self, device_id: DeviceId, *, in_flight: bool) -> dict[str, int]:
+        """What the claims a shared device is allocated to consume of its capacities (and, ``in_flight``, the
+        shares PreBind has chosen that the watch does not show yet)."""
+        found: dict[str, int] = {}
+        consumed = [
+            amounts
+            for key in self._allocated.get(device_id, ())
+            if (claim := self.claims.get(key)) is not None
+            for given, amounts in zip(claim.allocated, claim.consumed, strict=False)
+            if given == device_id
+        ]
+        if in_flight:
+            consumed += list(self.in_flight_shares.get(device_id, {}).values())
+        for amounts in consumed:
+            for name, amount in amounts.items():
+                found[name] = found.get(name, 0) + amount
+        return found
+
+    def shares(self, device: Device, request: Request, *, empty: bool = False) -> int:
+        """How many more allocations for ``request`` a shared device has room for (allocations the watch shows;
+        ``empty``: were it allocated to none)."""
+        capacity = device.sharing.capacity or {}
+        takes = consumption(capacity, dict(request.capacity))
+        used = {} if empty else self.used(device.id, in_flight=False)
+        return 0 if takes is None else shares_left(capacity, used, takes, UNLIMITED_SHARES)
+
+    def budget(self, *, in_flight: bool, empty: bool = False) -> Budget:
+        """What allocated devices (and, ``in_flight``, devices PreBind holds) leave of every counter set
+        (``empty``: the counters whole)."""
+        if self._counters is None:
+            self._counters = self.pools.counters()
+        budget = Budget({key: dict(counters) for key, counters in self._counters.items()})
+        if empty:
+            return budget
+        using = set(self._allocated)
+        if in_flight:
+            using |= set(self.in_flight) | {device for device, claims in self.in_flight_shares.items() if claims}
+        for device_id in using:
+            device = self.device(device_id)
+            if device is not None and device.sharing.consumes:
+                budget.take(device.driver, device.pool, device.sharing)
+        return budget
+
+    def _counts_use(self, device_id: DeviceId) -> bool:
+        device = self.device(device_id)
+        return device is not None and (bool(device.sharing.consumes) or device.sharing.shared)
+
+    def hold(self, claim: str, devices: Iterable[DeviceId], consumed: Iterable[Mapping[str, int]] = ()) -> None:
+        """PreBind chose ``devices`` for ``claim`` (consuming ``consumed`` of each shared one): nobody else gets
+        them until the watch shows them given, or :meth:`release`."""
+        amounts = list(consumed)
+        for i, device in enumerate(devices):
+            if i < len(amounts) and amounts[i]:
+                self.in_flight_shares.setdefault(device, {})[claim] = amounts[i]
+            else:
+                self.in_flight[device] = claim
+
+    def release(self, devices: Iterable[DeviceId], claim: str | None = None) -> None:
         for device in devices:
             self.in_flight.pop(device, None)
+            shares = self.in_flight_shares.get(device)
+            if shares is not None and claim is not None:
+                shares.pop(claim, None)
+
+
+def _smallest_first(device: Device) -> tuple[int, DeviceId]:
+    return sum(amount for _, counters in device.sharing.consumes for _, amount in counters), device.id
+
+
+def _whole_capacity(device: Device) -> dict[str, int]:
+    """A device's capacities by the names a request may give them: bare, and qualified by their domain."""
+    found: dict[str, int] = {}
+    for domain, capacities in device.view.capacity.items():
+        for name, amount in capacities.items():
+            found[f"{domain}/{name}"] = amount
+            if domain == device.driver:
+                found[name] = amount
+    return found
 
 
 def _label_value(value: object) -> str | None:

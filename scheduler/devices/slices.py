@@ -6,6 +6,10 @@ newest generation of a pool counts, and only once all its slices are there (a po
 while a driver restarts, offers nothing). A slice's devices are on the node it names (``nodeName``), or
 reachable from several (network-attached devices): from every node (``allNodes``) or from the nodes a
 ``nodeSelector`` selects (``reach``); with ``perDeviceNodeSelection`` each device says which.
+
+A pool may also publish counter sets (``sharedCounters``, in slices that hold no devices: 1.36 refuses a slice
+with both) that its partitionable devices consume; what each device uses of the other features of 1.36
+(counters, taints, shared capacity, binding conditions) is its ``sharing`` (``sharing.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.devices.expressions import DeviceView, milli
+from scheduler.devices.sharing import NONE, Capacity, Quantity, Sharing, Taint, quantity
 from topology import QuantityError, SpecError
 from topology.objects import node_selector_terms
 from topology.request import NodeSelectorTerm
@@ -36,6 +41,7 @@ class Device:
     key: tuple[str, str, str, str]
     #: Of a device on no one node, the nodes that reach it: ``ALL_NODES``, or node selector terms (ORed).
     reach: tuple[NodeSelectorTerm, ...] | None = None
+    sharing: Sharing = NONE
 
     @property
     def id(self) -> tuple[str, str, str]:
@@ -51,6 +57,8 @@ class _Slice:
     count: int
     devices: tuple[Device, ...]
     problem: str | None = None
+    #: ``sharedCounters``: counter set -> counter -> amount.
+    counters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -80,6 +88,16 @@ class Pools:
 
     def devices(self) -> Iterator[Device]:
         """Devices of every pool that is complete at its newest generation and wholly readable."""
+        for item in self._usable():
+            yield from item.devices
+
+    def counters(self) -> dict[tuple[str, str, str], dict[str, int]]:
+        """The counter sets of the usable pools: (driver, pool, set) -> counter -> amount."""
+        return {
+            (*item.pool, name): dict(counters) for item in self._usable() for name, counters in item.counters.items()
+        }
+
+    def _usable(self) -> Iterator[_Slice]:
         newest: dict[PoolKey, int] = {}
         for item in self._slices.values():
             newest[item.pool] = max(newest.get(item.pool, item.generation), item.generation)
@@ -90,8 +108,7 @@ class Pools:
         for slices in current.values():
             if len(slices) != slices[0].count or any(item.problem for item in slices):
                 continue  # incomplete, or part of it unreadable: the driver has not finished publishing
-            for item in slices:
-                yield from item.devices
+            yield from slices
 
     def incomplete(self) -> list[PoolKey]:
         """Pools whose newest generation lacks slices (or has unreadable ones), for explanations."""
@@ -116,7 +133,10 @@ def read_slice(obj: Mapping[str, Any]) -> _Slice:
     per_device = spec.get("perDeviceNodeSelection") is True
     devices = []
     try:
-        where = _reach(spec, f"slice {name}: spec")
+        counters = _counter_sets(spec.get("sharedCounters"), f"slice {name}: spec.sharedCounters")
+        if counters and spec.get("devices"):
+            raise ValueError("spec.sharedCounters and spec.devices: a slice holds one or the other")
+        where = _reach(spec, f"slice {name}: spec") if not counters else (None, None)
         for i, raw in enumerate(spec.get("devices") or []):
             device_node, reach = _reach(raw, f"slice {name}: spec.devices[{i}]") if per_device else where
             devices.append(
@@ -128,11 +148,72 @@ def read_slice(obj: Mapping[str, Any]) -> _Slice:
                     view=DeviceView(driver, _attributes(raw.get("attributes"), driver), _capacity(raw, driver)),
                     key=(driver, pool_key[1], str(raw.get("name", "")), version),
                     reach=reach,
+                    sharing=_sharing(raw, f"slice {name}: spec.devices[{i}]"),
                 )
             )
     except (QuantityError, SpecError, TypeError, ValueError, AttributeError) as error:
         return _Slice(name, pool_key, generation, count, (), f"slice {name}: {error}")
-    return _Slice(name, pool_key, generation, count, tuple(devices))
+    return _Slice(name, pool_key, generation, count, tuple(devices), counters=counters)
+
+
+def _counter_sets(raw: object, where: str) -> dict[str, dict[str, int]]:
+    found: dict[str, dict[str, int]] = {}
+    for i, entry in enumerate(raw if isinstance(raw, list) else ()):
+        found[str(entry.get("name", ""))] = _counters(entry.get("counters"), f"{where}[{i}].counters")
+    return found
+
+
+def _counters(raw: object, where: str) -> dict[str, int]:
+    return {name: quantity((value or {}).get("value"), f"{where}.{name}").milli for name, value in _items(raw)}
+
+
+def _sharing(raw: Mapping[str, Any], where: str) -> Sharing:
+    """What the device uses of counters, taints, shared capacity and binding conditions (most use none)."""
+    if not any(raw.get(field) for field in _SHARING_FIELDS):
+        return NONE
+    consumes = tuple(
+        (str(entry.get("counterSet", "")),
+         tuple(_counters(entry.get("counters"), f"{where}.consumesCounters[{i}].counters").items()))
+        for i, entry in enumerate(raw.get("consumesCounters") or [])
+    )  # fmt: skip
+    taints = tuple(
+        Taint(str(taint.get("key", "")), str(taint.get("value") or ""), str(taint.get("effect", "")))
+        for taint in raw.get("taints") or []
+    )
+    shared = raw.get("allowMultipleAllocations") is True
+    return Sharing(
+        consumes=consumes,
+        taints=taints,
+        shared=shared,
+        capacity=_policies(raw.get("capacity"), f"{where}.capacity") if shared else None,
+        binding_conditions=tuple(str(name) for name in raw.get("bindingConditions") or []),
+        binding_failure_conditions=tuple(str(name) for name in raw.get("bindingFailureConditions") or []),
+        binds_to_node=raw.get("bindsToNode") is True,
+    )
+
+
+_SHARING_FIELDS = ("consumesCounters", "taints", "allowMultipleAllocations", "bindingConditions", "bindsToNode")
+
+
+def _policies(raw: object, where: str) -> dict[str, Capacity]:
+    found = {}
+    for name, value in _items(raw):
+        policy = value.get("requestPolicy") or {}
+        bounds = policy.get("validRange") or {}
+        at = f"{where}.{name}.requestPolicy"
+        found[name] = Capacity(
+            value=quantity(value.get("value"), f"{where}.{name}.value"),
+            default=_optional(policy.get("default"), f"{at}.default"),
+            valid_values=tuple(quantity(v, f"{at}.validValues") for v in policy.get("validValues") or []),
+            minimum=_optional(bounds.get("min"), f"{at}.validRange.min"),
+            maximum=_optional(bounds.get("max"), f"{at}.validRange.max"),
+            step=_optional(bounds.get("step"), f"{at}.validRange.step"),
+        )
+    return found
+
+
+def _optional(text: object, where: str) -> Quantity | None:
+    return quantity(text, where) if text is not None else None
 
 
 def _reach(spec: Mapping[str, Any], where: str) -> tuple[str | None, tuple[NodeSelectorTerm, ...] | None]:

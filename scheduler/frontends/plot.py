@@ -41,10 +41,7 @@ def plot(report: Report, levels: Sequence[str], path: str | Path) -> None:
     gangs = [gang.key for gang in report.gangs if any(report.gang_of.get(pod) == gang.key for pod in report.placement)]
     palette = pyplot.get_cmap("tab20")
     colour = {gang: palette(i % 20) for i, gang in enumerate(gangs)}
-    owners: dict[str, list[str | None]] = {node: [] for node in report.node_gpus}
-    for pod, node in sorted(report.placement.items()):
-        if node in owners:
-            owners[node] += [report.gang_of.get(pod)] * report.pod_gpus.get(pod, 0)
+    owners = report.gpu_owners(sorted(report.placement))
 
     reserved = report.reserved_nodes
     width = max((gpus for gpus in report.node_gpus.values()), default=1) + 1

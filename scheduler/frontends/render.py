@@ -103,11 +103,10 @@ def gpu_map(report: Report, letters: Mapping[str, str], levels: list[str]) -> li
     """One row per rack (the level above the node), one cell per node, one character per GPU."""
     above_node = [level for level in levels if level != "kubernetes.io/hostname"]
     row_key = above_node[-1] if above_node else None
-    cells: dict[str, list[str]] = {node: [] for node in report.node_gpus}
-    for pod, node in report.placement.items():
-        if node in cells:
-            symbol = letters.get(report.gang_of.get(pod, ""), "#")
-            cells[node].extend(symbol * report.pod_gpus.get(pod, 0))
+    cells = {
+        node: [letters.get(gang, "#") if gang is not None else "#" for gang in owners]
+        for node, owners in report.gpu_owners().items()
+    }
     rows: dict[str, list[str]] = {}
     reserved = report.reserved_nodes
     for node, gpus in sorted(report.node_gpus.items()):

@@ -347,7 +347,7 @@ class Simulation:
             if name in node_gpus:
                 node_gpus[name] += gpus
         placement: dict[str, str] = {}
-        gpus_by_pod: dict[str, int] = {}
+        gpus_by_pod: dict[str, float] = {}
         bound: dict[str, str] = {}
         pending: dict[str, str] = {}
         for pod in self._pods():
@@ -357,7 +357,7 @@ class Simulation:
                 continue
             if node:
                 placement[key] = node
-                gpus_by_pod[key] = pod_gpus(pod) + claimed_gpus(self.store, pod)
+                gpus_by_pod[key] = pod_gpus(pod) + claimed_gpus(self.store, pod, self.history.parts())
             elif spec.get("schedulerName") in names:
                 why = app.reporter.why_pending(key)
                 pending[key] = why[1] if why else "not tried yet: the run ended first"

@@ -43,12 +43,14 @@ from scheduler.gangs.pods import FINISHED_PHASES
 from scheduler.gangs.sources import SOURCES
 from scheduler.ports.sim.store import Obj, Store
 from scheduler.settings import Settings
+from scheduler.simulation.device_checks import DeviceChecks, unattached
 from scheduler.simulation.driver import Simulation
 from topology import node_record, pod_demand
 from topology.quantities import DEVICES
 
 PODS = ("", "pods")
 NODES = ("", "nodes")
+SLICES = ("resource.k8s.io", "resourceslices")
 #: Kinds of the gang sources' group objects (from the sources' table).
 GROUP_KINDS = frozenset(api.kind for api in SOURCES if api.role is not Role.PRIORITY_CLASS)
 
@@ -102,6 +104,11 @@ class InvariantMonitor:
         self._terminating: set[str] = set()
         self._priority: dict[str, int] = {}  # pod -> spec.priority
         self.index = GangIndex(self.gang_settings)
+        self.devices = DeviceChecks()
+        for resource in self.store.catalog.resources:
+            if resource.storage == SLICES:
+                for obj in self.store.objects(resource):
+                    self.devices.slice_changed("ADDED", obj)
         for node in self.store.objects(self.store.resource("v1", "Node")):
             self._node(node, deleted=False)
         for pod in self.store.objects(self.store.resource("v1", "Pod")):
@@ -202,6 +209,8 @@ class InvariantMonitor:
             self._pod(obj, previous, deleted=deleted)
         elif storage == NODES:
             self._node(obj, deleted=deleted)
+        elif storage == SLICES:
+            self.devices.slice_changed(kind, obj)
         elif obj.get("kind") in GROUP_KINDS:
             self._group(obj, previous, deleted=deleted)
 
@@ -422,13 +431,11 @@ class InvariantMonitor:
             allocated_on = read_claim(claim or {}).node
             if allocated_on not in (None, node):
                 self._violate(f"pod {key} bound to {node}, its claim {named.claim} allocated on {allocated_on}")
-        given: dict[tuple[str, str, str], str] = {}
-        for obj in self.store.objects(resource):
-            holder = f"{obj['metadata'].get('namespace')}/{obj['metadata']['name']}"
-            for device in read_claim(obj).allocated:
-                if device in given:
-                    self._violate(f"device {'/'.join(device)} allocated to {given[device]} and to {holder}")
-                given[device] = holder
+            for device in unattached(claim or {}):
+                self._violate(f"pod {key} bound before device {device} of its claim {named.claim} reported its "
+                              "binding conditions True")  # fmt: skip
+        for problem in self.devices.allocations(self.store.objects(resource)):
+            self._violate(problem)
 
     def check_nodes(self, nodes: Iterable[str] | None = None) -> list[str]:
         """Nodes where we bound pods whose bound plus assumed requests now exceed allocatable."""

@@ -3,6 +3,7 @@ simulate"): pods bound and pending, gangs, preemptions, reservations, GPU use ov
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,7 +80,8 @@ class Report:
     placement: dict[str, str] = field(default_factory=dict, repr=False)
     node_gpus: dict[str, int] = field(default_factory=dict, repr=False)
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
-    pod_gpus: dict[str, int] = field(default_factory=dict, repr=False)
+    #: Whole GPUs, or part of one (a MIG partition, a share of a GPU shared by capacity).
+    pod_gpus: dict[str, float] = field(default_factory=dict, repr=False)
     #: The gang of each of Phalanx's pods, and each gang's compiled definition (or what is wrong with it).
     gang_of: dict[str, str] = field(default_factory=dict, repr=False)
     results: dict[str, GangSpec | GangError] = field(default_factory=dict, repr=False)
@@ -98,8 +100,24 @@ class Report:
     #: Objects still due to arrive when the run ended (after ``until``).
     not_arrived: int = 0
     #: (seconds, GPUs in use) at every change, and the cluster's GPUs.
-    usage: list[tuple[float, int]] = field(default_factory=list, repr=False)
+    usage: list[tuple[float, float]] = field(default_factory=list, repr=False)
     total_gpus: int = 0
+
+    def gpu_owners(self, pods: Iterable[str] | None = None) -> dict[str, list[str | None]]:
+        """Per node, the gang of each of its GPUs in use (None: a pod of no gang), in ``pods`` order (the
+        placement's by default): a gang's partitions and shares of GPUs on a node add up to whole GPUs, each
+        drawn once it is whole."""
+        owners: dict[str, list[str | None]] = {node: [] for node in self.node_gpus}
+        parts: dict[tuple[str, str | None], float] = {}
+        for pod in pods if pods is not None else self.placement:
+            node = self.placement.get(pod)
+            if node not in owners:
+                continue
+            gang = self.gang_of.get(pod)
+            before = parts.get((node, gang), 0.0)
+            parts[(node, gang)] = after = before + self.pod_gpus.get(pod, 0)
+            owners[node] += [gang] * (int(after + 1e-6) - int(before + 1e-6))
+        return owners
 
     @property
     def peak_gpu_allocation(self) -> float:

@@ -723,3 +723,86 @@ async def test_a_claim_is_reserved_for_at_most_256_consumers(api: Api) -> None:
     written = await reserve(256)
     assert written.status == 200, written.body[:300]
     assert len(written.json["status"]["reservedFor"]) == 256
+
+
+def _slice(name: str, **spec: Any) -> dict[str, Any]:
+    pool = {"name": "n0", "generation": 1, "resourceSliceCount": 2}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name},
+            "spec": {"driver": "gpu.example.com", "nodeName": "n0", "pool": pool, **spec}}  # fmt: skip
+
+
+async def test_a_resource_slice_holds_counter_sets_or_devices_and_the_1_36_device_fields_are_kept(api: Api) -> None:
+    """DRAPartitionableDevices, DRADeviceTaints, DRAConsumableCapacity and DRADeviceBindingConditions are on in
+    1.36: a pool's counter sets in one slice, the partitions that consume them in another (never both in one
+    slice), and every field of a device the scheduler reads is stored as written."""
+    counters = [{"name": "gpu-0", "counters": {"memory": {"value": "80Gi"}, "slices": {"value": "7"}}}]
+    partition = {
+        "name": "gpu-0-1g-0",
+        "consumesCounters": [
+            {"counterSet": "gpu-0", "counters": {"memory": {"value": "10Gi"}, "slices": {"value": "1"}}}
+        ],
+        "taints": [{"key": "example.com/unhealthy", "value": "true", "effect": "NoSchedule"}],
+        "bindsToNode": True,
+        "bindingConditions": ["example.com/attached"],
+        "bindingFailureConditions": ["example.com/failed"],
+    }  # fmt: skip
+    policy = {"default": "80Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}
+    shared = {"name": "gpu-1", "allowMultipleAllocations": True,
+              "capacity": {"memory": {"value": "80Gi", "requestPolicy": policy}}}  # fmt: skip
+    path = api.path("resourceslices", **DRA) + "?fieldValidation=Strict"
+    both = await api.request("POST", path, _slice("both", sharedCounters=counters, devices=[partition]))
+    assert (both.status, both.reason) == (422, "Invalid"), both.body[:300]
+    await api.ok("POST", path, _slice("n0-counters", sharedCounters=counters))
+    stored = await api.ok("POST", path, _slice("n0-devices", devices=[partition, shared]))
+    read = {device["name"]: device for device in stored["spec"]["devices"]}
+    assert read["gpu-0-1g-0"]["consumesCounters"] == partition["consumesCounters"]
+    assert read["gpu-0-1g-0"]["taints"][0]["effect"] == "NoSchedule"
+    assert read["gpu-0-1g-0"]["bindingConditions"] == ["example.com/attached"]
+    assert read["gpu-1"]["allowMultipleAllocations"] is True
+    assert read["gpu-1"]["capacity"]["memory"]["requestPolicy"]["validRange"]["step"] == "1Gi"
+
+
+async def test_a_claim_s_status_keeps_what_the_1_36_allocator_writes_and_device_reports_only_of_its_devices(
+    api: Api,
+) -> None:
+    """A result's tolerations, binding conditions, share ID and consumed capacity and the allocation's timestamp
+    are stored; a driver's report of an allocated device is kept, of another refused; a take-back clears the
+    reports with the allocation."""
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com",
+                                          "tolerations": [{"key": "example.com/unhealthy", "operator": "Exists"}],
+                                          "capacity": {"requests": {"memory": "30Gi"}}}}  # fmt: skip
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "attached"},
+             "spec": {"devices": {"requests": [request]}}}  # fmt: skip
+    await api.ok("POST", api.path("resourceclaims", **DRA) + "?fieldValidation=Strict", claim)
+    path = api.path("resourceclaims", "attached", **DRA) + "/status"
+    allocation = _allocated()
+    allocation["devices"]["results"][0].update(
+        tolerations=[{"key": "example.com/unhealthy", "operator": "Exists"}],
+        bindingConditions=["example.com/attached"],
+        bindingFailureConditions=["example.com/failed"],
+        shareID="0b9f8c2e-8d3c-4c59-9f55-6a3a4f5e1d2c",
+        consumedCapacity={"memory": "30Gi"},
+    )
+    allocation["allocationTimestamp"] = "2026-11-28T00:00:00Z"
+
+    async def patch(status: dict[str, Any]) -> Answer:
+        return await api.request("PATCH", path, {"status": status}, content_type="application/merge-patch+json")
+
+    written = await patch({"allocation": allocation})
+    assert written.status == 200, written.body[:400]
+    result = written.json["status"]["allocation"]["devices"]["results"][0]
+    assert (result["shareID"], result["consumedCapacity"], result["bindingConditions"]) == (
+        "0b9f8c2e-8d3c-4c59-9f55-6a3a4f5e1d2c", {"memory": "30Gi"}, ["example.com/attached"]
+    )
+    assert written.json["status"]["allocation"]["allocationTimestamp"] == "2026-11-28T00:00:00Z"
+    condition = {"type": "example.com/attached", "status": "True", "reason": "Attached", "message": "",
+                 "lastTransitionTime": "2026-11-28T00:00:01Z"}  # fmt: skip
+    report = {"driver": "gpu.example.com", "pool": "n0", "device": "gpu-0", "conditions": [condition],
+              "shareID": "0b9f8c2e-8d3c-4c59-9f55-6a3a4f5e1d2c"}  # fmt: skip
+    elsewhere = await patch({"devices": [{**report, "device": "gpu-7"}]})
+    assert (elsewhere.status, elsewhere.reason) == (422, "Invalid"), elsewhere.body[:300]
+    reported = await patch({"devices": [report]})
+    assert reported.status == 200, reported.body[:400]
+    released = await patch({"allocation": None, "reservedFor": None, "devices": None})
+    assert released.status == 200, released.body[:300]
+    assert not released.json.get("status", {}).get("devices")

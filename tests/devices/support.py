@@ -32,7 +32,14 @@ def gpu(
 
 
 def node_slice(
-    node: str, count: int = 8, *, generation: int = 1, pool_slices: int = 1, name: str | None = None, **device: Any
+    node: str,
+    count: int = 8,
+    *,
+    generation: int = 1,
+    pool_slices: int = 1,
+    name: str | None = None,
+    driver: str = GPU_DRIVER,
+    **device: Any,
 ) -> dict[str, Any]:
     """One ResourceSlice of ``count`` GPUs on ``node``, its pool named after the node."""
     return {
@@ -40,7 +47,7 @@ def node_slice(
         "kind": "ResourceSlice",
         "metadata": {"name": name or f"{node}-gpu"},
         "spec": {
-            "driver": GPU_DRIVER,
+            "driver": driver,
             "nodeName": node,
             "pool": {"name": node, "generation": generation, "resourceSliceCount": pool_slices},
             "devices": [gpu(f"gpu-{i}", **device) for i in range(count)],
@@ -123,3 +130,72 @@ def networked_slice(name: str, count: int, *, selector: dict[str, Any] | None = 
     del found["spec"]["nodeName"]
     found["spec"].update({"nodeSelector": selector} if selector is not None else {"allNodes": True})
     return found
+
+
+def partitioned_node(
+    node: str, gpus: int = 1, *, taint: dict[str, str] | None = None, driver: str = GPU_DRIVER
+) -> list[dict[str, Any]]:
+    """A node's GPUs as NVIDIA's driver publishes MIG partitions (``DRAPartitionableDevices``): one slice of
+    counter sets (each GPU's memory and its seven compute slices), one of partitions that consume them: seven
+    ``1g.10gb`` and one ``7g.80gb`` per GPU."""
+    pool = {"name": node, "generation": 1, "resourceSliceCount": 2}
+    counters = [
+        {"name": f"gpu-{g}", "counters": {"memory": {"value": "80Gi"}, "slices": {"value": "7"}}} for g in range(gpus)
+    ]
+    devices = []
+    for g in range(gpus):
+        for profile, memory, slices, names in (("1g.10gb", "10Gi", "1", range(7)), ("7g.80gb", "80Gi", "7", range(1))):
+            for k in names:
+                device = {
+                    "name": f"gpu-{g}-{profile.split('.')[0]}-{k}",
+                    "attributes": {"profile": {"string": profile}, "parentIndex": {"int": g}},
+                    "capacity": {"memory": {"value": memory}},
+                    "consumesCounters": [{"counterSet": f"gpu-{g}",
+                                          "counters": {"memory": {"value": memory}, "slices": {"value": slices}}}],
+                }  # fmt: skip
+                if taint is not None:
+                    device["taints"] = [taint]
+                devices.append(device)
+    return [
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-counters"},
+         "spec": {"driver": driver, "nodeName": node, "pool": pool, "sharedCounters": counters}},
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-partitions"},
+         "spec": {"driver": driver, "nodeName": node, "pool": pool, "devices": devices}},
+    ]  # fmt: skip
+
+
+def profile_claim(
+    name: str, profile: str, count: int = 1, *, namespace: str = "team", driver: str = GPU_DRIVER
+) -> dict[str, Any]:
+    """A claim of ``count`` partitions of one MIG profile (``1g.10gb``, ``7g.80gb``), of the class named after
+    the driver."""
+    return claim(name, count, f"device.attributes['{driver}'].profile == '{profile}'", namespace=namespace,
+                 device_class_name=driver)  # fmt: skip
+
+
+def shared_slice(
+    node: str, count: int = 1, memory: str = "80Gi", *, driver: str = GPU_DRIVER, **policy: Any
+) -> dict[str, Any]:
+    """``count`` GPUs on ``node`` that several claims share, each consuming part of their memory
+    (``DRAConsumableCapacity``), with ``policy`` as the memory's ``requestPolicy``."""
+    found = node_slice(node, count, memory=memory, driver=driver)
+    for device in found["spec"]["devices"]:
+        device["allowMultipleAllocations"] = True
+        if policy:
+            device["capacity"]["memory"]["requestPolicy"] = policy
+    return found
+
+
+def capacity_claim(
+    name: str, memory: str, *, namespace: str = "team", device_class_name: str = GPU_DRIVER
+) -> dict[str, Any]:
+    """A claim of one share of a GPU: ``memory`` of its capacity."""
+    found = claim(name, 1, namespace=namespace, device_class_name=device_class_name)
+    found["spec"]["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"memory": memory}}
+    return found
+
+
+def tolerating(obj: dict[str, Any], *tolerations: dict[str, Any]) -> dict[str, Any]:
+    """The claim with its request tolerating ``tolerations`` (device taints)."""
+    obj["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = list(tolerations)
+    return obj

@@ -102,7 +102,8 @@ def test_a_compact_shape_builds_labelled_ready_gpu_nodes() -> None:
         ("racks=0", "cluster shape 'racks=0': racks must be at least 1"),
         (
             "dra=8",
-            "cluster shape 'dra=8': dra must be <driver>:<devices per node>, such as dra=gpu.nvidia.com:8, got '8'",
+            "cluster shape 'dra=8': dra must be <driver>:<devices per node>, optionally :mig (partitioned GPUs) or "
+            ":shared (GPUs shared by memory), such as dra=gpu.nvidia.com:8:mig, got '8'",
         ),
         (
             "floors=3",

@@ -84,10 +84,12 @@ class ClusterShape:
     storage: str = "1Ti"
     block_label: str = BLOCK
     rack_label: str = RACK
-    #: ``<driver>:<count>``, several joined by ``+``: each node also publishes ``count`` devices of each DRA
-    #: driver (a ResourceSlice of its own, a pool per node), with a DeviceClass to select them (see
+    #: ``<driver>:<count>[:mig|:shared]``, several joined by ``+``: each node also publishes ``count`` devices
+    #: of each DRA driver (a ResourceSlice of its own, a pool per node), with a DeviceClass to select them (see
     #: :data:`DRIVERS`). Nodes that publish GPUs of NVIDIA's driver carry the clique label GPU Feature
-    #: Discovery gives them (``nvidia.com/gpu.clique``; here, the rack).
+    #: Discovery gives them (``nvidia.com/gpu.clique``; here, the rack). ``:mig`` publishes each GPU as MIG
+    #: partitions that share its counters (:data:`MIG_PROFILES`: a slice of counter sets and one of partitions
+    #: per GPU); ``:shared`` as one device that claims share by memory (``allowMultipleAllocations``).
     dra: str = ""
 
     @staticmethod
@@ -107,10 +109,12 @@ class ClusterShape:
             if name.endswith("label"):
                 values[name] = value
             elif name == "dra":
-                for driver, _, count in (item.partition(":") for item in value.split("+")):
-                    if not driver or not count.isdigit() or int(count) < 1:
-                        raise ManifestError(f"cluster shape {text!r}: dra must be <driver>:<devices per node>, such "
-                                            f"as dra=gpu.nvidia.com:8, got {value!r}")  # fmt: skip
+                for driver, _, rest in (item.partition(":") for item in value.split("+")):
+                    count, _, how = rest.partition(":")
+                    if not driver or not count.isdigit() or int(count) < 1 or how not in ("", "mig", "shared"):
+                        raise ManifestError(f"cluster shape {text!r}: dra must be <driver>:<devices per node>, "
+                                            "optionally :mig (partitioned GPUs) or :shared (GPUs shared by "
+                                            f"memory), such as dra=gpu.nvidia.com:8:mig, got {value!r}")  # fmt: skip
                 values[name] = value
             elif name in ("cpu", "memory", "storage"):
                 try:
@@ -144,7 +148,8 @@ class ClusterShape:
         """The nodes, and with ``dra`` each driver's DeviceClass and each node's ResourceSlice of it."""
         nodes = self.node_manifests()
         found = []
-        for driver, _, count in (item.partition(":") for item in self.dra.split("+") if self.dra):
+        for driver, _, rest in (item.partition(":") for item in self.dra.split("+") if self.dra):
+            count, _, how = rest.partition(":")
             kind, class_name, selector = DRIVERS.get(driver, ("gpu", driver, f'device.driver == "{driver}"'))
             found.append(
                 {
@@ -154,7 +159,12 @@ class ClusterShape:
                     "spec": {"selectors": [{"cel": {"expression": selector}}]},
                 }
             )
-            found += [_node_slice(node, driver, kind, int(count), self.rack_label) for node in nodes]
+            if how == "mig":
+                for node in nodes:
+                    found += _partitioned_slices(node, driver, int(count), self.rack_label)
+            else:
+                found += [_node_slice(node, driver, kind, int(count), self.rack_label, shared=how == "shared")
+                          for node in nodes]  # fmt: skip
         if any(driver.startswith(f"{NVIDIA_GPUS}:") for driver in self.dra.split("+")):
             for node in nodes:
                 node["metadata"]["labels"][GPU_CLIQUE] = node["metadata"]["labels"][self.rack_label]
@@ -200,11 +210,49 @@ DRIVERS = {
 }
 
 
-def _node_slice(node: Mapping[str, Any], driver: str, kind: str, count: int, rack_label: str) -> dict[str, Any]:
-    """A node's devices as a DRA driver publishes them: one pool per node. GPUs say their index and their
-    NVLink clique (here the node's rack); IMEX channels their type and id, as NVIDIA's drivers do."""
+#: The MIG profiles of an 80 GB GPU a ``:mig`` node publishes: (name, memory, compute slices, how many fit).
+MIG_PROFILES = (("1g.10gb", 10, 1, 7), ("2g.20gb", 20, 2, 3), ("3g.40gb", 40, 3, 2), ("7g.80gb", 80, 7, 1))
+
+
+def _partitioned_slices(node: Mapping[str, Any], driver: str, gpus: int, rack_label: str) -> list[dict[str, Any]]:
+    """A node's GPUs as MIG partitions (``DRAPartitionableDevices``), as NVIDIA's driver publishes them: one
+    slice of counter sets (each GPU's memory and compute slices), then one slice of partitions per GPU (a
+    slice holds counters or devices, and at most 64 devices that consume counters): one pool of several
+    slices."""
     name = node["metadata"]["name"]
     clique = node["metadata"]["labels"].get(rack_label, name)
+    pool = {"name": name, "generation": 1, "resourceSliceCount": gpus + 1}
+    counters = [{"name": f"gpu-{g}", "counters": {"memory": {"value": "80Gi"}, "slices": {"value": "7"}}}
+                for g in range(gpus)]  # fmt: skip
+    found = [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+              "metadata": {"name": f"{name}-{driver}-counters"},
+              "spec": {"driver": driver, "nodeName": name, "pool": pool, "sharedCounters": counters}}]  # fmt: skip
+    for g in range(gpus):
+        devices = [
+            {"name": f"gpu-{g}-{profile.split('.')[0]}-{k}",
+             "attributes": {"type": {"string": "mig"}, "profile": {"string": profile}, "parentIndex": {"int": g},
+                            "cliqueId": {"string": clique}},
+             "capacity": {"memory": {"value": f"{memory}Gi"}},
+             "consumesCounters": [{"counterSet": f"gpu-{g}", "counters": {"memory": {"value": f"{memory}Gi"},
+                                                                         "slices": {"value": str(slices)}}}]}
+            for profile, memory, slices, fit in MIG_PROFILES
+            for k in range(fit)
+        ]  # fmt: skip
+        found.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                      "metadata": {"name": f"{name}-{driver}-gpu-{g}"},
+                      "spec": {"driver": driver, "nodeName": name, "pool": pool, "devices": devices}})  # fmt: skip
+    return found
+
+
+def _node_slice(
+    node: Mapping[str, Any], driver: str, kind: str, count: int, rack_label: str, *, shared: bool = False
+) -> dict[str, Any]:
+    """A node's devices as a DRA driver publishes them: one pool per node. GPUs say their index and their
+    NVLink clique (here the node's rack); IMEX channels their type and id, as NVIDIA's drivers do. ``shared``
+    GPUs are shared by claims, each taking the memory it asks (in whole GiB; all of it when it asks none)."""
+    name = node["metadata"]["name"]
+    clique = node["metadata"]["labels"].get(rack_label, name)
+    devices: list[dict[str, Any]]
     if kind == "channel":
         devices = [{"name": f"channel-{index}", "attributes": {"type": {"string": "channel"}, "id": {"int": index}}}
                    for index in range(count)]  # fmt: skip
@@ -215,6 +263,10 @@ def _node_slice(node: Mapping[str, Any], driver: str, kind: str, count: int, rac
              "capacity": {"memory": {"value": "80Gi"}}}
             for index in range(count)
         ]  # fmt: skip
+    for device in devices if shared else ():
+        device["allowMultipleAllocations"] = True
+        device["capacity"]["memory"]["requestPolicy"] = {"default": "80Gi",
+                                                         "validRange": {"min": "1Gi", "step": "1Gi"}}  # fmt: skip
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",

@@ -64,6 +64,7 @@ from scheduler.ports.sim.validation import (
     name_causes,
     pod_status_causes,
     pod_update_causes,
+    slice_causes,
 )
 from topology.quantities import parse_quantity
 
@@ -389,6 +390,8 @@ class Store:
         causes = causes or name_causes(resource.kind, name)
         if resource.storage == ("events.k8s.io", "events"):
             causes += event_causes(obj, str(namespace), modern=resource.view_of is None)
+        elif resource.storage == ("resource.k8s.io", "resourceslices"):
+            causes += slice_causes(obj)
         elif resource.kind == "Pod" and not resource.group:
             spec, qos, refused = admit_pod(obj, parse_quantity)
             causes += refused

@@ -149,6 +149,41 @@ def pod_status_causes(before: Mapping[str, Any], after: Mapping[str, Any]) -> li
 CLAIM_RESERVED_MAX = 256
 
 
+def _device_id(entry: object) -> tuple[str, str, str, str]:
+    """driver, pool, device and share: what names one allocated device (or one share of it) in a claim."""
+    found = _mapping(entry)
+    return str(found.get("driver")), str(found.get("pool")), str(found.get("device")), str(found.get("shareID") or "")
+
+
+#: Devices one ResourceSlice may list, and the fewer when one uses taints or consumes counters.
+SLICE_DEVICES_MAX, SLICE_SHARING_DEVICES_MAX = 128, 64
+_WHERE = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
+
+
+def slice_causes(obj: Mapping[str, Any]) -> list[Cause]:
+    """What kube-apiserver 1.36 refuses in a ResourceSlice (``validateResourceSliceSpec``): devices and counter
+    sets in one slice, other than exactly one way to say where its devices are, too many devices."""
+    spec = _mapping(obj.get("spec"))
+    causes: list[Cause] = []
+    devices = spec.get("devices") or []
+    if devices and spec.get("sharedCounters"):
+        causes.append(forbidden("spec.sharedCounters", "only one of devices and sharedCounters may be set"))
+    where = [name for name in _WHERE if spec.get(name) not in (None, False, "")]
+    if len(where) != 1:
+        why = "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required"
+        causes.append({"reason": "FieldValueRequired" if not where else "FieldValueInvalid", "message": why,
+                       "field": "spec"})  # fmt: skip
+    sharing = any(_mapping(d).get("taints") or _mapping(d).get("consumesCounters") for d in devices)
+    limit = SLICE_SHARING_DEVICES_MAX if sharing else SLICE_DEVICES_MAX
+    if len(devices) > limit:
+        causes.append({"reason": "FieldValueTooMany", "field": "spec.devices",
+                       "message": f"Too many: {len(devices)}: must have at most {limit} items"})  # fmt: skip
+    return causes
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def claim_status_causes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[Cause]:
     """What kube-apiserver refuses in a ResourceClaim's status write (``validateResourceClaimStatusUpdate``):
     reservations without an allocation, one consumer twice, too many, an allocation changed in place (it may
@@ -178,7 +213,16 @@ def claim_status_causes(before: Mapping[str, Any], after: Mapping[str, Any]) -> 
         requests.update(
             f"{name}/{_mapping(sub).get('name', '')}" for sub in _mapping(request).get("firstAvailable") or []
         )
-    for i, result in enumerate(_mapping(_mapping(allocation).get("devices")).get("results") or []):
+    results = _mapping(_mapping(allocation).get("devices")).get("results") or []
+    given = {_device_id(result) for result in results}
+    for i, entry in enumerate(status.get("devices") or []):
+        device = _device_id(entry)
+        if device not in given:
+            causes.append(bad(f"status.devices[{i}]", "/".join(device), "must be an allocated device in the claim"))
+    for i, result in enumerate(results):
+        share = _mapping(result).get("shareID")
+        if share is not None and not _UUID.fullmatch(str(share)):
+            causes.append(bad(f"status.allocation.devices.results[{i}].shareID", share, "must be a lowercase UUID"))
         name = str(_mapping(result).get("request", ""))
         if name not in requests:
             causes.append(bad(f"status.allocation.devices.results[{i}].request", name,
