@@ -4,6 +4,7 @@ and devices the driver attaches before their pods may bind (binding conditions).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from scheduler.ports.sim.store import MERGE_PATCH
@@ -18,7 +19,7 @@ from tests.devices.support import (
     tolerating,
 )
 from tests.scheduler.checks import check_invariants
-from tests.scheduler.support import Cluster, cluster, eventually, gpu_pod, pfn, phalanx
+from tests.scheduler.support import FAST, Cluster, cluster, eventually, gpu_pod, pfn, phalanx
 
 SHAPE = "blocks=1,racks=1,nodes=3,gpus=8"
 CLAIMS = ("resource.k8s.io/v1", "ResourceClaim")
@@ -199,6 +200,23 @@ async def test_a_device_that_fails_to_attach_takes_the_allocation_back_and_the_g
                          what="allocated again, with no stale report", timeout=60)  # fmt: skip
         report(where, "f-gpus", "dra.example.com/attached")
         assert await eventually(lambda: where.bound().get("team/f"), timeout=30) == "b0-r0-n0"
+        await check_invariants(where)
+
+
+async def test_devices_the_driver_never_reports_attached_are_taken_back_after_the_binding_timeout() -> None:
+    """Nothing reports the devices attached: after ``binding.deviceBindingTimeoutSeconds`` the allocation is taken
+    back (the claim is free for others), the gang is told, and no pod was bound."""
+    patient = replace(FAST.binding, device_binding_timeout_seconds=0.5)
+    async with cluster(SHAPE) as where, phalanx(where, binding=patient):
+        where.create(device_class())
+        where.create(attached_slice("b0-r0-n0"))
+        claiming_pod(where, "late", claim("late-gpus", 8, namespace="team"), ("late", 1))
+        await eventually(lambda: results(where, "late-gpus"), what="allocated")
+        event = await eventually(lambda: where.events("FailedBinding"), what="the timeout told")
+        assert "did not report" in event[0]["note"] and "within 0.5s" in event[0]["note"], event[0]["note"]
+        await eventually(lambda: not results(where, "late-gpus") or len(where.events("FailedBinding")) > 1,
+                         what="taken back (or taken back and allocated again)")  # fmt: skip
+        assert not where.bound()
         await check_invariants(where)
 
 

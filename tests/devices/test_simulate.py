@@ -232,3 +232,33 @@ def test_devices_a_pod_holds_through_one_request_are_not_offered_to_another_that
     assert not [event for event in events if event.get("reason") == "FailedBinding"]
     monitor.check_gangs()
     monitor.assert_clean()
+
+
+def test_devices_that_must_be_attached_are_attached_by_the_simulated_driver_and_released_when_the_pod_ends() -> None:
+    """Devices with binding conditions: the simulated driver reports them attached as a healthy one does, and a
+    pod binds only then (the oracle checks). Two pods want the node's two devices: the second binds once the
+    first has ended and its claim is released, reports and all."""
+    simulation, monitor = dra_simulation("blocks=1,racks=1,nodes=2,gpus=0")
+    fabric = node_slice("b0-r0-n0", 2, driver="fabric.example.com")
+    for device in fabric["spec"]["devices"]:
+        device.update(bindingConditions=["fabric.example.com/attached"],
+                      bindingFailureConditions=["fabric.example.com/failed"])  # fmt: skip
+    objects: list[dict[str, Any]] = [
+        device_class("fabric.example.com", "device.driver == 'fabric.example.com'"),
+        fabric,
+    ]
+    for name in ("first", "second"):
+        objects.append(claim(name, 2, namespace="ml", device_class_name="fabric.example.com"))
+        objects.append(gpu_pod(name, "ml", gpus=0, annotations={**pfn(name, 1), "simulate.phalanx.dev/run-seconds": "60"},
+                               resourceClaims=[{"name": "fabric", "resourceClaimName": name}], restartPolicy="Never"))  # fmt: skip
+    simulation.add_objects(objects, source="test")
+    report = anyio.run(lambda: simulation.run(timeout=60))
+    assert report.bound == {"ml/first": "b0-r0-n0", "ml/second": "b0-r0-n0"}
+    claims = simulation.store.resource("resource.k8s.io/v1", "ResourceClaim")
+    for name in ("first", "second"):  # both ended: released, the driver's reports with the allocation
+        status = simulation.store.get(claims, "ml", name).get("status") or {}
+        assert not status.get("allocation") and not status.get("devices")
+    # At each bind the oracle found every device's binding condition reported True (a violation otherwise).
+    monitor.check_gangs()
+    monitor.assert_clean()
+    assert monitor.checks["devices"] == 2

@@ -11,10 +11,14 @@
   keeps it while the group exists); a claim reserved for nobody that
   a scheduler allocated (its ``resource.kubernetes.io/delete-protection`` finalizer) is deallocated and
   the finalizer taken off, so that its devices are free again. (A claim made from a template goes with its
-  pod, as the garbage collector deletes what a deleted pod owned.)"""
+  pod, as the garbage collector deletes what a deleted pod owned.)
+
+Beside it, the drivers of devices that must be attached first (``bindingConditions``) attach them at once, as a
+healthy driver does: each such device of an allocated claim gets its conditions True in ``status.devices``."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.ports.sim.resources import Resource
@@ -31,6 +35,31 @@ def reconcile_claims(api: Api) -> None:
     """Make the claims pods' templates call for, and release those no pod uses any more."""
     make_claims(api)
     release_claims(api)
+    attach_devices(api)
+
+
+def attach_devices(api: Api) -> None:
+    """Report every binding condition True of the devices allocated with some, as their driver would."""
+    store = api.store
+    claims = store.resource("resource.k8s.io/v1", "ResourceClaim")
+    for claim in list(store.objects(claims)):
+        status = claim.get("status") or {}
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        waiting = [result for result in results if result.get("bindingConditions")]
+        reported = {(entry.get("driver"), entry.get("pool"), entry.get("device"))
+                    for entry in status.get("devices") or ()}  # fmt: skip
+        due = [result for result in waiting if (result["driver"], result["pool"], result["device"]) not in reported]
+        if not due:
+            continue
+        now = datetime.fromtimestamp(api.now(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        devices = [*(status.get("devices") or []), *(
+            {"driver": result["driver"], "pool": result["pool"], "device": result["device"],
+             "conditions": [{"type": name, "status": "True", "reason": "Attached", "message": "",
+                             "lastTransitionTime": now} for name in result["bindingConditions"]]}
+            for result in due
+        )]  # fmt: skip
+        store.patch(claims, claim["metadata"]["namespace"], claim["metadata"]["name"], {"status": {"devices": devices}},
+                    MERGE_PATCH, subresource="status")  # fmt: skip
 
 
 def release_claims(api: Api) -> None:
@@ -51,8 +80,8 @@ def release_claims(api: Api) -> None:
         finalizers = claim["metadata"].get("finalizers") or []
         if not using and status.get("allocation") and DELETE_PROTECTION in finalizers:
             # Nobody uses it, and a scheduler allocated it: deallocated, unprotected.
-            store.patch(claims, namespace, name, {"status": {"reservedFor": None, "allocation": None}}, MERGE_PATCH,
-                        subresource="status")  # fmt: skip
+            released = {"status": {"reservedFor": None, "allocation": None, "devices": None}}
+            store.patch(claims, namespace, name, released, MERGE_PATCH, subresource="status")
             kept = [finalizer for finalizer in finalizers if finalizer != DELETE_PROTECTION]
             store.patch(claims, namespace, name, {"metadata": {"finalizers": kept or None}}, MERGE_PATCH)
         elif len(using) != len(reserved):
