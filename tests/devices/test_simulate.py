@@ -249,8 +249,9 @@ def test_devices_that_must_be_attached_are_attached_by_the_simulated_driver_and_
     ]
     for name in ("first", "second"):
         objects.append(claim(name, 2, namespace="ml", device_class_name="fabric.example.com"))
-        objects.append(gpu_pod(name, "ml", gpus=0, annotations={**pfn(name, 1), "simulate.phalanx.dev/run-seconds": "60"},
-                               resourceClaims=[{"name": "fabric", "resourceClaimName": name}], restartPolicy="Never"))  # fmt: skip
+        annotations = {**pfn(name, 1), "simulate.phalanx.dev/run-seconds": "60"}
+        named = [{"name": "fabric", "resourceClaimName": name}]
+        objects.append(gpu_pod(name, "ml", gpus=0, annotations=annotations, resourceClaims=named, restartPolicy="Never"))
     simulation.add_objects(objects, source="test")
     report = anyio.run(lambda: simulation.run(timeout=60))
     assert report.bound == {"ml/first": "b0-r0-n0", "ml/second": "b0-r0-n0"}
