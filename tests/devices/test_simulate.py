@@ -251,7 +251,8 @@ def test_devices_that_must_be_attached_are_attached_by_the_simulated_driver_and_
         objects.append(claim(name, 2, namespace="ml", device_class_name="fabric.example.com"))
         annotations = {**pfn(name, 1), "simulate.phalanx.dev/run-seconds": "60"}
         named = [{"name": "fabric", "resourceClaimName": name}]
-        objects.append(gpu_pod(name, "ml", gpus=0, annotations=annotations, resourceClaims=named, restartPolicy="Never"))
+        pod = gpu_pod(name, "ml", gpus=0, annotations=annotations, resourceClaims=named, restartPolicy="Never")
+        objects.append(pod)
     simulation.add_objects(objects, source="test")
     report = anyio.run(lambda: simulation.run(timeout=60))
     assert report.bound == {"ml/first": "b0-r0-n0", "ml/second": "b0-r0-n0"}
