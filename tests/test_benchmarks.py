@@ -106,8 +106,11 @@ def test_bench_timeline_quick_json_runs_a_simulated_day_of_arrivals_and_endings(
 
 def test_bench_devices_quick_json_places_a_gang_that_claims_devices() -> None:
     completed, report = run_quick("scripts/bench_devices.py")
-    assert report["nodes"] == 1024 and report["devices"] == 8192
-    assert report["decision_ms"] > 0 and report["index_s"] > 0
+    whole, partitions = report["whole"], report["partitions"]
+    assert whole["nodes"] == 1024 and whole["devices"] == 8192
+    assert whole["decision_ms"] > 0 and whole["index_s"] > 0
+    assert partitions["nodes"] == 32 and partitions["devices"] == 32 * 8 * 13  # 13 MIG partitions per GPU
+    assert partitions["decision_ms"] > 0 and partitions["prebind_ms"] > 0
     assert "machine:" in completed.stderr and "command: scripts/bench_devices.py --quick --json" in completed.stderr
 
 

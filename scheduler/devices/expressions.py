@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from math import ceil
 from typing import Any
 
@@ -49,8 +50,10 @@ class SelectorError(ValueError):
     """A selector that does not compile, or that fails on a device; the message says which and why."""
 
 
+@lru_cache(maxsize=4096)
 def milli(text: str) -> int:
-    """A quantity string as thousandths of its unit (``quantity("40Gi")``)."""
+    """A quantity string as thousandths of its unit (``quantity("40Gi")``). Kept per text: drivers publish the
+    same few quantities on every device (a partition's ``10Gi``), and parsing one exactly is costly."""
     return ceil(parse_quantity(text, field="quantity") * MILLI)
 
 

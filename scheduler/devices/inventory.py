@@ -584,7 +584,7 @@ class Devices:
         (``empty``: the counters whole)."""
         if self._counters is None:
             self._counters = self.pools.counters()
-        budget = Budget({key: dict(counters) for key, counters in self._counters.items()})
+        budget = Budget(self._counters)
         if empty:
             return budget
         using = set(self._allocated)

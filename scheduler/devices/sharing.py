@@ -173,33 +173,43 @@ def shares_left(
 
 class Budget:
     """What is left of every counter set (``(driver, pool, set)`` -> counter -> amount), taken from as devices
-    are given; ``copy`` to try a choice without spending."""
+    are given. The counter sets as published are shared, never written: what is taken lives beside them, so
+    that ``copy`` (to try a choice without spending) costs the sets taken from, not every GPU's."""
 
-    __slots__ = ("left",)
+    __slots__ = ("_published", "_taken")
 
-    def __init__(self, left: dict[CounterKey, dict[str, int]]) -> None:
-        self.left = left
+    def __init__(self, published: Mapping[CounterKey, Mapping[str, int]]) -> None:
+        self._published = published
+        self._taken: dict[CounterKey, dict[str, int]] = {}
 
     def copy(self) -> Budget:
-        return Budget({key: dict(counters) for key, counters in self.left.items()})
+        found = Budget(self._published)
+        found._taken = {key: dict(counters) for key, counters in self._taken.items()}
+        return found
+
+    def _left(self, key: CounterKey) -> Mapping[str, int] | None:
+        return self._taken.get(key) or self._published.get(key)
 
     def fits(self, driver: str, pool: str, sharing: Sharing) -> bool:
         for counter_set, counters in sharing.consumes:
-            there = self.left.get((driver, pool, counter_set))
+            there = self._left((driver, pool, counter_set))
             if there is None or any(there.get(name, 0) < amount for name, amount in counters):
                 return False  # a counter set the pool does not publish (yet) gives nothing
         return True
 
     def take(self, driver: str, pool: str, sharing: Sharing) -> None:
         for counter_set, counters in sharing.consumes:
-            there = self.left.setdefault((driver, pool, counter_set), {})
+            key = (driver, pool, counter_set)
+            there = self._taken.get(key)
+            if there is None:
+                there = self._taken[key] = dict(self._published.get(key, {}))
             for name, amount in counters:
                 there[name] = there.get(name, 0) - amount
 
     def short(self, driver: str, pool: str, sharing: Sharing) -> str | None:
         """The first counter the device needs more of than is left, in words (None: it fits)."""
         for counter_set, counters in sharing.consumes:
-            there = self.left.get((driver, pool, counter_set))
+            there = self._left((driver, pool, counter_set))
             if there is None:
                 return f"counter set {counter_set} of pool {pool} is not published"
             for name, amount in counters:
