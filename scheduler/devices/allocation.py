@@ -104,7 +104,7 @@ def plan(
             if all(seen_pod != f"{namespace}/{name}" for _, _, seen_pod in using):  # a pod may name one claim twice
                 using.append((ref, node, f"{namespace}/{name}"))
     taken: set[DeviceId] = set()
-    choice = _Choice(devices.budget(in_flight=True), {}, set(devices.allocated()) | set(devices.in_flight_shares))
+    choice = _Choice(devices.budget(in_flight=True), {}, set(), devices.spending)
     writes: list[ClaimWrite] = []
     for claim, using in users.values():
         if claim.key in devices.releasing:
@@ -210,14 +210,20 @@ class _Choice:
     budget: Budget
     shares: dict[DeviceId, dict[str, int]]
     spent: set[DeviceId]
+    #: Whether a device's counters are spent outside this choice (allocated, or held by another PreBind).
+    spent_before: Callable[[DeviceId], bool]
+
+    def counted(self, device: Device) -> bool:
+        """Whether the device's counters are spent already (by this choice or before it)."""
+        return device.id in self.spent or self.spent_before(device.id)
 
     def fits(self, device: Device, budget: Budget) -> bool:
-        return device.id in self.spent or not device.sharing.consumes or budget.fits(
+        return not device.sharing.consumes or self.counted(device) or budget.fits(
             device.driver, device.pool, device.sharing
         )
 
     def spend(self, device: Device, amounts: Mapping[str, int]) -> None:
-        if device.id not in self.spent and device.sharing.consumes:
+        if device.sharing.consumes and not self.counted(device):
             self.budget.take(device.driver, device.pool, device.sharing)
         self.spent.add(device.id)
         if amounts:
@@ -251,7 +257,7 @@ def _partitions_short(
     for _, found, _ in ways.values():
         for device in found:
             short = choice.budget.short(device.driver, device.pool, device.sharing)
-            if device.id not in choice.spent and short is not None:
+            if not choice.counted(device) and short is not None:
                 return f" (partition {device.name}: {short})"
     return ""
 
@@ -346,7 +352,7 @@ def _pick(
                 break
             if device.id in seen or not choice.fits(device, budget):
                 continue
-            if device.id not in choice.spent and device.sharing.consumes:
+            if device.sharing.consumes and not choice.counted(device):
                 budget.take(device.driver, device.pool, device.sharing)
             chosen.append(device)
             seen.add(device.id)

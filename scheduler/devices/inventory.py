@@ -585,8 +585,8 @@ class Devices:
         if self._counters is None:
             self._counters = self.pools.counters()
         budget = Budget(self._counters)
-        if empty:
-            return budget
+        if empty or not self._counters:
+            return budget  # (most clusters: no pool publishes counters, and no allocation need be looked at)
         using = set(self._allocated)
         if in_flight:
             using |= set(self.in_flight) | {device for device, claims in self.in_flight_shares.items() if claims}
@@ -595,6 +595,10 @@ class Devices:
             if device is not None and device.sharing.consumes:
                 budget.take(device.driver, device.pool, device.sharing)
         return budget
+
+    def spending(self, device_id: DeviceId) -> bool:
+        """Whether the device's counters are spent already: it is allocated, or PreBind holds it."""
+        return device_id in self._allocated or device_id in self.in_flight or bool(self.in_flight_shares.get(device_id))
 
     def _counts_use(self, device_id: DeviceId) -> bool:
         device = self.device(device_id)
