@@ -26,7 +26,6 @@ refusal (the API server answers 409 when a pod still has ``spec.schedulingGates`
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from enum import Enum
 
 import anyio
@@ -35,15 +34,12 @@ from anyio.abc import TaskStatus
 
 from scheduler.clock import Clock
 from scheduler.decision import BindJob, Reason
-from scheduler.devices.allocation import DELETE_PROTECTION, ClaimWrite, plan, taken_back
-from scheduler.devices.extended import asks_any, claim_body, pod_claim_status
-from scheduler.devices.inventory import Release
-from scheduler.devices.sharing import binding_state
+from scheduler.devices.prebind import TAKE_BACK_SECONDS, PreBind
 from scheduler.gangs import GangKey
 from scheduler.jobs import Jobs
 from scheduler.metrics import Metrics
 from scheduler.ports.errors import Conflict, NotFound, PortError, Throttled
-from scheduler.ports.port import PODS, RESOURCE_CLAIMS, ClusterPort
+from scheduler.ports.port import PODS, ClusterPort
 from scheduler.ratelimit import TokenBucket
 from scheduler.reporting import Reporter
 from scheduler.settings import BindingSettings
@@ -53,8 +49,6 @@ log = structlog.get_logger("phalanx.binding")
 
 _FIRST_RETRY = 0.2
 _LAST_RETRY = 10.0
-#: How long taking back a gang's claim allocations may hold up a binding that stops (cancelled or failed).
-_TAKE_BACK_SECONDS = 10.0
 
 
 class BindResult(Enum):
@@ -97,6 +91,16 @@ class Binder:
         self.place_again = place_again
         self.back_off = back_off
         self._jobs = Jobs("binder", self._bind_gang)
+        self.prebind = PreBind(
+            port=port,
+            devices=state.devices,
+            limiter=limiter,
+            clock=clock,
+            timeout=settings.device_binding_timeout_seconds,
+            pod_of=lambda pod: info.raw if (info := state.index.pod(pod)) is not None else None,
+            own=state.own_allocatable,
+            reaches=state.reaches,
+        )
         #: Gangs given back to be placed again at once, and how many times in a row (until one binds).
         self._again: dict[GangKey, int] = {}
         self._slots = anyio.Semaphore(settings.concurrency)
@@ -133,33 +137,22 @@ class Binder:
             why = f"nodes {', '.join(sorted(crowded))} no longer have room" if crowded else f"{gone[0]} is gone"
             self._release(job, why)
             return
-        made = [state.devices.extended_of[pod] for pod, _ in job.pods if pod in state.devices.extended_of]
-        for claim in made:  # made for a pod by an attempt that did not bind (its delete failed): deleted first
-            if claim not in state.devices.releasing and not await self._delete_made(claim):
-                why = f"ResourceClaim {claim}, made by an earlier attempt, is not deleted yet"
-                self._release(job, why, refused=True)
-                return
-        named = {claim for pod, _ in job.pods for claim in state.claims_of(pod)}
-        stale = sorted((named | set(made)) & set(state.devices.releasing))
-        if stale:  # an earlier attempt's take-back the watch has not shown yet: no Event, it passes by itself
-            self._release(job, f"ResourceClaim {stale[0]} is being released by an earlier attempt", refused=True)
+        # Claims of an earlier attempt not deleted or taken back yet: no Event, it passes by itself.
+        waits = await self.prebind.ready([pod for pod, _ in job.pods], state.claims_of)
+        if waits is not None:
+            self._release(job, waits, refused=True)
             return
-        claimed = await self._allocate_claims(job)
+        claimed = await self.prebind.allocate(job.pods)
         if isinstance(claimed, str):
             # Told on the gang's first pod, as a refused first bind is: nothing of the gang is bound.
-            pod = job.pods[0][0]
-            self.reporter.event(self.reporter.pod_subject(pod), Reason.FAILED_BINDING, claimed, action="Binding")
-            self._release(job, claimed, refused=True)
+            self._refused_before_binding(job, claimed)
             return
-        if any(write.waits_for_driver for write, _ in claimed):
-            failed = await self._await_drivers(claimed)
-            if failed is not None:  # taken back and tried again later, as kube-scheduler's PreBind does
-                with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_BACK_SECONDS):
-                    await self._take_back(self._as_known(claimed))
-                pod = job.pods[0][0]
-                self.reporter.event(self.reporter.pod_subject(pod), Reason.FAILED_BINDING, failed, action="Binding")
-                self._release(job, failed, refused=True)
-                return
+        failed = await self.prebind.attached(claimed)
+        if failed is not None:  # taken back and tried again later, as kube-scheduler's PreBind does
+            with anyio.CancelScope(shield=True), anyio.move_on_after(TAKE_BACK_SECONDS):
+                await self.prebind.take_back(self.prebind.as_known(claimed))
+            self._refused_before_binding(job, failed)
+            return
         bound: set[str] = set()
         then: list[Callable[[], None]] = []
         try:
@@ -170,8 +163,8 @@ class Binder:
             # pods of it that did bind.
             unbound = [(write, version) for write, version in claimed if not bound.intersection(write.pods)]
             if unbound:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_BACK_SECONDS):
-                    await self._take_back(unbound)
+                with anyio.CancelScope(shield=True), anyio.move_on_after(TAKE_BACK_SECONDS):
+                    await self.prebind.take_back(unbound)
         for release in then:  # only now may the gang be placed again: its next PreBind sees no stale claim
             release()
 
@@ -217,198 +210,12 @@ class Binder:
 
         then.append(place_the_rest_again)
 
-    async def _allocate_claims(self, job: BindJob) -> str | list[tuple[ClaimWrite, str]]:
-        """PreBind: give every claim of the gang its devices before any pod is bound (``devices/allocation.py``);
-        the claims written, with their new versions, or why not (what was written is taken back then)."""
-        pods = []
-        devices = self.state.devices
-        served = devices.served()
-        for pod, node in job.pods:
-            info = self.state.index.pod(pod)
-            if info is None:
-                continue
-            if (info.raw.get("spec") or {}).get("resourceClaims") or asks_any(info.raw, served):
-                pods.append((info.raw, node))
-        if not pods:
-            return []
-        writes = plan(devices, pods, self.state.own_allocatable, self.state.reaches)
-        if isinstance(writes, str):
-            return writes
-        written: list[tuple[ClaimWrite, str]] = []
-        for i, planned in enumerate(writes):
-            write = planned
-            try:
-                if write.extended:  # made now (KEP-5004); from here on, taking the gang back deletes it
-                    write = await self._make_claim(write)
-                    written.append((write, write.version))
-                version = write.version
-                if write.finalizers is not None:
-                    await self.limiter.take()
-                    protected = {"metadata": {"finalizers": list(write.finalizers), "resourceVersion": version}}
-                    stored = await self.port.patch(RESOURCE_CLAIMS, write.namespace, write.name, protected)
-                    version = str((stored.get("metadata") or {}).get("resourceVersion", ""))
-                await self.limiter.take()
-                stored = await self.port.patch_status(
-                    RESOURCE_CLAIMS,
-                    write.namespace,
-                    write.name,
-                    {"metadata": {"resourceVersion": version}, "status": write.status},
-                )
-                if write.extended:  # the pod names its claim, as kube-scheduler's PreBind writes it
-                    written.pop()
-                    written.append((write, str((stored.get("metadata") or {}).get("resourceVersion", ""))))
-                    await self.limiter.take()
-                    await self.port.patch_status(PODS, write.namespace, write.pods[0].split("/", 1)[1],
-                                                 {"status": pod_claim_status(write.name, write.extended)})  # fmt: skip
-            except PortError as error:
-                for unwritten in writes[i:]:
-                    self.state.devices.release(unwritten.devices, f"{unwritten.namespace}/{unwritten.name}")
-                with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_BACK_SECONDS):
-                    await self._take_back(written)
-                return f"allocating ResourceClaim {write.namespace}/{write.name} was refused: {error}"
-            except BaseException:
-                for unwritten in writes[i:]:
-                    self.state.devices.release(unwritten.devices, f"{unwritten.namespace}/{unwritten.name}")
-                with anyio.CancelScope(shield=True), anyio.move_on_after(_TAKE_BACK_SECONDS):
-                    await self._take_back(written)
-                raise
-            if not write.extended:
-                written.append((write, str((stored.get("metadata") or {}).get("resourceVersion", ""))))
-        log.info("claims allocated", gang=job.gang, claims=len(written))
-        return written
-
-    async def _await_drivers(self, claimed: list[tuple[ClaimWrite, str]]) -> str | None:
-        """Wait until the drivers report every binding condition of the devices just allocated True (the claims'
-        ``status.devices``, as the watch shows them); why not, when a failure condition turns True or
-        ``binding.deviceBindingTimeoutSeconds`` passes first. No pod of the gang is bound meanwhile."""
-        devices = self.state.devices
-        keys = [f"{write.namespace}/{write.name}" for write, _ in claimed if write.waits_for_driver]
-        deadline = self.clock.monotonic() + self.settings.device_binding_timeout_seconds
-        seen: set[str] = set()  # claims the watch has shown allocated (before, it may be behind the write)
-        while True:
-            waiting = []
-            for key in keys:
-                claim = devices.claims.get(key)
-                if claim is None or not claim.allocated:
-                    if key in seen or claim is None:
-                        return f"ResourceClaim {key} lost its allocation while its devices were being attached"
-                    waiting.append(f"ResourceClaim {key} (its allocation)")
-                    continue
-                seen.add(key)
-                for device, (wanted, failures) in zip(claim.allocated, claim.binding, strict=False):
-                    ready, failed = binding_state(claim.conditions.get(device, {}), wanted, failures)
-                    if failed is not None:
-                        named = "/".join(device)
-                        return f"device {named} of ResourceClaim {key} reports {failed}: it could not be attached"
-                    if not ready:
-                        waiting.append(f"{'/'.join(device)} ({', '.join(wanted)})")
-            if not waiting:
-                log.info("devices attached", claims=len(keys))
-                return None
-            left = deadline - self.clock.monotonic()
-            if left <= 0:
-                return (f"the driver did not report {waiting[0]} ready within "
-                        f"{self.settings.device_binding_timeout_seconds:g}s")  # fmt: skip
-            changed = anyio.Event()
-            devices.wakers.add(changed.set)
-            try:
-                with anyio.move_on_after(min(left, 1.0)):
-                    await changed.wait()
-            finally:
-                devices.wakers.discard(changed.set)
-
-    def _as_known(self, claimed: list[tuple[ClaimWrite, str]]) -> list[tuple[ClaimWrite, str]]:
-        """The writes with the versions the watch shows now: a driver reporting its devices' conditions changed
-        the claims since they were written, and the allocation is still this write's."""
-        known = self.state.devices.claims
-        return [
-            (write, known[key].version if (key := f"{write.namespace}/{write.name}") in known and write.waits_for_driver
-             else version)
-            for write, version in claimed
-        ]  # fmt: skip
-
-    async def _make_claim(self, write: ClaimWrite) -> ClaimWrite:
-        """Make the claim of a pod's extended resources (KEP-5004), with kube-scheduler's finalizer on: the
-        write with its name and version."""
-        info = self.state.index.pod(write.pods[0])
-        pod = info.raw if info is not None else {"metadata": {"name": write.pods[0].split("/", 1)[1]}}
-        await self.limiter.take()
-        made = await self.port.create(RESOURCE_CLAIMS, write.namespace, claim_body(pod, write.extended,
-                                                                                   DELETE_PROTECTION))  # fmt: skip
-        metadata = made.get("metadata") or {}
-        named = replace(write, name=str(metadata.get("name", "")), version=str(metadata.get("resourceVersion", "")),
-                        finalizers=None)  # fmt: skip
-        # Held under its name from now on: the watch's DELETED of it lets them go, whatever happens here.
-        self.state.devices.release(write.devices, f"{write.namespace}/{write.name}")
-        self.state.devices.hold(f"{named.namespace}/{named.name}", named.devices, named.consumed)
-        return named
-
-    async def _delete_made(self, key: str) -> bool:
-        """Delete a claim made for a pod's extended resources, its finalizer taken off first (as kube-scheduler's
-        Unreserve does); whether it is gone. Until the watch shows it gone, no PreBind uses what is known of it
-        (``Devices.releasing``); one that cannot be deleted now is deleted at the pod's next attempt."""
-        namespace, name = key.split("/", 1)
-        known = self.state.devices.claims.get(key)
-        kept = [finalizer for finalizer in (known.finalizers if known else ()) if finalizer != DELETE_PROTECTION]
-        for attempt in range(3):
-            try:
-                await self.limiter.take()
-                await self.port.patch(RESOURCE_CLAIMS, namespace, name, {"metadata": {"finalizers": kept or None}})
-                await self.limiter.take()
-                await self.port.delete(RESOURCE_CLAIMS, namespace, name)
-            except NotFound:
-                pass
-            except PortError as error:
-                log.warning("claim made for extended resources not deleted yet", claim=key, error=str(error)[:200])
-                await anyio.sleep(0.2 * (attempt + 1))
-                continue
-            if key in self.state.devices.claims:
-                self.state.devices.releasing[key] = Release(True, set())
-            return True
-        return False
-
-    async def _take_back(self, written: list[tuple[ClaimWrite, str]]) -> None:
-        """Release the allocations this gang's PreBind wrote (or the reservations it added), so that no claim
-        stays allocated for a pod that is not bound; a claim changed since (its version differs) is someone
-        else's now and left alone. Until the watch shows a claim taken back, no PreBind trusts what is known
-        of it (``Devices.releasing``): it would still look allocated for the pod."""
-        devices = self.state.devices
-        for write, _ in written:
-            if write.extended:
-                continue  # deleted, not taken back: nothing of it stays to be seen
-            before = {str(ref.get("uid", "")) for ref in write.reserved_before or ()}
-            added = {str(ref.get("uid", "")) for ref in write.status.get("reservedFor") or ()} - before
-            devices.releasing[f"{write.namespace}/{write.name}"] = Release(write.reserved_before is None, added)
-        for write, written_version in written:
-            key = f"{write.namespace}/{write.name}"
-            if write.extended:
-                if await self._delete_made(key):
-                    devices.release(write.devices, key)  # free again once the watch shows the claim gone
-                continue
-            taken = False
-            for attempt in range(3):
-                try:
-                    stored = await self.port.patch_status(
-                        RESOURCE_CLAIMS, write.namespace, write.name, taken_back(write, written_version)
-                    )
-                    taken = True
-                    if write.finalizers is not None:  # the finalizer was ours: it goes with the allocation
-                        kept = [name for name in write.finalizers if name != DELETE_PROTECTION]
-                        now = str((stored.get("metadata") or {}).get("resourceVersion", ""))
-                        unprotected = {"metadata": {"finalizers": kept or None, "resourceVersion": now}}
-                        await self.port.patch(RESOURCE_CLAIMS, write.namespace, write.name, unprotected)
-                    break
-                except (Conflict, NotFound):
-                    break
-                except PortError as error:
-                    if taken:
-                        break  # only our finalizer is left on the claim: it does not keep it from being allocated
-                    log.warning("claim allocation not taken back yet", claim=write.name, error=str(error)[:200])
-                    await anyio.sleep(0.2 * (attempt + 1))
-            if taken:
-                devices.release(write.devices, key)  # free again once the watch shows the claim without them
-            else:  # still allocated as written: what is known of it will be true once the watch shows it
-                devices.releasing.pop(key, None)
+    def _refused_before_binding(self, job: BindJob, why: str) -> None:
+        """The gang's devices could not be written or attached: told on its first pod, as a refused first bind
+        is (nothing of the gang is bound), and the gang backs off."""
+        pod = job.pods[0][0]
+        self.reporter.event(self.reporter.pod_subject(pod), Reason.FAILED_BINDING, why, action="Binding")
+        self._release(job, why, refused=True)
 
     def _release(self, job: BindJob, why: str, *, refused: bool = False) -> None:
         for pod, _ in job.pods:
