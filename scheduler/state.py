@@ -31,7 +31,7 @@ change nothing placement reads (status heartbeats) cost a comparison.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,7 +40,7 @@ import structlog
 
 from scheduler.budgets import Budgets
 from scheduler.clock import Clock
-from scheduler.devices.claims import pod_claims
+from scheduler.devices.accounting import DeviceAccounting
 from scheduler.devices.demand import DeviceDemand
 from scheduler.devices.extended import asks_any
 from scheduler.devices.inventory import Devices
@@ -64,14 +64,10 @@ from topology import (
     pod_demand,
 )
 from topology.eligibility import affinity_mask
-from topology.kinds import Requests
+from topology.kinds import Claims, replacing
 from topology.nodes import NodeRecord
-from topology.quantities import DEVICES, resource_words
 from topology.request import NodeConstraints, NodeSelectorTerm
 from topology.running import RunningPods
-
-#: The key under which a node's devices that allocations elsewhere keep from a column are counted.
-BLOCKED_PREFIX = "devices-in-use@"
 
 log = structlog.get_logger("phalanx.state")
 
@@ -157,21 +153,14 @@ class ClusterState:
         #: with the devices they claim as one more kind of resource (``devices/demand.py``).
         self.devices = Devices()
         self.device_demand = DeviceDemand(self.devices)
-        self.kinds: tuple[ResourceKind, ...] = (Requests(), self.device_demand)
+        self.kinds: tuple[ResourceKind, ...] = replacing(Claims, self.device_demand)
         self.index = GangIndex(settings.gang_settings(), self.kinds)
         self._base_nodes: dict[str, NodeRecord] = {}  # each node as its own object says (no devices)
         self._device_supply: dict[str, dict[str, int]] = {}  # node -> devices offered, by column
-        self._blocked: dict[str, tuple[tuple[str, int], ...]] = {}  # node -> ``Devices.blocked`` counted there
         self._device_attributes: dict[str, dict[str, str]] = {}  # node -> attributes its devices agree on
-        #: Pods that claim devices: the claims they name (namespace/name), and the pod as last seen.
-        self._claiming: dict[str, tuple[tuple[str, ...], Mapping[str, Any]]] = {}
-        #: What each pod that claims devices is counted in: the claims it names (``Devices.named_by``) and
-        #: those it waits to be placed with (``Devices.waiting_by``).
-        self._naming: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-        #: Allocated claims no pod counts as its own (shared, reserved for no pod, or their pod finished or
-        #: gone), and the keys under which the snapshot counts their devices on their nodes (one per node):
-        #: nobody else may have them until the claim is deallocated.
-        self._on_its_own: dict[str, dict[str, tuple[str, tuple[tuple[str, int], ...]]]] = {}
+        #: What no pod counts of the devices (claims counted on their own, partitions and shares others
+        #: keep), counted in the snapshot through this state (``devices/accounting.py``).
+        self.device_accounting = DeviceAccounting(self.devices, _DeviceLedger(self))
         #: Which class served each extended resource name when classes last changed (KEP-5004).
         self._served: dict[str, str] = {}
         self.assumed: dict[str, Assumption] = {}
@@ -251,16 +240,11 @@ class ClusterState:
         if change.type == "DELETED":
             self._learn_deleted(key)
             self._drop_pod(key)
-            self._claiming.pop(key, None)
             self.index.delete_pod(namespace, name)
-            self._name_claims(key, (), ())
-            if key in self.devices.extended_of:
-                self._count_on_its_own(self.devices.extended_of[key])
+            self.device_accounting.pod_gone(key)
             return
         spec = obj.get("spec") or {}
-        if spec.get("resourceClaims"):
-            claims = tuple(f"{namespace}/{named.claim}" for named in pod_claims(obj) if named.claim)
-            self._claiming[key] = (claims, obj)
+        self.device_accounting.pod_seen(key, obj)
         status = obj.get("status") or {}
         node = spec.get("nodeName") or None
         finished = status.get("phase") in FINISHED
@@ -336,93 +320,8 @@ class ClusterState:
             preempted=victim_of is not None or (previous is not None and previous.preempted and previous.uid == uid),
         )
         self.index.upsert_pod(obj)
-        if key in self._naming or key in self._claiming:
-            named = self._claiming[key][0] if key in self._claiming and not finished else ()
-            waiting = node is None and not deleting and not spec.get("schedulingGates")
-            self._name_claims(key, named, named if waiting else ())
-        if key in self.devices.extended_of:  # its extended resources' claim counts as it counts
-            self._count_on_its_own(self.devices.extended_of[key])
-
-    def _name_claims(self, pod: str, named: tuple[str, ...], waiting: tuple[str, ...]) -> None:
-        """``pod`` now names the claims ``named`` (none once it finished or is gone), and waits to be placed
-        with ``waiting`` of them. A claim whose pods change is shared by more or fewer: the others ask their
-        devices again and their gangs are compiled again."""
-        before_named, before_waiting = self._naming.pop(pod, ((), ()))
-        if named:
-            self._naming[pod] = (named, waiting)
-        touched = set()
-        for table, before, after in (
-            (self.devices.named_by, before_named, named),
-            (self.devices.waiting_by, before_waiting, waiting),
-        ):
-            for claim in {*before, *after} - ({*before} & {*after}):
-                pods = table.setdefault(claim, set())
-                if claim in after:
-                    pods.add(pod)
-                else:
-                    pods.discard(pod)
-                touched |= pods - {pod}
-                if not pods:
-                    del table[claim]
-        others = sorted(touched)
-        self.index.touch(others)
-        for other in others:
-            if other in self._claiming:
-                self._apply_pod(Change("MODIFIED", self._claiming[other][1]))
-        for claim in {*before_named, *named}:
-            self._count_on_its_own(claim)
-
-    def _count_on_its_own(self, claim_key: str) -> None:
-        """Count the devices of ``claim_key`` on their nodes while it is allocated and no pod counts them as
-        its own (``DeviceDemand.counts``): shared, reserved for no pod, or its pod finished or gone. Asked on
-        every event of the pods concerned, it changes nothing (no node is freed) while the count is the same."""
-        by_its_pod = self._counted_by_its_pod(claim_key)
-        self.devices.counted_by_pod(claim_key, by_its_pod)
-        followed = None if by_its_pod else self._counted_on_its_own(claim_key)
-        wanted = followed or {}
-        before = self._on_its_own.pop(claim_key, {})
-        for counted, (node, columns) in before.items():
-            if wanted.get(counted) == (node, columns):
-                continue
-            self.snapshot.forget(counted)
-            self._freed.add(node)
-        for counted, (node, columns) in wanted.items():
-            if before.get(counted) != (node, columns):
-                self.snapshot.assume(counted, node, dict(columns))
-        if followed is not None:
-            self._on_its_own[claim_key] = wanted
-
-    def _counted_on_its_own(self, claim_key: str) -> dict[str, tuple[str, tuple[tuple[str, int], ...]]] | None:
-        """What :meth:`_count_on_its_own` counts of a claim its one pod does not count: per key, the node and
-        the columns there; None when it counts nothing and need not look again until the claim or its pods
-        change."""
-        claim = self.devices.claims.get(claim_key)
-        if claim is None or not claim.allocated:
-            return None
-        naming = self.devices.named_by.get(claim_key, set())
-        held = self.devices.held(claim)
-        if claim.extended_for is not None and self._unfinished(claim.extended_for):
-            # Made for the pod's extended resources (KEP-5004): the pod counts what it asks of them on its node,
-            # so the devices count here only where claims ask for them.
-            held = {node: {c: n for c, n in there.items() if c.startswith(DEVICES)} for node, there in held.items()}
-        columns = {column for on_node in held.values() for column in on_node}
-        assumed = (self.assumed.get(pod) for pod in naming)
-        if any(assumption is not None and columns & set(assumption.requests) for assumption in assumed):
-            # The pod that asked the devices when its gang was placed still carries them, until its bind is
-            # seen: counting them here too would find its node short of them, and the bind crowded.
-            return {}
-        return {
-            f"resourceclaim:{claim_key}@{node}": (node, tuple(sorted(there.items())))
-            for node, there in held.items()
-            if there
-        }
-
-    def _counted_by_its_pod(self, claim_key: str) -> bool:
-        """Whether an allocated claim's devices are counted by the one pod that names it (``DeviceDemand.counts``)."""
-        claim = self.devices.claims.get(claim_key)
-        naming = self.devices.named_by.get(claim_key, set())
-        owner = self._pods.get(next(iter(naming))) if len(naming) == 1 else None
-        return claim is not None and bool(claim.allocated) and owner is not None and claim.reserved_for == (owner.uid,)
+        waiting = node is None and not deleting and not spec.get("schedulingGates")
+        self.device_accounting.pod_counted(key, finished=finished, waiting=waiting)
 
     def _unfinished(self, pod: str) -> bool:
         known = self._pods.get(pod)
@@ -564,14 +463,9 @@ class ClusterState:
         self.devices.apply(resource, change.type, change.object)
         namespace, name = _key(change.object)
         if resource.kind == "ResourceClaim":
-            claim = f"{namespace}/{name}"
-            naming = sorted(self.devices.named_by.get(claim, ()))
-            self.index.touch(naming)
-            for pod in naming:  # what they ask is read from the claim: counted again (listed before it, say)
-                self._apply_pod(Change("MODIFIED", self._claiming[pod][1]))
-            self._count_on_its_own(claim)
+            self.device_accounting.claim_changed(f"{namespace}/{name}")
         elif resource.kind == "DeviceClass":
-            self.index.touch(list(self._claiming))
+            self.index.touch(self.device_accounting.claiming())
             served = {name: device_class.name for name, device_class in self.devices.served().items()}
             changed = {name for name in served.keys() | self._served if served.get(name) != self._served.get(name)}
             self._served = served
@@ -617,37 +511,14 @@ class ClusterState:
             self._nodes_changed = self._nodes_changed or relabelled
             if any(count > old.get(column, 0) for column, count in new.items()):
                 self._freed.add(name)
-        for claim in list(self._on_its_own):  # the columns their devices count in may have changed
-            self._count_on_its_own(claim)
-        self._count_blocked()
+        self.device_accounting.recount(self._base_nodes)
         if self.devices.most != most_before:  # which alternative of firstAvailable a pending pod asks
-            choosing = [pod for pod, (_, obj) in self._claiming.items() if self.device_demand.chooses(obj)]
-            self.index.touch(choosing)
-            for pod in choosing:
-                self._apply_pod(Change("MODIFIED", self._claiming[pod][1]))
-
-    def _count_blocked(self) -> None:
-        """Count, on each node, the partitions and shares its devices cannot give because allocations counted in
-        other columns use their counters or capacity (``Devices.blocked``); room given back is freed room."""
-        wanted = {node: tuple(sorted(columns.items())) for node, columns in self.devices.blocked.items()}
-        for node, columns in self._blocked.items():
-            if wanted.get(node) != columns:
-                self.snapshot.forget(f"{BLOCKED_PREFIX}{node}")
-                self._freed.add(node)
-        for node, columns in wanted.items():
-            if self._blocked.get(node) != columns and node in self._base_nodes:
-                self.snapshot.assume(f"{BLOCKED_PREFIX}{node}", node, dict(columns))
-        self._blocked = {node: columns for node, columns in wanted.items() if node in self._base_nodes}
+            accounting, demand = self.device_accounting, self.device_demand
+            self.read_again([pod for pod in accounting.claiming() if demand.chooses(accounting.last_seen(pod) or {})])
 
     def device_note(self, columns: Iterable[str]) -> str:
-        """`` Of the devices of class ...: 8 tainted ...``: why devices the gang's requests select cannot serve
-        them, for the message of a gang that does not fit (empty when nothing keeps them)."""
-        found = [
-            f" Of the {resource_words(column)}: {self.devices.notes[column]}."
-            for column in sorted(set(columns))
-            if column in self.devices.notes
-        ]
-        return "".join(found)
+        """Why devices the gang's requests select cannot serve them (``DeviceAccounting.note``)."""
+        return self.device_accounting.note(list(columns))
 
     def _apply_group(self, resource: ApiResource, change: Change) -> None:
         obj = change.object if change.type == "DELETED" else self._strings.share(change.object)
@@ -724,8 +595,8 @@ class ClusterState:
         assumption = self.assumed.pop(pod, None)
         if assumption is None:
             return
-        for claim in self._claiming[pod][0] if pod in self._claiming else ():
-            self._count_on_its_own(claim)  # the devices it carried for a shared claim are the claim's again
+        for claim in self.device_accounting.claims_of(pod):
+            self.device_accounting.count_on_its_own(claim)  # what it carried for a shared claim is the claim's again
         record = self._pods.get(pod)
         if record is not None and record.node == assumption.node and not record.finished:
             return
@@ -779,7 +650,15 @@ class ClusterState:
 
     def claims_of(self, pod: str) -> tuple[str, ...]:
         """The ResourceClaims (namespace/name) the pod names, as far as they are made."""
-        return self._claiming[pod][0] if pod in self._claiming else ()
+        return self.device_accounting.claims_of(pod)
+
+    def read_again(self, pods: Sequence[str]) -> None:
+        """Read pods that claim devices again from their last event (what they ask changed with the devices)."""
+        self.index.touch(list(pods))
+        for pod in pods:
+            obj = self.device_accounting.last_seen(pod)
+            if obj is not None:
+                self._apply_pod(Change("MODIFIED", obj))
 
     def overcommitted(self, nodes: Iterable[str], resources: Iterable[str] | None = None) -> list[str]:
         """Nodes among ``nodes`` whose bound and assumed requests exceed allocatable for some resource (of
@@ -860,3 +739,33 @@ def _lifetime(
 
 def _same_api(resource: ApiResource, other: ApiResource) -> bool:
     return (resource.group, resource.plural) == (other.group, other.plural)
+
+
+class _DeviceLedger:
+    """ClusterState as device accounting counts in it: the snapshot's used room, the pods it knows."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: ClusterState) -> None:
+        self._state = state
+
+    def count(self, key: str, node: str, columns: Mapping[str, int]) -> None:
+        self._state.snapshot.assume(key, node, dict(columns))
+
+    def uncount(self, key: str, node: str) -> None:
+        self._state.snapshot.forget(key)
+        self._state._freed.add(node)
+
+    def uid(self, pod: str) -> str | None:
+        known = self._state._pods.get(pod)
+        return known.uid if known is not None else None
+
+    def unfinished(self, pod: str) -> bool:
+        return self._state._unfinished(pod)
+
+    def carries(self, pod: str) -> Collection[str] | None:
+        assumption = self._state.assumed.get(pod)
+        return assumption.requests.keys() if assumption is not None else None
+
+    def read_again(self, pods: Sequence[str]) -> None:
+        self._state.read_again(pods)

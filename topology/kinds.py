@@ -8,7 +8,8 @@ by name, whatever they count. Each kind of resource turns what it reads into suc
   ``nvidia.com/gpu``;
 - :class:`Claims`: Dynamic Resource Allocation (``spec.resourceClaims``) where nothing reads the devices:
   a pod that claims devices is refused with what it asks, rather than placed as if it asked for nothing.
-  The scheduler, which watches the devices, uses its own kind instead (``scheduler/devices/demand.py``).
+  The scheduler, which watches the devices, puts its own kind in its place (:func:`replacing`,
+  ``scheduler/devices/demand.py``).
 
 A new kind is a class here and an entry in :data:`KINDS`: the columns it adds (a node's supply, a pod's
 demand), what of a pod it cannot place, and what the pod waits for. ``pod_shape``, ``node_record``,
@@ -110,6 +111,15 @@ class Claims:
 
 #: Every kind of resource placement counts, in the order their columns are merged.
 KINDS: tuple[ResourceKind, ...] = (Requests(), Claims())
+
+
+def replacing(kind: type, by: ResourceKind, kinds: tuple[ResourceKind, ...] = KINDS) -> tuple[ResourceKind, ...]:
+    """``kinds`` with the one of class ``kind`` replaced by ``by``, in its place: how a caller that knows more
+    of a kind (the scheduler, which watches the devices, for :class:`Claims`) plugs it in, every other kind as
+    :data:`KINDS` has it."""
+    if not any(isinstance(entry, kind) for entry in kinds):
+        raise ValueError(f"no kind of class {kind.__name__} to replace")
+    return tuple(by if isinstance(entry, kind) else entry for entry in kinds)
 
 
 def pod_demand(pod: Mapping[str, Any], kinds: tuple[ResourceKind, ...] = KINDS) -> dict[str, int]:

@@ -4,8 +4,10 @@ no other change; devices claimed through DRA are refused by name until a kind pl
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from topology import GangRequest, Infeasible, Member, Snapshot, Topology, node_record, place, pod_shape
-from topology.kinds import KINDS, Claims, Requests, node_supply, pod_demand
+from topology.kinds import KINDS, Claims, Requests, node_supply, pod_demand, replacing
 from topology.objects import unsupported_constraints
 
 WIDGETS = "example.com/widgets"
@@ -81,3 +83,19 @@ def test_a_pod_that_claims_devices_is_refused_by_name_and_one_without_claims_is_
         pod("p", resourceClaims=claims)
     )
     assert unsupported_constraints(pod("p")) == ()
+
+
+def test_a_kind_is_replaced_in_its_place_and_only_a_kind_there_is() -> None:
+    """How the scheduler plugs in the devices it watches: every other kind as KINDS has it, in the same order."""
+
+    class Watched(Claims):
+        def demand(self, pod: Mapping[str, Any]) -> Mapping[str, int]:
+            return {"devices/gpu.example.com": 1} if (pod.get("spec") or {}).get("resourceClaims") else {}
+
+    watched = Watched()
+    kinds = replacing(Claims, watched)
+    assert [type(kind) for kind in kinds] == [Requests, Watched]
+    pod = {"spec": {"containers": [{"name": "c"}], "resourceClaims": [{"name": "g", "resourceClaimName": "x"}]}}
+    assert pod_demand(pod, kinds)["devices/gpu.example.com"] == 1
+    with pytest.raises(ValueError, match="no kind of class Watched"):
+        replacing(Watched, watched, (Requests(),))
