@@ -13,10 +13,11 @@ from scheduler.frontends.dryrun import dry_run, read_real_cluster
 from scheduler.frontends.explain import explain
 from scheduler.gangs import GangSettings
 from scheduler.ports.sim import ClusterShape, ManifestError, read_manifest_file
+from scheduler.ports.sim.store import MERGE_PATCH
 from scheduler.settings import Settings
 from scheduler.simulation.driver import Simulation
 from scheduler.simulation.oracle import InvariantMonitor
-from tests.devices.support import claim, device_class, networked_slice, node_slice
+from tests.devices.support import claim, device_class, networked_slice, node_slice, partitioned_node, profile_claim
 from tests.scheduler.support import Cluster, cluster, gpu_pod, kubeconfig, pfn
 
 JOB = Path(__file__).resolve().parents[2] / "examples" / "dra" / "job.yaml"
@@ -170,6 +171,32 @@ async def test_explain_names_the_devices_a_gang_waits_for_by_class_and_count(tmp
     text = await explain(copy, Settings(levels=LEVELS), "team/w-0")
     assert text.splitlines()[0].endswith("at least 3 together; {8 devices of class gpu.nvidia.com}.")
     assert "Gang team/w needs 3 pods (24 devices of class gpu.nvidia.com)" in text
+
+
+async def test_explain_says_which_partitions_and_which_taints_keep_devices_from_a_gang(tmp_path: Path) -> None:
+    """`phalanx explain` of a gang that cannot fit because a whole-GPU partition holds the only GPU's counters
+    and the other node's devices are tainted: both are named, with the counter and the taint."""
+    async with cluster("blocks=1,racks=1,nodes=2,gpus=0") as where:
+        where.create(device_class())
+        for obj in partitioned_node("b0-r0-n0"):
+            where.create(obj)
+        tainted = partitioned_node("b0-r0-n1", taint={"key": "example.com/unhealthy", "value": "true",
+                                                      "effect": "NoSchedule"})  # fmt: skip
+        for obj in tainted:
+            where.create(obj)
+        whole = profile_claim("whole", "7g.80gb")
+        whole["status"] = {"allocation": {"devices": {"results": [
+            {"request": "gpus", "driver": "gpu.nvidia.com", "pool": "b0-r0-n0", "device": "gpu-0-7g-0"}]}}}  # fmt: skip
+        where.create(whole)
+        where.store.patch(where.store.resource("resource.k8s.io/v1", "ResourceClaim"), "team", "whole",
+                          {"status": whole["status"]}, MERGE_PATCH, subresource="status")  # fmt: skip
+        where.create(profile_claim("small", "1g.10gb", 2))
+        where.create(gpu_pod("small", gpus=0, annotations=pfn("small", 1),
+                             resourceClaims=[{"name": "gpus", "resourceClaimName": "small"}]))  # fmt: skip
+        copy = await read_real_cluster(str(kubeconfig(tmp_path / "kubeconfig", where.url)), None)
+    text = await explain(copy, Settings(levels=LEVELS), "team/small")
+    assert "7 partitions whose GPU's counters other partitions use (on b0-r0-n0, counter set gpu-0" in text, text
+    assert "tainted example.com/unhealthy=true:NoSchedule, which the request does not tolerate" in text, text
 
 
 def test_networked_devices_serve_pods_on_any_node_once_each_and_a_gang_they_cannot_all_serve_binds_nothing() -> None:
