@@ -206,8 +206,8 @@ class DeviceAccounting:
         """`` Of the devices of class ...: 8 tainted ...``: why devices the gang's requests select cannot serve
         them, for the message of a gang that does not fit (empty when nothing keeps them)."""
         found = [
-            f" Of the {resource_words(column)}: {self.devices.notes[column]}."
+            f" Of the {resource_words(column)}: {note}."
             for column in sorted(set(columns))
-            if column in self.devices.notes
+            if (note := self.devices.note(column))
         ]
         return "".join(found)

@@ -113,8 +113,11 @@ class Devices:
         #: (partitions whose counters other partitions took, shared capacity others consumed), as of the last
         #: :meth:`supply`: ClusterState counts them as room in use.
         self.blocked: dict[str, dict[str, int]] = {}
-        #: Per column, why devices its request's selectors select cannot serve it (taints, counters, capacity).
-        self.notes: dict[str, str] = {}
+        #: What the last :meth:`supply` read of each column, kept so that a change of allocations reads again
+        #: only the nodes it touched (``_touched``); a slice or class that changes drops them all.
+        self._computed: dict[str, _Column] = {}
+        self._touched: set[str] = set()
+        self._notes: dict[str, str] | None = None  # why devices cannot serve each column, made when asked
         #: Called on every claim the watch shows: the binder waits on them for drivers' binding conditions.
         self.wakers: set[Callable[[], None]] = set()
         self._counters: dict[CounterKey, dict[str, int]] | None = None  # cached until a slice changes
@@ -125,7 +128,8 @@ class Devices:
         key = f"{namespace}/{name}" if namespace else name
         gone = change_type == "DELETED"
         self.problems.pop((resource.kind, key), None)
-        self.dirty = self.dirty or resource.plural in (RESOURCE_SLICES.plural, DEVICE_CLASSES.plural)
+        if resource.plural in (RESOURCE_SLICES.plural, DEVICE_CLASSES.plural):
+            self.dirty, self._computed = True, {}  # every column is read again, on every node
         try:
             if resource.plural == RESOURCE_SLICES.plural:
                 self._node_attributes = self._by_id = self._on_node = self._counters = None
@@ -174,7 +178,7 @@ class Devices:
                 if self.sharing_pools and changed and (before is None or claim is None or
                                                        before.allocated != claim.allocated):
                     # Counters, and the capacity of shared devices, are what allocations leave: offers change.
-                    self.dirty = self.dirty or any(self._counts_use(device) for device in changed)
+                    self._touch(device for device in changed if self._counts_use(device))
                 for wake in self.wakers:
                     wake()
             elif resource.plural == RESOURCE_CLAIM_TEMPLATES.plural:
@@ -322,6 +326,7 @@ class Devices:
         known = self.columns.get(column)
         if known is None or known.device_class != request.device_class:  # new, or served by another class now
             self.columns[column] = request
+            self._computed.pop(column, None)
             self.dirty = True
 
     def supply(self, reach: Callable[[tuple[NodeSelectorTerm, ...]], Iterable[str]]) -> dict[str, dict[str, int]]:
@@ -336,35 +341,48 @@ class Devices:
         Partitions and shared devices are offered as many as the node could give at once were nothing
         allocated; what allocations take of their counters or capacity beyond what the column's own pods
         count is ``blocked`` (node -> column -> count), which ClusterState counts as room in use. Why devices
-        that the column's selectors select cannot serve it (taints, counters, capacity) is in ``notes``."""
+        that the column's selectors select cannot serve it (taints, counters, capacity) is :meth:`note`.
+
+        A column read before is read again only on the nodes whose allocations changed since (``_touch``):
+        on a cluster of MIG partitions, a claim allocated costs its node's devices, not every node's."""
         offered: dict[str, dict[str, int]] = {}
-        self.most, self.blocked, self.notes = {}, {}, {}
+        self.most, self.blocked, self._notes = {}, {}, None
         # Not the devices PreBind holds: their pods still count them until the watch shows them allocated.
         taken = self._allocated
         counted_in = self._counted_in() if len(self.columns) > 1 else {}
-        self.sharing_pools = any(device.sharing.consumes or device.sharing.shared for device in self.pools.devices())
+        if not self._computed:  # the slices or classes changed: what kinds of device there are, read again
+            devices = list(self.pools.devices())
+            self.sharing_pools = any(device.sharing.consumes or device.sharing.shared for device in devices)
+            self.networked_pools = any(device.node is None and device.reach is not None for device in devices)
         budget = self.budget(in_flight=False) if self.sharing_pools else None
+        touched, self._touched = self._touched, set()
         reached: dict[tuple[NodeSelectorTerm, ...], list[str]] = {}  # the nodes of each node selector, once
         for name, request in self.columns.items():
-            try:
-                selected = self._selected(request)
-            except (ClaimError, SelectorError):
-                continue
-            matching = [device for device in selected if self._allowed(device, request)]
+            column = self._computed.get(name)
+            if column is None:
+                try:
+                    column = self._computed[name] = _Column.read(self._selected(request), request, self._allowed)
+                except (ClaimError, SelectorError):
+                    continue
+                again: Iterable[str] = column.by_node
+            else:
+                again = touched & column.by_node.keys()
             if name.endswith(WHOLE_NODE):  # allocationMode All: one set per node with the most of them
                 nodes = set(reach(ALL_NODES))  # of the nodes there are (a slice may outlive its node)
-                found = Counter(device.node for device in matching if device.node in nodes)
-                most = max(found.values(), default=0)
-                for node, count in found.items():
+                counts = {node: len(devices) for node, devices in column.by_node.items() if node in nodes}
+                most = max(counts.values(), default=0)
+                for node, count in counts.items():
                     if count == most:
                         offered.setdefault(node, {})[name] = 1
                 self.most[name] = most  # what a pod taking such a set counts of the devices
                 continue
-            found, capacity = self._offered_on_nodes(name, request, matching, counted_in, budget)
+            for node in again:
+                now, whole = self._offered_on_nodes(name, request, column.by_node[node], counted_in, budget)
+                column.found[node], column.capacity[node] = now[node], whole[node]
+            found, capacity = Counter(column.found), Counter(column.capacity)
             free_networked = Counter(
-                device.reach for device in matching if device.node is None and device.reach is not None
-                and device.id not in taken
-            )  # fmt: skip
+                device.reach for device in column.networked if device.reach is not None and device.id not in taken
+            )
             for terms, count in free_networked.items():
                 if terms not in reached:
                     reached[terms] = list(reach(terms))
@@ -372,15 +390,26 @@ class Devices:
                     found[node] += count
                     capacity[node] += count
             for node, count in capacity.items():
-                offered.setdefault(node, {})[name] = count
+                if count:
+                    offered.setdefault(node, {})[name] = count
                 if count > found[node]:
                     self.blocked.setdefault(node, {})[name] = count - found[node]
             self.most[name] = max(found.values(), default=0)
-            note = self._note(request, selected, matching, budget)
-            if note:
-                self.notes[name] = note
-        self.networked_pools = any(device.node is None and device.reach is not None for device in self.pools.devices())
         return offered
+
+    def note(self, name: str) -> str:
+        """Why devices the selectors of column ``name`` select cannot serve its request (taints, counters,
+        capacity), in words; empty when nothing keeps them."""
+        if self._notes is None:
+            self._notes = {}
+        if name not in self._notes:
+            column, request = self._computed.get(name), self.columns.get(name)
+            if column is None or request is None:
+                self._notes[name] = ""
+            else:
+                budget = self.budget(in_flight=False) if self.sharing_pools else None
+                self._notes[name] = self._note(request, column.selected, column.matching, budget)
+        return self._notes[name]
 
     def _offered_on_nodes(
         self,
@@ -462,7 +491,17 @@ class Devices:
         """ClusterState says whether the claim's devices are counted by its one pod (in its request's column)."""
         if counted != (claim in self._pod_counted):
             (self._pod_counted.add if counted else self._pod_counted.discard)(claim)
-            self.dirty = self.dirty or len(self.columns) > 1  # offered in the other columns, or no longer
+            if len(self.columns) > 1:  # offered in the other columns, or no longer
+                known = self.claims.get(claim)
+                self._touch(known.allocated if known is not None else ())
+
+    def _touch(self, devices: Iterable[DeviceId]) -> None:
+        """What these devices' nodes offer is read again at the next :meth:`supply` (their allocations, or the
+        column their pod counts them in, changed)."""
+        nodes = {device.node for device_id in devices if (device := self.device(device_id)) is not None}
+        if nodes:
+            self._touched |= {node for node in nodes if node is not None}
+            self.dirty = True
 
     def _counted_in(self) -> dict[tuple[DeviceId, str], str]:
         """The column each device allocated to a claim of one pod is counted in by that pod (the column of the
@@ -642,3 +681,28 @@ def _label_value(value: object) -> str | None:
     if isinstance(value, bool):
         return "true" if value else "false"
     return None if isinstance(value, list) else str(value)
+
+
+@dataclass(slots=True)
+class _Column:
+    """What :meth:`Devices.supply` read of one column: the devices its selectors select, those that can serve
+    its request, by node (and those on no one node), and what each node offered of them when last read."""
+
+    selected: list[Device]
+    matching: list[Device]
+    by_node: dict[str, list[Device]]
+    networked: list[Device]
+    found: Counter[str]
+    capacity: Counter[str]
+
+    @staticmethod
+    def read(selected: list[Device], request: Request, allowed: Callable[[Device, Request], bool]) -> _Column:
+        matching = [device for device in selected if allowed(device, request)]
+        by_node: dict[str, list[Device]] = {}
+        networked = []
+        for device in matching:
+            if device.node is not None:
+                by_node.setdefault(device.node, []).append(device)
+            elif device.reach is not None:
+                networked.append(device)
+        return _Column(selected, matching, by_node, networked, Counter(), Counter())

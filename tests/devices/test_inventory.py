@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from scheduler.clock import ManualClock
-from scheduler.devices.claims import ClaimError, PodClaim, pod_claims, read_claim
+from scheduler.devices.claims import ClaimError, PodClaim, column, pod_claims, read_claim
 from scheduler.devices.expressions import SelectorError
 from scheduler.devices.inventory import Devices
 from scheduler.gangs import GangKey
@@ -17,7 +17,7 @@ from scheduler.ports.port import DEVICE_CLASSES, NODES, PODS, RESOURCE_CLAIMS, R
 from scheduler.ports.sim import ClusterShape
 from scheduler.settings import Settings
 from scheduler.state import ClusterState
-from tests.devices.support import claim, device_class, networked_slice, node_slice
+from tests.devices.support import claim, device_class, networked_slice, node_slice, partitioned_node, profile_claim
 from topology import Assignment, pod_shape
 from topology.request import NodeSelectorTerm
 
@@ -173,3 +173,34 @@ def test_a_placed_pod_whose_claim_gets_networked_devices_no_longer_counts_them_o
     state.take_signals()
     assert state.assumed["ml/w"].requests["devices/gpu.nvidia.com"] == 0
     assert state.overcommitted(["b0-r0-n0"]) == []
+
+
+def test_a_partition_allocated_on_one_node_blocks_that_node_s_other_partitions_until_it_is_released() -> None:
+    """Each node offers seven 1g partitions of its GPU; a 7g partition allocated on one node (to a claim no
+    pending pod counts in the 1g column) keeps all seven there, counted as room in use (blocked), and nothing
+    elsewhere; released, the node offers them again. Read again only where the allocation changed."""
+    devices = Devices()
+    devices.apply(DEVICE_CLASSES, "ADDED", device_class())
+    for node in ("n0", "n1"):
+        for obj in partitioned_node(node):
+            devices.apply(RESOURCE_SLICES, "ADDED", obj)
+    small = request_of(profile_claim("small", "1g.10gb"))
+    devices.register(column(small), small)
+
+    def everywhere(terms: object) -> list[str]:
+        return ["n0", "n1"]
+
+    assert {node: offered[column(small)] for node, offered in devices.supply(everywhere).items()} == {"n0": 7, "n1": 7}
+    assert devices.blocked == {}
+    whole = profile_claim("whole", "7g.80gb")
+    whole["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpus", "driver": "gpu.nvidia.com", "pool": "n0", "device": "gpu-0-7g-0"}]}}}  # fmt: skip
+    devices.apply(RESOURCE_CLAIMS, "MODIFIED", whole)
+    assert devices.dirty
+    offered = devices.supply(everywhere)
+    assert offered["n0"][column(small)] == 7 and devices.blocked == {"n0": {column(small): 7}}
+    assert "counter set gpu-0 has 0 of memory left" in devices.note(column(small))
+    del whole["status"]
+    devices.apply(RESOURCE_CLAIMS, "MODIFIED", whole)
+    devices.supply(everywhere)
+    assert devices.blocked == {} and devices.note(column(small)) == ""
