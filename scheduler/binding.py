@@ -147,7 +147,13 @@ class Binder:
             # Told on the gang's first pod, as a refused first bind is: nothing of the gang is bound.
             self._refused_before_binding(job, claimed)
             return
-        failed = await self.prebind.attached(claimed)
+        named = [claim for pod, _ in job.pods for claim in state.claims_of(pod)]
+        try:
+            failed = await self.prebind.attached(claimed, named)
+        except BaseException:  # cancelled while drivers attach (the lead lost, a shutdown): nothing stays allocated
+            with anyio.CancelScope(shield=True), anyio.move_on_after(TAKE_BACK_SECONDS):
+                await self.prebind.take_back(self.prebind.as_known(claimed))
+            raise
         if failed is not None:  # taken back and tried again later, as kube-scheduler's PreBind does
             with anyio.CancelScope(shield=True), anyio.move_on_after(TAKE_BACK_SECONDS):
                 await self.prebind.take_back(self.prebind.as_known(claimed))
@@ -164,7 +170,7 @@ class Binder:
             unbound = [(write, version) for write, version in claimed if not bound.intersection(write.pods)]
             if unbound:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(TAKE_BACK_SECONDS):
-                    await self.prebind.take_back(unbound)
+                    await self.prebind.take_back(self.prebind.as_known(unbound))
         for release in then:  # only now may the gang be placed again: its next PreBind sees no stale claim
             release()
 

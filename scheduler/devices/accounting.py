@@ -195,7 +195,7 @@ class DeviceAccounting:
         other columns use their counters or capacity (``Devices.blocked``); room given back is freed room."""
         wanted = {node: tuple(sorted(columns.items())) for node, columns in self.devices.blocked.items()}
         for node, columns in self._blocked.items():
-            if wanted.get(node) != columns:
+            if wanted.get(node) != columns or node not in nodes:
                 self.ledger.uncount(f"{BLOCKED_PREFIX}{node}", node)
         for node, columns in wanted.items():
             if self._blocked.get(node) != columns and node in nodes:

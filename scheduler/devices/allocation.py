@@ -253,12 +253,17 @@ def _result(way: Request, device: Device, share_id: Callable[[], str]) -> tuple[
 def _partitions_short(
     devices: Devices, ways: Mapping[str, tuple[Request, list[Device], int]], choice: _Choice
 ) -> str:
-    """Why partitions that match were not enough, in words: the counters of their GPU that others use."""
+    """Why partitions that match were not enough, in words: the first that its GPU's counters, with the
+    partitions before it, have no room for."""
     for _, found, _ in ways.values():
+        budget = choice.budget.copy()
         for device in found:
-            short = choice.budget.short(device.driver, device.pool, device.sharing)
-            if not choice.counted(device) and short is not None:
+            if not device.sharing.consumes or choice.counted(device):
+                continue
+            short = budget.short(device.driver, device.pool, device.sharing)
+            if short is not None:
                 return f" (partition {device.name}: {short})"
+            budget.take(device.driver, device.pool, device.sharing)
     return ""
 
 
@@ -373,8 +378,9 @@ def taken_back(write: ClaimWrite, version: str) -> Mapping[str, Any]:
     """The merge patch of the status that takes ``write`` back: the allocation it made, or the reservations
     it added to a claim allocated before."""
     if write.reserved_before is None:
-        # What drivers reported of the devices goes too: the API server keeps ``status.devices`` to allocated ones.
-        status: dict[str, Any] = {"allocation": None, "reservedFor": None, "devices": None}
+        # What drivers reported of the devices (``status.devices``) the API server drops with the allocation: a
+        # scheduler that wrote it would need each driver's right to.
+        status: dict[str, Any] = {"allocation": None, "reservedFor": None}
     else:
         status = {"reservedFor": list(write.reserved_before) or None}
     return {"metadata": {"resourceVersion": version}, "status": status}

@@ -380,8 +380,11 @@ class Devices:
                 now, whole = self._offered_on_nodes(name, request, column.by_node[node], counted_in, budget)
                 column.found[node], column.capacity[node] = now[node], whole[node]
             found, capacity = Counter(column.found), Counter(column.capacity)
+            # A networked partition only while its counters have room for it (PreBind keeps them together).
             free_networked = Counter(
-                device.reach for device in column.networked if device.reach is not None and device.id not in taken
+                device.reach
+                for device in column.networked
+                if device.reach is not None and device.id not in taken and _fits(device, budget)
             )
             for terms, count in free_networked.items():
                 if terms not in reached:
@@ -575,7 +578,7 @@ class Devices:
                 and (device.node is not None or (device.reach is not None and reaches(device.reach, node)))
                 and self._usable(device, request, expressions)
             ),
-            key=lambda device: (device.node is None, device.id),
+            key=lambda device: (device.node is None, *_smallest_first(device)),
         )
 
     def _free(
@@ -659,6 +662,10 @@ class Devices:
             shares = self.in_flight_shares.get(device)
             if shares is not None and claim is not None:
                 shares.pop(claim, None)
+
+
+def _fits(device: Device, budget: Budget | None) -> bool:
+    return budget is None or not device.sharing.consumes or budget.fits(device.driver, device.pool, device.sharing)
 
 
 def _smallest_first(device: Device) -> tuple[int, DeviceId]:

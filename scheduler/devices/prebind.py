@@ -10,7 +10,7 @@ True, or why not), and, for the claims of pods that did not bind, :meth:`PreBind
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -135,13 +135,18 @@ class PreBind:
         log.info("claims allocated", pods=len(pods), claims=len(written))
         return written
 
-    async def attached(self, claimed: list[Written]) -> str | None:
-        """Wait until the drivers report every binding condition of the devices just allocated True (the claims'
-        ``status.devices``, as the watch shows them); why not, when a failure condition turns True or
-        ``binding.deviceBindingTimeoutSeconds`` passes first (None at once when no device waits). No pod of the
-        gang is bound meanwhile."""
+    async def attached(self, claimed: list[Written], named: Iterable[str] = ()) -> str | None:
+        """Wait until the drivers report every binding condition True (the claims' ``status.devices``, as the
+        watch shows them) of the devices just allocated, and of those allocated before to claims the gang's pods
+        name (``named``: a shared claim another gang is still waiting on, say); why not, when a failure
+        condition turns True or ``binding.deviceBindingTimeoutSeconds`` passes first (None at once when no
+        device waits). No pod of the gang is bound meanwhile."""
         devices = self.devices
         keys = [f"{write.namespace}/{write.name}" for write, _ in claimed if write.waits_for_driver]
+        keys += sorted(
+            {key for key in named if (claim := devices.claims.get(key)) is not None and claim.allocated
+             and any(wanted for wanted, _ in claim.binding)} - set(keys)
+        )  # fmt: skip
         if not keys:
             return None
         deadline = self.clock.monotonic() + self.timeout
@@ -151,9 +156,9 @@ class PreBind:
             for key in keys:
                 claim = devices.claims.get(key)
                 if claim is None or not claim.allocated:
-                    if key in seen or claim is None:
+                    if key in seen:
                         return f"ResourceClaim {key} lost its allocation while its devices were being attached"
-                    waiting.append(f"ResourceClaim {key} (its allocation)")
+                    waiting.append(f"ResourceClaim {key} (its allocation)")  # the watch is behind the write
                     continue
                 seen.add(key)
                 for device, (wanted, failures) in zip(claim.allocated, claim.binding, strict=False):
@@ -179,14 +184,15 @@ class PreBind:
                 devices.wakers.discard(changed.set)
 
     def as_known(self, claimed: list[Written]) -> list[Written]:
-        """The writes with the versions the watch shows now: a driver reporting its devices' conditions changed
-        the claims since they were written, and the allocation is still this write's."""
+        """The writes with the versions the watch shows now where it shows them written (a driver reporting its
+        devices' conditions changed the claims since); the written version where the watch is behind."""
         known = self.devices.claims
-        return [
-            (write, known[key].version if (key := f"{write.namespace}/{write.name}") in known and write.waits_for_driver
-             else version)
-            for write, version in claimed
-        ]  # fmt: skip
+        found = []
+        for write, version in claimed:
+            claim = known.get(f"{write.namespace}/{write.name}")
+            seen = claim is not None and sorted(claim.allocated) == sorted(write.devices) and bool(write.devices)
+            found.append((write, claim.version if seen and claim is not None else version))
+        return found
 
     async def _make_claim(self, write: ClaimWrite) -> ClaimWrite:
         """Make the claim of a pod's extended resources (KEP-5004), with kube-scheduler's finalizer on: the
@@ -202,6 +208,12 @@ class PreBind:
         self.devices.release(write.devices, f"{write.namespace}/{write.name}")
         self.devices.hold(f"{named.namespace}/{named.name}", named.devices, named.consumed)
         return named
+
+    async def _read(self, write: ClaimWrite) -> Mapping[str, Any] | None:
+        try:
+            return await self.port.get(RESOURCE_CLAIMS, write.namespace, write.name)
+        except PortError:
+            return None
 
     async def delete_made(self, key: str) -> bool:
         """Delete a claim made for a pod's extended resources, its finalizer taken off first (as kube-scheduler's
@@ -229,9 +241,11 @@ class PreBind:
 
     async def take_back(self, written: list[Written]) -> None:
         """Release the allocations this gang's PreBind wrote (or the reservations it added), so that no claim
-        stays allocated for a pod that is not bound; a claim changed since (its version differs) is someone
-        else's now and left alone. Until the watch shows a claim taken back, no PreBind trusts what is known
-        of it (``Devices.releasing``): it would still look allocated for the pod."""
+        stays allocated for a pod that is not bound. A claim changed since (its version differs) is read again:
+        one whose allocation (or reservations) is still this write's (a driver reported its devices meanwhile)
+        is taken back at its new version; one that is someone else's now is left alone. Until the watch shows a
+        claim taken back, no PreBind trusts what is known of it (``Devices.releasing``): it would still look
+        allocated for the pod."""
         devices = self.devices
         for write, _ in written:
             if write.extended:
@@ -245,11 +259,11 @@ class PreBind:
                 if await self.delete_made(key):
                     devices.release(write.devices, key)  # free again once the watch shows the claim gone
                 continue
-            taken = False
-            for attempt in range(3):
+            taken, version = False, written_version
+            for attempt in range(4):
                 try:
                     stored = await self.port.patch_status(
-                        RESOURCE_CLAIMS, write.namespace, write.name, taken_back(write, written_version)
+                        RESOURCE_CLAIMS, write.namespace, write.name, taken_back(write, version)
                     )
                     taken = True
                     if write.finalizers is not None:  # the finalizer was ours: it goes with the allocation
@@ -258,8 +272,15 @@ class PreBind:
                         unprotected = {"metadata": {"finalizers": kept or None, "resourceVersion": now}}
                         await self.port.patch(RESOURCE_CLAIMS, write.namespace, write.name, unprotected)
                     break
-                except (Conflict, NotFound):
+                except NotFound:
                     break
+                except Conflict:
+                    if taken:
+                        break
+                    current = await self._read(write)
+                    if current is None or not _still_ours(write, current):
+                        break
+                    version = str((current.get("metadata") or {}).get("resourceVersion", ""))
                 except PortError as error:
                     if taken:
                         break  # only our finalizer is left on the claim: it does not keep it from being allocated
@@ -269,3 +290,16 @@ class PreBind:
                 devices.release(write.devices, key)  # free again once the watch shows the claim without them
             else:  # still allocated as written: what is known of it will be true once the watch shows it
                 devices.releasing.pop(key, None)
+
+
+def _still_ours(write: ClaimWrite, claim: Mapping[str, Any]) -> bool:
+    """Whether ``claim`` (as the server has it now) still holds what ``write`` gave it: its allocation of the same
+    devices, or the reservations it added."""
+    status = claim.get("status") or {}
+    if write.reserved_before is None:
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        given = tuple((str(r.get("driver", "")), str(r.get("pool", "")), str(r.get("device", ""))) for r in results)
+        return bool(given) and sorted(given) == sorted(write.devices)
+    before = {str(ref.get("uid", "")) for ref in write.reserved_before}
+    added = {str(ref.get("uid", "")) for ref in write.status.get("reservedFor") or ()} - before
+    return bool(added) and added <= {str(ref.get("uid", "")) for ref in status.get("reservedFor") or ()}

@@ -766,8 +766,8 @@ async def test_a_claim_s_status_keeps_what_the_1_36_allocator_writes_and_device_
     api: Api,
 ) -> None:
     """A result's tolerations, binding conditions, share ID and consumed capacity and the allocation's timestamp
-    are stored; a driver's report of an allocated device is kept, of another refused; a take-back clears the
-    reports with the allocation."""
+    are stored; a driver's report of an allocated device is kept, of another refused; the server drops the
+    reports with the allocation when a take-back clears it (a scheduler may not write them)."""
     request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com",
                                           "tolerations": [{"key": "example.com/unhealthy", "operator": "Exists"}],
                                           "capacity": {"requests": {"memory": "30Gi"}}}}  # fmt: skip
@@ -803,6 +803,6 @@ async def test_a_claim_s_status_keeps_what_the_1_36_allocator_writes_and_device_
     assert (elsewhere.status, elsewhere.reason) == (422, "Invalid"), elsewhere.body[:300]
     reported = await patch({"devices": [report]})
     assert reported.status == 200, reported.body[:400]
-    released = await patch({"allocation": None, "reservedFor": None, "devices": None})
+    released = await patch({"allocation": None, "reservedFor": None})  # as a take-back writes it
     assert released.status == 200, released.body[:300]
-    assert not released.json.get("status", {}).get("devices")
+    assert not released.json.get("status", {}).get("devices")  # the server drops reports of what is not allocated

@@ -8,7 +8,7 @@ from typing import Any
 from scheduler.devices.allocation import plan, taken_back
 from scheduler.devices.inventory import Devices, Release
 from scheduler.ports.port import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
-from tests.devices.support import GPU_DRIVER, claim, device_class, first_available, node_slice
+from tests.devices.support import GPU_DRIVER, claim, device_class, first_available, node_slice, partitioned_node
 
 
 def devices_with(*objects: tuple[Any, dict[str, Any]]) -> Devices:
@@ -182,3 +182,19 @@ def test_every_device_takes_all_of_the_node_s_own_and_is_refused_while_one_is_ta
     assert plan(devices, [(pod("p", "whole"), "n0")]) == (
         "ResourceClaim ml/whole needs every device of class gpu.nvidia.com on n0, and fewer are free there"
     )
+
+
+def test_partitions_are_chosen_smallest_first_and_together_never_beyond_their_gpu_s_counters() -> None:
+    """A claim of any two partitions gets two 1g ones (the whole-GPU partition, first by name, would spend
+    every counter and leave nothing for the second), and a claim of any eight (seven 1g partitions, then the
+    whole GPU's) is refused with the counter that is short."""
+    slices = ((RESOURCE_SLICES, obj) for obj in partitioned_node("n0"))
+    devices = devices_with((DEVICE_CLASSES, device_class()), *slices)
+    devices.apply(RESOURCE_CLAIMS, "ADDED", claim("any-two", 2))
+    (write,) = plan(devices, [(pod("p", "any-two"), "n0")])  # type: ignore[misc]
+    assert [device for _, _, device in write.devices] == ["gpu-0-1g-0", "gpu-0-1g-1"]
+    devices.release(write.devices, "ml/any-two")
+    devices.apply(RESOURCE_CLAIMS, "ADDED", claim("eight", 8))
+    refused = plan(devices, [(pod("q", "eight"), "n0")])
+    assert isinstance(refused, str), refused
+    assert "(partition gpu-0-7g-0: counter set gpu-0 has 10Gi of memory left, one needs 80Gi)" in refused, refused

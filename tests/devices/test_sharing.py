@@ -9,6 +9,7 @@ from typing import Any
 
 from scheduler.ports.sim.store import MERGE_PATCH
 from tests.devices.support import (
+    GPU_DRIVER,
     capacity_claim,
     claim,
     device_class,
@@ -242,4 +243,32 @@ async def test_a_gang_asking_an_extended_resource_devices_serve_is_told_what_the
         assert "even if it were empty" not in condition["message"], condition["message"]
         assert "Gang team/w needs 3 pods; the cluster fits 2" in condition["message"], condition["message"]
         assert set(where.bound()) == {"team/first"}
+        await check_invariants(where)
+
+
+async def test_a_pod_joining_a_claim_allocated_before_waits_for_its_devices_to_be_attached_too() -> None:
+    """A claim allocated before (by an earlier attempt, or for pods of another gang) to devices whose driver has
+    not reported them attached: a pod that joins it is reserved, and binds only once they are."""
+    async with cluster(SHAPE) as where, phalanx(where):
+        where.create(device_class())
+        where.create(attached_slice("b0-r0-n0"))
+        given = claim("early", 2, namespace="team")
+        where.create(given)
+        results_before = [
+            {"request": "gpus", "driver": GPU_DRIVER, "pool": "b0-r0-n0", "device": f"gpu-{i}",
+             "bindingConditions": ["dra.example.com/attached"], "bindingFailureConditions": ["dra.example.com/failed"]}
+            for i in range(2)
+        ]  # fmt: skip
+        node = {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b0-r0-n0"]}]}]
+        }
+        allocation = {"devices": {"results": results_before}, "nodeSelector": node}
+        where.store.patch(where.store.resource(*CLAIMS), "team", "early", {"status": {"allocation": allocation}},
+                          MERGE_PATCH, subresource="status")  # fmt: skip
+        where.create(gpu_pod("joining", gpus=0, annotations=pfn("joining", 1),
+                             resourceClaims=[{"name": "gpus", "resourceClaimName": "early"}]))  # fmt: skip
+        await eventually(lambda: (claims(where)["early"].get("status") or {}).get("reservedFor"), what="reserved")
+        assert "team/joining" not in where.bound()
+        report(where, "early", "dra.example.com/attached")
+        assert await eventually(lambda: where.bound().get("team/joining"), what="bound once attached") == "b0-r0-n0"
         await check_invariants(where)

@@ -1,7 +1,9 @@
 """What kube-apiserver does to Dynamic Resource Allocation objects (``resource.k8s.io/v1``) on their way in.
 
 A device request's ``allocationMode`` defaults to ``ExactCount`` and, so counted, its ``count`` to 1, in a
-claim and in a template's claim alike (``k8s.io/kubernetes/pkg/apis/resource/v1/defaults.go``).
+claim and in a template's claim alike (``k8s.io/kubernetes/pkg/apis/resource/v1/defaults.go``). A status
+write that deallocates devices loses what drivers reported of them (``status.devices``), as the server's
+strategy drops them before it validates.
 """
 
 from __future__ import annotations
@@ -16,6 +18,24 @@ def default_claim_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(devices, Mapping) or not isinstance(devices.get("requests"), list):
         return dict(spec)
     return {**spec, "devices": {**devices, "requests": [_request(request) for request in devices["requests"]]}}
+
+
+def drop_deallocated_devices(status: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """A claim's ``status`` without the device reports of devices it no longer has allocated."""
+    if not isinstance(status, Mapping) or not status.get("devices"):
+        return status
+    results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+    allocated = {_device(result) for result in results if isinstance(result, Mapping)}
+    kept = [entry for entry in status["devices"] if isinstance(entry, Mapping) and _device(entry) in allocated]
+    found = {**status, "devices": kept}
+    if not kept:
+        del found["devices"]
+    return found
+
+
+def _device(entry: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    return (str(entry.get("driver")), str(entry.get("pool")), str(entry.get("device")),
+            str(entry.get("shareID") or ""))  # fmt: skip
 
 
 def default_template_spec(spec: Mapping[str, Any]) -> dict[str, Any]:

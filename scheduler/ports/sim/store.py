@@ -48,7 +48,7 @@ from typing import Any
 
 import anyio
 
-from scheduler.ports.sim.dra import default_claim_spec, default_template_spec
+from scheduler.ports.sim.dra import default_claim_spec, default_template_spec, drop_deallocated_devices
 from scheduler.ports.sim.events import to_core, to_modern
 from scheduler.ports.sim.patch import json_patch, merge_patch, strategic_merge_patch
 from scheduler.ports.sim.resources import Catalog, Resource
@@ -751,6 +751,9 @@ class Store:
                 if causes:
                     raise invalid("Pod", "", key[1], causes)
             elif resource.storage == ("resource.k8s.io", "resourceclaims"):
+                old_status = current.get("status") or {}
+                if (old_status.get("allocation") or None) != (result.get("status") or {}).get("allocation"):
+                    result["status"] = drop_deallocated_devices(result.get("status"))
                 causes = claim_status_causes(current, result)
                 if causes:
                     raise invalid("ResourceClaim", "resource.k8s.io", key[1], causes)

@@ -54,6 +54,7 @@ def attach_devices(api: Api) -> None:
         now = datetime.fromtimestamp(api.now(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         devices = [*(status.get("devices") or []), *(
             {"driver": result["driver"], "pool": result["pool"], "device": result["device"],
+             **({"shareID": result["shareID"]} if result.get("shareID") else {}),
              "conditions": [{"type": name, "status": "True", "reason": "Attached", "message": "",
                              "lastTransitionTime": now} for name in result["bindingConditions"]]}
             for result in due
@@ -80,7 +81,7 @@ def release_claims(api: Api) -> None:
         finalizers = claim["metadata"].get("finalizers") or []
         if not using and status.get("allocation") and DELETE_PROTECTION in finalizers:
             # Nobody uses it, and a scheduler allocated it: deallocated, unprotected.
-            released = {"status": {"reservedFor": None, "allocation": None, "devices": None}}
+            released = {"status": {"reservedFor": None, "allocation": None}}
             store.patch(claims, namespace, name, released, MERGE_PATCH, subresource="status")
             kept = [finalizer for finalizer in finalizers if finalizer != DELETE_PROTECTION]
             store.patch(claims, namespace, name, {"metadata": {"finalizers": kept or None}}, MERGE_PATCH)
