@@ -30,6 +30,7 @@ from scheduler.gangs.sources import SOURCES
 from scheduler.health import HealthServer
 from scheduler.informers import Informer
 from scheduler.leader import LeaderElector
+from scheduler.logs import since_start
 from scheduler.loop import scheduling_loop
 from scheduler.metrics import Metrics
 from scheduler.ports.errors import PortError
@@ -177,11 +178,12 @@ class Phalanx:
             if self.freeze_heap:
                 gc.disable()  # until the first lists are in: collections there would only walk what stays
             self.watched, missing = choose_resources(await self._discover())
+            log.info("discovered", resources=len(self.watched), **since_start())
             for name in missing:
                 log.info("optional API not served; its gangs are not read", api=name)
             self.reporter.watching(self.watched)
-            for resource in self.watched:
-                informer = Informer(
+            self.informers = [
+                Informer(
                     port=self.port,
                     resource=resource,
                     state=self.state,
@@ -189,9 +191,16 @@ class Phalanx:
                     poke=self.scheduler.poke,
                     rng=random.Random(self.rng.random()),
                 )
-                self.informers.append(informer)
-                await group.start(informer.run)
-            log.info("informers synced", resources=[str(r) for r in self.watched], nodes=self.state.snapshot.n_nodes)
+                for resource in self.watched
+            ]
+            # Every first list at once: the start waits for the slowest, not for the sum of them. (What one
+            # informer's events assume of another's, a pod on a node not listed yet, the state already takes in
+            # any order, as watches deliver them.)
+            async with anyio.create_task_group() as starting:
+                for informer in self.informers:
+                    starting.start_soon(group.start, informer.run)
+            log.info("informers synced", resources=[str(r) for r in self.watched], nodes=self.state.snapshot.n_nodes,
+                     **since_start())  # fmt: skip
             if self.freeze_heap:
                 # What the first lists built lives as long as the process: out of the cyclic collector's
                 # reach, a full collection no longer walks it (with 1,500 pods, one took 50-100 ms, which
@@ -205,6 +214,7 @@ class Phalanx:
                 await self._lead()
 
     async def _lead(self) -> None:
+        log.info("leading", **since_start())
         try:
             self.state.take_departures()  # what left while following: a new leader keeps no room it did not see left
             self.scheduler.requeue_all()

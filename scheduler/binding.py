@@ -37,6 +37,7 @@ from scheduler.decision import BindJob, Reason
 from scheduler.devices.prebind import TAKE_BACK_SECONDS, PreBind
 from scheduler.gangs import GangKey
 from scheduler.jobs import Jobs
+from scheduler.logs import since_start
 from scheduler.metrics import Metrics
 from scheduler.ports.errors import Conflict, NotFound, PortError, Throttled
 from scheduler.ports.port import PODS, ClusterPort
@@ -105,6 +106,8 @@ class Binder:
         self._again: dict[GangKey, int] = {}
         self._slots = anyio.Semaphore(settings.concurrency)
         self.in_flight = 0
+        #: Whether this process has bound a pod yet (the first bind is logged: how long the start took).
+        self.bound_once = False
 
     def submit(self, job: BindJob) -> None:
         """Queue a permitted gang for binding (only while :meth:`run` runs, i.e. while leading)."""
@@ -185,6 +188,9 @@ class Binder:
             then.append(lambda: self._release(job, why, refused=refused))
             return
         bound.add(first[0])
+        if not self.bound_once:
+            self.bound_once = True
+            log.info("first bind", pod=first[0], **since_start())
         results = [BindResult.BOUND]
         if rest:
             by_index: dict[int, BindResult] = {}
