@@ -139,3 +139,11 @@ def test_the_philly_replay_reads_a_baseline_from_its_cache_and_replays_phalanx_r
         bench_quality._replay_one(("phalanx", 0.85, 0, 1.0, 14.0, str(trace), True))
     trace.write_text("timestamp,duration,num_gpus\n2017-10-03 00:00:00,60,2\n")
     assert cache.get(str(trace), "kueue-bestfit-load0.85-seed0-1h-14d") is None
+
+
+def test_bench_start_quick_json_times_each_milestone_of_phalanx_run_s_start() -> None:
+    completed, report = run_quick("scripts/bench_start.py")
+    walls = [report[f"{mark} wall"] for mark in ("discovered", "informers synced", "leading", "first bind")]
+    assert walls == sorted(walls) and walls[0] > 0  # in the order a start reaches them
+    assert report["first bind cpu"] >= report["informers synced cpu"] > 0 and report["imports cpu"] > 0
+    assert "machine:" in completed.stderr and "command: scripts/bench_start.py --quick --json" in completed.stderr
