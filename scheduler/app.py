@@ -33,7 +33,7 @@ from scheduler.leader import LeaderElector
 from scheduler.logs import since_start
 from scheduler.loop import scheduling_loop
 from scheduler.metrics import Metrics
-from scheduler.ports.errors import PortError
+from scheduler.ports.errors import Forbidden, PortError
 from scheduler.ports.port import DISRUPTION_BUDGETS, DRA, NODES, PODS, ApiResource, ClusterPort
 from scheduler.preemption.evictor import Evictor
 from scheduler.ratelimit import TokenBucket
@@ -164,6 +164,14 @@ class Phalanx:
         while True:
             try:
                 return await self.port.served()
+            except Forbidden as error:
+                # The server answered: it refused the credentials (a token rotated, RBAC not applied yet), which
+                # may change without a restart, as kube-scheduler also waits; /readyz says 503 meanwhile.
+                words = "Unauthorized: the credentials are not accepted" if error.code == 401 else "Forbidden"
+                log.error("the API server refused Phalanx's credentials; retrying", status=error.code,
+                          why=words, error=str(error)[:200], retry_in_s=round(delay, 2))  # fmt: skip
+                await anyio.sleep(delay)
+                delay = min(delay * 2, self.settings.informers.max_backoff_seconds)
             except PortError as error:
                 log.warning("API discovery failed; retrying", error=str(error)[:200], retry_in_s=round(delay, 2))
                 await anyio.sleep(delay)

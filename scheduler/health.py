@@ -14,6 +14,14 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from scheduler.metrics import Metrics
 
 
+class ListenError(Exception):
+    """The address given for /metrics, /healthz and /readyz cannot be listened on (taken, or not this host's)."""
+
+    def __init__(self, address: str, why: str) -> None:
+        super().__init__(f"{address}: {why}")
+        self.address = address
+
+
 class HealthServer:
     def __init__(self, address: str, metrics: Metrics, ready: Callable[[], tuple[bool, str]]) -> None:
         self.address = address
@@ -43,7 +51,12 @@ class HealthServer:
         host, _, port = self.address.rpartition(":")
         listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((host or "0.0.0.0", int(port)))
+        try:
+            listener.bind((host or "0.0.0.0", int(port)))
+        except OSError as error:
+            listener.close()
+            await runner.cleanup()
+            raise ListenError(self.address, error.strerror or str(error)) from error
         try:
             await web.SockSite(runner, listener).start()
             bound = listener.getsockname()[1]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -257,3 +260,99 @@ def test_output_cut_short_by_its_reader_ends_quietly(tmp_path: Path) -> None:
         errors = process.stderr.read().decode()
         assert process.wait(timeout=120) == 141, errors
     assert errors == ""
+
+
+def unreachable_kubeconfig(tmp_path: Path, **cluster: Any) -> Path:
+    """A kubeconfig for a server nothing listens on (port 1), with ``cluster`` fields added."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", **cluster}}],
+        "users": [{"name": "alice", "user": {"token": "wrong"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "alice"}}],
+    }))  # fmt: skip
+    return path
+
+
+def test_run_on_a_metrics_port_already_taken_is_one_line_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        code = main(["run", "--kubeconfig", str(unreachable_kubeconfig(tmp_path)), "--metrics-address", address,
+                     "--log-level", "error"])  # fmt: skip
+    assert code == 1
+    assert capsys.readouterr().err == f"phalanx: --metrics-address {address}: Address already in use\n"
+
+
+def test_serve_told_to_write_its_kubeconfig_where_it_cannot_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nowhere = tmp_path / "no" / "such" / "kubeconfig"
+    assert main(["serve", "--write-kubeconfig", str(nowhere)]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"phalanx: --write-kubeconfig {nowhere}: no directory {nowhere.parent} to write it in\n"
+    )
+
+
+def test_serve_refuses_a_workload_time_quoting_what_was_typed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--workload", "examples/pfn/training-gang.yaml@10m"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("phalanx: --workload examples/pfn/training-gang.yaml@10m: serve takes files as they are")
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    assert "FILE[@WHEN]" not in capsys.readouterr().out  # offered to simulate only
+
+
+def test_an_unknown_flag_points_to_its_own_command_s_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--bogus"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == "phalanx run: unrecognized arguments: --bogus (see phalanx run --help)\n"
+
+
+def test_a_kubeconfig_naming_a_missing_ca_file_says_which_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = unreachable_kubeconfig(tmp_path, **{"certificate-authority": "/no/such/ca.crt"})
+    assert main(["dry-run", "--kubeconfig", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such file: /no/such/ca.crt" in err and "does not exists" not in err, err
+
+
+def test_credentials_the_server_refuses_are_told_as_a_refusal_naming_the_user(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The server answers every request 401, as kube-apiserver answers a token it does not accept."""
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "Unauthorized",
+                               "reason": "Unauthorized", "code": 401}).encode()  # fmt: skip
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        config = unreachable_kubeconfig(tmp_path)
+        config.write_text(config.read_text().replace("https://127.0.0.1:1", f"http://127.0.0.1:{server.server_port}"))
+        assert main(["dry-run", "--kubeconfig", str(config)]) == 1
+    finally:
+        server.shutdown()
+        thread.join()
+        server.server_close()
+    err = capsys.readouterr().err
+    assert err.startswith(f"phalanx: the API server refused the request of user 'alice' of kubeconfig {config} "
+                          "(401 Unauthorized)"), err  # fmt: skip
+    assert "did not answer" not in err and err.count("\n") == 1

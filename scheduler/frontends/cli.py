@@ -13,7 +13,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -22,9 +22,10 @@ import anyio
 
 from scheduler.app import Phalanx
 from scheduler.gangs import SettingsError
+from scheduler.health import ListenError
 from scheduler.logs import LEVELS, configure
-from scheduler.ports.errors import PortError
-from scheduler.ports.kube import KubeCluster, KubeConfigError, connect
+from scheduler.ports.errors import Forbidden, PortError
+from scheduler.ports.kube import KubeCluster, KubeConfigError, connect, user_of
 from scheduler.settings import Settings, load_settings
 
 # The other commands' modules (the emulator, the simulation, the report tables) are imported by the
@@ -48,8 +49,20 @@ def _version() -> str:
 class _Parser(argparse.ArgumentParser):
     """Reports a bad command line in one line (with a pointer to --help), not usage plus error."""
 
+    #: The command's own parsers, by name (on the top-level parser).
+    commands: Mapping[str, argparse.ArgumentParser] = {}
+
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: None = None) -> argparse.Namespace:  # type: ignore[override]
+        """As argparse's, but an argument no command knows is reported by the command it was given to, so
+        that the pointer to --help is that command's (``phalanx run --help``)."""
+        found, extras = self.parse_known_args(args)
+        if extras:
+            owner = self.commands.get(getattr(found, "command", None) or "", self)
+            owner.error(f"unrecognized arguments: {' '.join(extras)}")
+        return found
 
 
 class UserError(Exception):
@@ -90,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"phalanx {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    parser.commands = commands.choices
 
     run = commands.add_parser(
         "run",
@@ -155,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
             "cluster is 2 blocks x 4 racks x 8 nodes of 8 GPUs. Runs until Ctrl-C."
         ),
     )
-    _workload_flags(serve)
+    _workload_flags(serve, timed=False)
     serve.add_argument(
         "--address", default="127.0.0.1:8080", metavar="HOST:PORT", help="where the API listens (default %(default)s)"
     )
@@ -197,21 +211,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _workload_flags(command: argparse.ArgumentParser) -> None:
+def _workload_flags(command: argparse.ArgumentParser, *, timed: bool = True) -> None:
+    """``--cluster`` and ``--workload``; ``timed``: a workload file may arrive later (``FILE@WHEN``)."""
     command.add_argument(
         "--cluster",
         metavar="FILE|SHAPE",
         help="Node manifests (multi-document YAML or a List), or a shape such as blocks=2,racks=4,nodes=8,gpus=8",
     )
+    kinds = ("manifest files: Pods, group objects, Jobs, JobSets, LeaderWorkerSets, PyTorchJobs, TrainJobs, "
+             "Deployments, StatefulSets (pods without schedulerName are Phalanx's)")  # fmt: skip
     command.add_argument(
         "--workload",
-        metavar="FILE[@WHEN]",
+        metavar="FILE[@WHEN]" if timed else "FILE",
         nargs="+",
         action="extend",
         default=[],
-        help="manifest files: Pods, group objects, Jobs, JobSets, LeaderWorkerSets, PyTorchJobs, TrainJobs, "
-        "Deployments, StatefulSets (pods without schedulerName are Phalanx's); simulate takes FILE@WHEN, "
-        "e.g. inference.yaml@600 or @10m, for objects that arrive later",
+        help=kinds + ("; FILE@WHEN, e.g. inference.yaml@600 or @10m, arrives later" if timed else ""),
     )
 
 
@@ -259,7 +274,14 @@ async def _run(settings: Settings, kubeconfig: str | None, context: str | None) 
 
 def _command_run(args: argparse.Namespace, settings: Settings) -> int:
     configure(args.log_level, args.log_format)
-    anyio.run(_run, settings, args.kubeconfig, args.context)
+    try:
+        anyio.run(_run, settings, args.kubeconfig, args.context)
+    except (ListenError, BaseExceptionGroup) as error:
+        leaf = _leaf(error)
+        if not isinstance(leaf, ListenError):
+            raise
+        flag = "--metrics-address" if args.metrics_address else "server.address"
+        raise UserError(f"{flag} {leaf}", EXIT_CLUSTER) from None
     return 0
 
 
@@ -368,14 +390,17 @@ def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
             "reach it can change it\n"
         )
     nodes = cluster_nodes(args.cluster)
+    timed = next((text for text in args.workload if "@" in text and not Path(text).exists()), None)
+    if timed is not None:
+        raise UserError(f"--workload {timed}: serve takes files as they are (it has no simulated clock: times are "
+                        "for simulate); apply the later objects with kubectl when you want them")  # fmt: skip
     workloads = _read_workloads(args.workload)
-    later = next((when for when, _ in workloads if when.at > 0), None)
-    if later is not None:
-        raise UserError(f"--workload {later.path}@{later.at:g}: serve has no simulated clock; give times to simulate")
     workload = [obj for _, objects in workloads for obj in objects]
     nodes += [obj for obj in workload if obj.get("kind") == "Node"]
     objects = [obj for obj in workload if obj.get("kind") != "Node"]
     kubeconfig = Path(args.write_kubeconfig)
+    if not kubeconfig.parent.is_dir():
+        raise UserError(f"--write-kubeconfig {args.write_kubeconfig}: no directory {kubeconfig.parent} to write it in")
 
     def started(sandbox: Sandbox) -> None:
         print(
@@ -403,8 +428,13 @@ def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
                 warn=lambda line: sys.stderr.write(f"phalanx: skipped {line}\n"),
             )
         )
-    except OSError as error:
-        raise UserError(f"--address {args.address}: {error.strerror or error}", EXIT_CLUSTER) from None
+    except (OSError, BaseExceptionGroup) as error:
+        leaf = _leaf(error)
+        if not isinstance(leaf, OSError):
+            raise
+        if leaf.filename is not None:  # the kubeconfig could not be written (a directory, no permission)
+            raise UserError(f"--write-kubeconfig {args.write_kubeconfig}: {leaf.strerror or leaf}") from None
+        raise UserError(f"--address {args.address}: {leaf.strerror or leaf}", EXIT_CLUSTER) from None
     return 0
 
 
@@ -461,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command not in ("run", "serve"):
         configure("warning", "console")
     try:
-        code = command(args, _settings(args))
+        code = _unwrapped(command, args)
         sys.stdout.flush()  # inside the try: a reader that went away (`| head`) is met here
         return code
     except BrokenPipeError:
@@ -473,12 +503,35 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(error), EXIT_USAGE)
     except KubeConfigError as error:
         return _fail(str(error), EXIT_CLUSTER)
+    except Forbidden as error:  # it answered: the credentials are refused (401) or lack a right (403)
+        status = "401 Unauthorized" if error.code == 401 else "403 Forbidden"
+        who = user_of(getattr(args, "kubeconfig", None), getattr(args, "context", None))
+        return _fail(f"the API server refused the request of {who} ({status}): {error}", EXIT_CLUSTER)
     except PortError as error:
         return _fail(f"the cluster did not answer: {error}", EXIT_CLUSTER)
     except UserError as error:
         return _fail(str(error), error.code)
     except KeyboardInterrupt:
         return 130
+
+
+def _unwrapped(command: Callable[[argparse.Namespace, Settings], int], args: argparse.Namespace) -> int:
+    """Run ``command``; an error a task group wrapped alone is raised as itself, so that it is told as one line
+    like any other (a group of several is left as it is: a bug, whose traceback is wanted)."""
+    try:
+        return command(args, _settings(args))
+    except BaseExceptionGroup as group:
+        leaf = _leaf(group)
+        if isinstance(leaf, BaseExceptionGroup):
+            raise
+        raise leaf from None
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The one exception that task groups wrapped (``error`` itself when it is none, or a group of several)."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
 
 
 def _input_errors() -> tuple[type[Exception], ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from urllib.parse import urlsplit
 
 import yaml
@@ -34,11 +35,28 @@ async def connect(kubeconfig: str | None = None, context: str | None = None) -> 
         except Exception as error:
             where = f"kubeconfig {path}" + (f", context {context!r}" if context else "")
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            # kubernetes_asyncio's words for a certificate or key file the kubeconfig names that is not there.
+            reason = re.sub(r"^File does not exists?: ?", "no such file: ", reason)
             raise KubeConfigError(f"{where}: {reason}") from None
         server = urlsplit(str(configuration.host))
         if server.scheme not in ("http", "https") or not server.hostname:
             raise KubeConfigError(f"kubeconfig {path}: server {configuration.host!r} is not an http(s) URL")
     return ApiClient(configuration)
+
+
+def user_of(kubeconfig: str | None, context: str | None) -> str:
+    """Who the client is to the API server, in words: the kubeconfig's user, or the in-cluster service account."""
+    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "the pod's service account"
+    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser("~/.kube/config")
+    try:
+        with open(path, "rb") as stream:
+            document = yaml.safe_load(stream)
+        named = context or document.get("current-context")
+        entry = next(item for item in document.get("contexts") or [] if item.get("name") == named)
+        return f"user {entry['context']['user']!r} of kubeconfig {path}"
+    except (OSError, yaml.YAMLError, AttributeError, KeyError, StopIteration, TypeError):
+        return f"the user of kubeconfig {path}"
 
 
 def client_for(url: str) -> ApiClient:
