@@ -132,6 +132,8 @@ class Cycle:
         )
         self.starvation = Starvation(settings.starvation, state, clock, settings.levels)
         self.count = 0
+        #: What each invalid gang was last told (its log line is written once per message, not per pod or pass).
+        self._invalid: dict[GangKey, str] = {}
 
     def once(self) -> bool:
         """Try the best ready gang; False when none is ready."""
@@ -300,6 +302,7 @@ class Cycle:
             self.vacancies.filled(key)
             self.preemption.nominations.drop(key)
             self.starvation.forget(key, "deleted")
+            self._invalid.pop(key, None)
         elif isinstance(result, GangError):
             self.permitting.release(key)
             self.preemption.nominations.drop(key)
@@ -316,6 +319,11 @@ class Cycle:
         """The one place a decision leaves the cycle: the queue, metrics, the log, conditions, Events and
         group status (upstream's FailureHandler, and what follows a successful cycle)."""
         key, code = gang.key, outcome.code
+        if code is Code.INVALID and self._invalid.get(key) != outcome.message:
+            self._invalid[key] = outcome.message
+            log.warning("invalid gang", gang=key, pods=len(outcome.pods), why=outcome.message)
+        elif code is not Code.INVALID:
+            self._invalid.pop(key, None)
         if outcome.attempt:
             self.metrics.attempts.labels(code.value if code is not Code.UNRESOLVABLE else "unschedulable").inc()
         if outcome.placement_ms:

@@ -145,12 +145,18 @@ def topology(
         for item in found:
             keys.setdefault(topology_key(subject, item.key, item.where), item.where)
         if len(keys) > 1:
-            (first, where_first), (second, where_second) = list(keys.items())[:2]
+            # Both places and both values, each place named once (the subject's own without its name).
+            own = f"pod {subject.namespace}/{subject.name} " if subject.kind == "Pod" else ""
+            (first, where_first), (second, where_second) = (
+                (key, where.removeprefix(own) if own else where) for key, where in list(keys.items())[:2]
+            )
             raise SpecProblem(
                 subject,
                 where_second,
                 second,
-                f"it disagrees with {first!r} in {where_first}; a gang has one {kind} topology key",
+                f"two {kind} topology keys disagree: {first!r} in {where_first} and {second!r} in {where_second}; "
+                f"a gang has one {kind} topology key",
+                whole=True,
             )
         chosen.append(next(iter(keys), None))
     return chosen[0], chosen[1]

@@ -25,8 +25,17 @@ class SpecProblem(Exception):
     """Something wrong with (or missing for) a gang, raised while compiling it."""
 
     def __init__(
-        self, subject: ObjectRef, field: str, value: object, what: str, *, problem: Problem = Problem.INVALID
+        self,
+        subject: ObjectRef,
+        field: str,
+        value: object,
+        what: str,
+        *,
+        problem: Problem = Problem.INVALID,
+        whole: bool = False,
     ) -> None:
+        """``what`` says what is wrong with ``field``'s ``value``; ``whole``: it says everything (several fields
+        are concerned, and it names them), and ``field`` is only where the condition points."""
         self.subject = subject
         self.field = field
         self.value = value
@@ -37,7 +46,7 @@ class SpecProblem(Exception):
         own = f"pod {subject.namespace}/{subject.name} "
         if subject.kind == "Pod" and field.startswith(own):
             field = field[len(own) :]
-        self.message = f"{subject}: {field} {shown}{what}" if field else f"{subject}: {what}"
+        self.message = f"{subject}: {field} {shown}{what}" if field and not whole else f"{subject}: {what}"
         super().__init__(self.message)
 
 

@@ -204,9 +204,9 @@ INVALID = [
             ),
             upstream_pod("a", "g"),
         ],
-        "PodGroup.scheduling.k8s.io ns/g: metadata.annotations[scheduling.phalanx.dev/topology-required] is "
-        "'example.com/block'; it disagrees with 'example.com/rack' in spec.schedulingConstraints.topology[0].key; "
-        "a gang has one required topology key",
+        "PodGroup.scheduling.k8s.io ns/g: two required topology keys disagree: 'example.com/rack' in "
+        "spec.schedulingConstraints.topology[0].key and 'example.com/block' in "
+        "metadata.annotations[scheduling.phalanx.dev/topology-required]; a gang has one required topology key",
         id="topology annotation disagrees with the group's field",
     ),
     pytest.param(
@@ -215,10 +215,9 @@ INVALID = [
             pfn_pod("a", annotations={"scheduling.phalanx.dev/topology-required": "example.com/rack"}),
             pfn_pod("b", annotations={"scheduling.phalanx.dev/topology-required": "example.com/block"}),
         ],
-        "Pod ns/a: pod ns/b metadata.annotations[scheduling.phalanx.dev/topology-required] is 'example.com/block'; "
-        "it disagrees with 'example.com/rack' in pod ns/a "
-        "metadata.annotations[scheduling.phalanx.dev/topology-required]; "
-        "a gang has one required topology key",
+        "Pod ns/a: two required topology keys disagree: 'example.com/rack' in "
+        "metadata.annotations[scheduling.phalanx.dev/topology-required] and 'example.com/block' in pod ns/b "
+        "metadata.annotations[scheduling.phalanx.dev/topology-required]; a gang has one required topology key",
         id="members disagree on the topology annotation",
     ),
     pytest.param(

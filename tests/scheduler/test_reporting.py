@@ -19,6 +19,7 @@ from scheduler.ratelimit import TokenBucket
 from scheduler.reporting import Reporter, clip_bytes, event_name
 from scheduler.settings import ReportingSettings
 from scheduler.state import ClusterState
+from tests.scheduler.loop import Loop
 from tests.scheduler.support import FAST, eventually, gpu_pod
 from topology import GangRequest
 
@@ -328,3 +329,30 @@ async def test_a_server_that_asks_for_time_with_retry_after_gets_it() -> None:
     clock.advance(2)
     await reporter.flush()
     assert all(len(events(store, f"p{i}")) == 1 for i in range(10))
+
+
+def test_an_invalid_gang_is_one_warning_line_in_the_log_until_what_is_wrong_changes() -> None:
+    """An operator tailing the log sees each invalid gang once (not once per pod, not at every pass), and again
+    only when what is wrong with it changes."""
+    loop = Loop(racks=1, nodes=2)
+    bad = {"scheduling.phalanx.dev/topology-required": "Bad Key!"}
+    with capture_logs() as logs:
+        for i in range(3):
+            loop.submit(f"bad-{i}", 1, gang=("bad", 3), annotations=bad)
+        loop.settle()
+        loop.state.apply(PODS, Change("MODIFIED", {**loop.pods["ml/bad-0"]}))  # touched again, as wrong as before
+        loop.settle()
+    said = [line for line in logs if line["event"] == "invalid gang"]
+    assert len(said) == 1 and said[0]["log_level"] == "warning" and said[0]["pods"] == 3
+    assert said[0]["gang"] == "pfn:ml/bad" and "'Bad Key!'" in said[0]["why"]
+    with capture_logs() as logs:
+        worse = {"scheduling.phalanx.dev/topology-required": "Worse Key!"}
+        for i in range(3):
+            pod = loop.pods[f"ml/bad-{i}"]
+            loop.pods[f"ml/bad-{i}"] = {
+                **pod,
+                "metadata": {**pod["metadata"], "annotations": {**pod["metadata"]["annotations"], **worse}},
+            }
+            loop.state.apply(PODS, Change("MODIFIED", loop.pods[f"ml/bad-{i}"]))
+        loop.settle()
+    assert [line["why"].count("Worse Key!") for line in logs if line["event"] == "invalid gang"] == [1]
