@@ -171,6 +171,13 @@ async def test_the_commands_exit_codes_and_messages(tmp_path: Path) -> None:
         assert code == 0 and [gang["key"] for gang in json.loads(out)["gangs"]] == ["pfn:other/small"]
         code, out, _ = await phalanx_command("dry-run", "--kubeconfig", config)
         assert code == 0 and "nothing was written" in out.splitlines()[0]
+        # What it would bind is said as such, with its nodes, and never as bound.
+        lines = out.splitlines()
+        assert any(line.startswith("pfn:other/small") and " Would bind " in line for line in lines), out
+        assert not any(" Bound " in line for line in lines), out
+        would = lines[lines.index("Would bind (nothing was written; the gang and the nodes its pods would go to):") + 1 :]
+        assert any(line.startswith("  pfn:other/small: b0-r") for line in would), out
+        assert any(" pod(s) would bind, " in line and "(nothing was written)" in line for line in lines), out
         code, _, err = await phalanx_command("explain", "team/nope", "--kubeconfig", config)
         assert (code, err) == (
             1,

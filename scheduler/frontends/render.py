@@ -28,6 +28,10 @@ def _where(domains: Mapping[str, str]) -> str:
     return " ".join(f"{short_name(key)}={value}" for key, value in domains.items())
 
 
+#: A gang's state in a dry run where the real run would say Bound: nothing was written.
+WOULD_BIND = "Would bind"
+
+
 def table(report: Report, *, title: str, levels: Iterable[str], would: bool = False) -> str:
     """The gang table, why each gang that is not bound waits, the GPU map (small clusters), a summary.
 
@@ -38,7 +42,10 @@ def table(report: Report, *, title: str, levels: Iterable[str], would: bool = Fa
     }
     key_width = max([len("GANG"), *(len(name) for name in names.values())])
     times = f"{'ARRIVED':>8} {'BOUND AT':>8} {'WAITED':>8} {'FINISHED':>8}  " if report.timeline else ""
-    lines = [title, "", f"{'GANG':<{key_width}}  {'STATE':<8} {'BOUND':>5} {'MIN':>4}  {times}WHERE"]
+    # A dry run writes nothing: what it would bind is said as such.
+    states = {gang.key: WOULD_BIND if would and gang.state == BOUND else gang.state for gang in report.gangs}
+    state_width = max([8, *(len(state) for state in states.values())])
+    lines = [title, "", f"{'GANG':<{key_width}}  {'STATE':<{state_width}} {'BOUND':>5} {'MIN':>4}  {times}WHERE"]
     for gang in report.gangs:
         if report.timeline:
             times = (
@@ -46,8 +53,8 @@ def table(report: Report, *, title: str, levels: Iterable[str], would: bool = Fa
                 + "  "
             )
         lines.append(
-            f"{names[gang.key]:<{key_width}}  {gang.state:<8} {gang.bound:>5} {gang.min:>4}  {times}"
-            f"{_where(gang.domains)}".rstrip()
+            f"{names[gang.key]:<{key_width}}  {states[gang.key]:<{state_width}} {gang.bound:>5} {gang.min:>4}  "
+            f"{times}{_where(gang.domains)}".rstrip()
         )
     if not report.gangs:
         lines.append("(no gangs: no pod with a schedulerName Phalanx owns was created)")
@@ -56,6 +63,12 @@ def table(report: Report, *, title: str, levels: Iterable[str], would: bool = Fa
         lines += ["", "Why:"]
         for gang in waiting:
             lines += _item(f"{gang.key}: {gang.reason}")
+    if would and report.bound:
+        lines += ["", "Would bind (nothing was written; the gang and the nodes its pods would go to):"]
+        for gang in report.gangs:
+            nodes = sorted({node for pod, node in report.bound.items() if report.gang_of.get(pod) == gang.key})
+            if nodes:
+                lines += _item(f"{gang.key}: {' '.join(nodes)}")
     if report.reservations:
         lines += ["", "Reserved (gangs that waited too long, and the nodes whose freeing room each holds):"]
         for held in report.reservations:
@@ -71,10 +84,11 @@ def table(report: Report, *, title: str, levels: Iterable[str], would: bool = Fa
         if report.timeline
         else ""
     )
+    placed = (f"{report.pods_bound} pod(s) would bind, {len(report.pending)} would stay pending (nothing was "
+              "written)") if would else f"{report.pods_bound} pod(s) bound, {len(report.pending)} pending"  # fmt: skip
     lines += [
         "",
-        f"{report.pods_bound} pod(s) bound, {len(report.pending)} pending · GPU allocation "
-        f"{report.gpu_allocation:.1%}{clock} · {report.nodes} nodes · {report.seconds:.2f} s",
+        f"{placed} · GPU allocation {report.gpu_allocation:.1%}{clock} · {report.nodes} nodes · {report.seconds:.2f} s",
     ]
     if report.timeline:
         lines.append("Times are h:mm:ss after the start; ARRIVED is the gang's first pod, BOUND AT its minimum bound.")
