@@ -175,7 +175,8 @@ async def test_the_commands_exit_codes_and_messages(tmp_path: Path) -> None:
         lines = out.splitlines()
         assert any(line.startswith("pfn:other/small") and " Would bind " in line for line in lines), out
         assert not any(" Bound " in line for line in lines), out
-        would = lines[lines.index("Would bind (nothing was written; the gang and the nodes its pods would go to):") + 1 :]
+        heading = "Would bind (nothing was written; the gang and the nodes its pods would go to):"
+        would = lines[lines.index(heading) + 1 :]
         assert any(line.startswith("  pfn:other/small: b0-r") for line in would), out
         assert any(" pod(s) would bind, " in line and "(nothing was written)" in line for line in lines), out
         code, _, err = await phalanx_command("explain", "team/nope", "--kubeconfig", config)

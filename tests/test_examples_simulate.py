@@ -220,3 +220,14 @@ def test_each_example_file_creates_its_namespace_first(path: Path) -> None:
         return
     assert objects[0]["kind"] == "Namespace"
     assert {obj["metadata"].get("namespace") for obj in objects[1:]} == {objects[0]["metadata"]["name"]}
+
+
+def test_a_gang_that_arrives_running_is_bound_from_when_its_pods_arrived(capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/preemption: sweep-b's pods arrive on their nodes (bound by someone else before the run); its
+    BOUND AT is when its minimum had arrived, not '-' beside the state Bound."""
+    where = EXAMPLES / "preemption"
+    argv = ["simulate", "--workload", *(str(path) for path in sorted(where.glob("*.yaml"))), "--output", "json"]
+    assert main(argv) == 0
+    gangs = {gang["key"]: gang for gang in json.loads(capsys.readouterr().out)["gangs"]}
+    sweep = gangs["pfn:research/sweep-b"]
+    assert sweep["state"] == "Bound" and sweep["bound_at"] is not None and sweep["bound_at"] >= sweep["arrived"]
