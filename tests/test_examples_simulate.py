@@ -231,3 +231,15 @@ def test_a_gang_that_arrives_running_is_bound_from_when_its_pods_arrived(capsys:
     gangs = {gang["key"]: gang for gang in json.loads(capsys.readouterr().out)["gangs"]}
     sweep = gangs["pfn:research/sweep-b"]
     assert sweep["state"] == "Bound" and sweep["bound_at"] is not None and sweep["bound_at"] >= sweep["arrived"]
+
+
+def test_a_dra_example_on_a_cluster_without_its_devices_says_which_classes_are_missing_and_how_to_add_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["simulate", "--workload", str(EXAMPLES / "dra" / "job.yaml")]) == 0
+    captured = capsys.readouterr()
+    assert "waits for DeviceClass gpu.nvidia.com to exist" in " ".join(captured.out.split())
+    assert (
+        "phalanx: the workload claims devices of DeviceClass gpu.nvidia.com, which the cluster does not have; give "
+        "it devices with --cluster blocks=2,racks=4,nodes=8,gpus=0,dra=gpu.nvidia.com:8"
+    ) in captured.err

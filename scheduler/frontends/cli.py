@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -312,6 +313,9 @@ def cluster_nodes(value: str | None) -> list[dict[str, Any]]:
     raise ManifestError(f"--cluster {value}: no such file, and not a shape such as blocks=2,racks=4,nodes=8,gpus=8")
 
 
+#: How a pending gang's reason says that a DeviceClass its claims name does not exist.
+_MISSING_CLASS = re.compile(r"waits for DeviceClass (\S+) to exist")
+
 #: What a ``--cluster`` file may hold: the nodes, and the devices they publish (DRA).
 _CLUSTER_KINDS = frozenset({"Node", "DeviceClass", "ResourceSlice"})
 
@@ -348,6 +352,17 @@ def _command_simulate(args: argparse.Namespace, settings: Settings) -> int:
         sys.stderr.write(
             "phalanx: simulate takes pods, nodes, priority classes and group objects, and expands "
             f"{', '.join(EXPANDED.values())}; it skips other kinds\n"
+        )
+    missing = sorted({name for gang in report.gangs for name in _MISSING_CLASS.findall(gang.reason)})
+    if missing:  # the workload claims devices of classes the cluster does not publish: say how to publish them
+        from scheduler.ports.sim.builders import DRIVERS  # noqa: PLC0415
+
+        drivers = {class_name: driver for driver, (_, class_name, _) in DRIVERS.items()}
+        shape = "dra=" + "+".join(f"{drivers.get(name, name)}:{1 if name in drivers else 8}" for name in missing)
+        sys.stderr.write(
+            f"phalanx: the workload claims devices of DeviceClass {', '.join(missing)}, which the cluster does not "
+            f"have; give it devices with --cluster blocks=2,racks=4,nodes=8,gpus=0,{shape} (or a --cluster file "
+            "with the DeviceClasses and ResourceSlices of its nodes)\n"
         )
     if args.plot:
         plot(report, settings.levels, args.plot)
