@@ -202,3 +202,17 @@ async def test_serve_places_a_dra_job_from_workload_and_a_claim_kubectl_applies(
             while not (node := await notebook_node()):
                 await anyio.sleep(0.05)
         assert node == given["notebook-gpu"]
+
+
+def test_the_readme_s_sandbox_steps_do_not_create_a_namespace_a_file_they_apply_creates_too() -> None:
+    """``kubectl create namespace X`` then ``kubectl apply -f`` a file that holds Namespace X makes kubectl warn
+    about a missing last-applied-configuration: the steps a new user follows must not do both."""
+    root = Path(__file__).resolve().parents[1]
+    steps = [line.split("#", 1)[0].split() for line in (root / "README.md").read_text().splitlines()
+             if line.startswith("kubectl ")]  # fmt: skip
+    created = {words[3] for words in steps if words[:3] == ["kubectl", "create", "namespace"] and len(words) > 3}
+    for words in steps:
+        if words[:3] == ["kubectl", "apply", "-f"]:
+            documents = yaml.safe_load_all((root / words[3]).read_text())
+            names = {doc["metadata"]["name"] for doc in documents if doc and doc.get("kind") == "Namespace"}
+            assert not names & created, f"README creates namespace {names & created} that {words[3]} creates too"

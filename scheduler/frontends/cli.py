@@ -422,7 +422,6 @@ def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
             f"Phalanx sandbox: an emulated Kubernetes API at {sandbox.url} with {sandbox.nodes} nodes, "
             f"Phalanx scheduling in it.\nkubeconfig written to {sandbox.kubeconfig}. Try:\n"
             f"  export KUBECONFIG={sandbox.kubeconfig.resolve()}\n"
-            "  kubectl create namespace team-a\n"
             "  kubectl apply -f examples/pfn/training-gang.yaml     # from a checkout of Phalanx's repository\n"
             "  kubectl get pods -n team-a -o wide\n"
             "  kubectl describe pod -n team-a resnet-worker-0\n"
