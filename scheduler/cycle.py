@@ -134,6 +134,9 @@ class Cycle:
         self.count = 0
         #: What each invalid gang was last told (its log line is written once per message, not per pod or pass).
         self._invalid: dict[GangKey, str] = {}
+        #: Gangs that cannot fit even in an empty domain: only more nodes help them, so freed room does not
+        #: wake them; the loop reads them again now and then, so that their numbers stay current.
+        self.unresolvable: set[GangKey] = set()
 
     def once(self) -> bool:
         """Try the best ready gang; False when none is ready."""
@@ -303,6 +306,7 @@ class Cycle:
             self.preemption.nominations.drop(key)
             self.starvation.forget(key, "deleted")
             self._invalid.pop(key, None)
+            self.unresolvable.discard(key)
         elif isinstance(result, GangError):
             self.permitting.release(key)
             self.preemption.nominations.drop(key)
@@ -324,6 +328,7 @@ class Cycle:
             log.warning("invalid gang", gang=key, pods=len(outcome.pods), why=outcome.message)
         elif code is not Code.INVALID:
             self._invalid.pop(key, None)
+        (self.unresolvable.add if code is Code.UNRESOLVABLE else self.unresolvable.discard)(key)
         if outcome.attempt:
             self.metrics.attempts.labels(code.value if code is not Code.UNRESOLVABLE else "unschedulable").inc()
         if outcome.placement_ms:

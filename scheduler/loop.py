@@ -53,6 +53,8 @@ class SchedulingLoop:
         self._poke = anyio.Event()
         self._held_labels: set[str] = set()
         self._reservation_levels: set[str] = set()
+        self._freed_since_told = False  # room freed since the unresolvable gangs were last read again
+        self._tell_again_at = 0.0
 
     @property
     def cycles(self) -> int:
@@ -132,6 +134,7 @@ class SchedulingLoop:
         freed |= {vacancy.node for vacancy in self.vacancies.expired()}  # kept for a replacement that never came
         if nodes_changed:
             queue.wake_nodes()
+        self._tell_unresolvable_again(bool(freed))
         if freed:
             for gang in self.starvation.touching(freed):
                 queue.wake(gang)
@@ -142,6 +145,19 @@ class SchedulingLoop:
                 above = min(item.reservation.priority for item in held)
                 queue.wake_capacity(lambda shape: self._room(shape, freed), above=above)
         self._gauges()
+
+    def _tell_unresolvable_again(self, freed: bool) -> None:
+        """Read again, at most once per ``reporting.eventIntervalSeconds``, the gangs that cannot fit even in an
+        empty domain once room was freed: nothing frees enough for them, but their reason ("18/64 nodes are
+        available") counts what is free, and must say it as it is when it is shown."""
+        self._freed_since_told = self._freed_since_told or freed
+        now = self.clock.monotonic()
+        if not self._freed_since_told or not self.cycle.unresolvable or now < self._tell_again_at:
+            return
+        self._freed_since_told = False
+        self._tell_again_at = now + self.cycle.settings.reporting.event_interval_seconds
+        for key in sorted(self.cycle.unresolvable):
+            self.cycle.requeue(key)
 
     def _finish_evictions(self) -> None:
         """Hand the evictor the evictions an earlier leader began and did not finish."""

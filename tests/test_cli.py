@@ -356,3 +356,17 @@ def test_credentials_the_server_refuses_are_told_as_a_refusal_naming_the_user(
     assert err.startswith(f"phalanx: the API server refused the request of user 'alice' of kubeconfig {config} "
                           "(401 Unauthorized)"), err  # fmt: skip
     assert "did not answer" not in err and err.count("\n") == 1
+
+
+def test_the_readme_s_demo_sample_is_what_the_demo_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """The sample under "Try it" is the output of `scripts/demo` (`phalanx simulate`), line for line where it
+    quotes lines, in their order; `...` stands for lines left out."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("## Try it", 1)[1].split("```\n", 2)[1]
+    quoted = [line.rstrip() for line in block.splitlines() if line.strip() and line.strip() != "..."]
+    assert main(["simulate"]) == 0
+    printed = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+    at = 0
+    for line in quoted:
+        assert line in printed[at:], f"README quotes {line!r}, which the demo does not print (after line {at})"
+        at = printed.index(line, at) + 1

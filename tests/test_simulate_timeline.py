@@ -146,7 +146,7 @@ def test_a_timeline_plot_draws_utilisation_over_time(tmp_path: Path, capsys: pyt
     [
         (["simulate", "--workload", "x.yaml@soon"], "--workload x.yaml@soon: 'soon' is not a time"),
         (["simulate", "--until", "-5"], "--until: '-5' must be zero or more seconds"),
-        (["serve", "--workload", "{fill}@60"], "@60: serve has no simulated clock; give times to simulate"),
+        (["serve", "--workload", "{fill}@60"], "@60: serve takes files as they are (it has no simulated clock"),
     ],
 )
 def test_bad_times_are_one_line_and_exit_2(

@@ -453,7 +453,9 @@ class Simulation:
             _shared_domains(where, node_labels, self.settings.levels),
             reason,
             arrived=history.arrived(ever),
-            bound_at=self._bound_at_seen.get(key, history.bound_at(members, result.request.satisfied_by)),
+            bound_at=self._bound_at_seen.get(
+                key, history.bound_at(members, result.request.satisfied_by, arrived_bound=state == BOUND)
+            ),
             finished_at=finished_at,
         )
 

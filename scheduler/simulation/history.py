@@ -99,14 +99,17 @@ class History:
         fresh, self._fresh, self._created = [*self._created, *self._fresh], [], []
         return fresh
 
-    def bound_at(self, pods: Iterable[str], satisfied: Callable[[set[str]], bool]) -> float | None:
+    def bound_at(
+        self, pods: Iterable[str], satisfied: Callable[[set[str]], bool], *, arrived_bound: bool = False
+    ) -> float | None:
         """When the first moment came at which the pods bound so far satisfied ``satisfied`` (a gang's
-        minimum), or None. A pod that arrived on its node (loaded running) counts from its arrival.
-        Satisfaction only grows as pods are added, so a binary search finds it."""
+        minimum), or None; ``arrived_bound``: a pod that arrived on its node (bound by someone else before the
+        run) counts from its arrival. Satisfaction only grows as pods are added, so a binary search finds it."""
         times = sorted(
             (record.bound if record.bound is not None else record.created, pod)
             for pod in pods
-            if (record := self.pods.get(pod)) is not None and (record.bound is not None or record.node is not None)
+            if (record := self.pods.get(pod)) is not None
+            and (record.bound is not None or (arrived_bound and record.node is not None))
         )
         if not times or not satisfied({pod for _, pod in times}):
             return None
