@@ -1,8 +1,10 @@
 """``phalanx run`` as a real process: a kubeconfig, a gang bound, /readyz and /metrics, a clean SIGTERM."""
 
 import gc
+import http.server
 import signal
 import sys
+import threading
 from pathlib import Path
 
 import aiohttp
@@ -122,3 +124,49 @@ async def test_a_scheduler_owning_its_process_freezes_what_its_first_lists_built
         finally:
             gc.unfreeze()  # the test process owns its heap, not the scheduler under test
             await port.close()
+
+
+async def test_phalanx_run_whose_credentials_are_refused_says_so_and_keeps_asking_not_ready(tmp_path: Path) -> None:
+    """A server that answers 401 (a token it does not accept): the log says the credentials are refused, not
+    that the cluster did not answer; run keeps asking (a rotated token comes back) and is not ready."""
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Unauthorized","code":401}'
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = free_port()
+    config = kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{server.server_port}")
+    command = [sys.executable, "-m", "scheduler.frontends.cli", "run", "--kubeconfig", str(config),
+               "--metrics-address", f"127.0.0.1:{port}", "--no-leader-elect"]  # fmt: skip
+    try:
+        async with await anyio.open_process(command) as process:
+            try:
+                assert process.stderr is not None
+                seen = b""
+                with anyio.fail_after(60):
+                    async for chunk in process.stderr:
+                        seen += chunk
+                        if b"refused Phalanx's credentials" in seen:
+                            break
+                line = next(line for line in seen.decode().splitlines() if "refused Phalanx's credentials" in line)
+                assert '"status": 401' in line and "Unauthorized" in line and '"level": "error"' in line, line
+                assert (await get(f"http://127.0.0.1:{port}/readyz"))[0] == 503
+            finally:
+                process.send_signal(signal.SIGTERM)
+                with anyio.fail_after(60):
+                    assert await process.wait() == 0
+    finally:
+        server.shutdown()
+        thread.join()
+        server.server_close()
