@@ -243,3 +243,6 @@ def test_a_dra_example_on_a_cluster_without_its_devices_says_which_classes_are_m
         "phalanx: the workload claims devices of DeviceClass gpu.nvidia.com, which the cluster does not have; give "
         "it devices with --cluster blocks=2,racks=4,nodes=8,gpus=0,dra=gpu.nvidia.com:8"
     ) in captured.err
+    assert main(["simulate", "--workload", str(EXAMPLES / "dra" / "job.yaml"), "--output", "json"]) == 0
+    (train,) = json.loads(capsys.readouterr().out)["gangs"]
+    assert (train["state"], train["min"]) == ("Pending", 4)  # the Job's gang of four, while it waits

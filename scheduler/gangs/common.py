@@ -25,6 +25,9 @@ class Context:
     #: PriorityClasses whose ``preemptionPolicy`` is ``Never``: a group naming one never preempts.
     never_preempting: set[str] = field(default_factory=set)
     _members: dict[str, tuple[object, Member | SpecProblem]] = field(default_factory=dict)
+    #: While set, a member that waits for something (its claim, a DeviceClass) stands in with no requests
+    #: instead of stopping the compile: how the gang's minimum is known while it waits.
+    stand_in_waiting: bool = False
 
     def member(self, pod: PodInfo) -> Member:
         """The pod as a gang member (its shape and node), or a SpecProblem naming the pod and field.
@@ -38,6 +41,8 @@ class Context:
             # What it claims lives in other objects (and in its status): read afresh at each compile.
             found = _member_or_problem(pod, self.kinds)
             if isinstance(found, SpecProblem):
+                if self.stand_in_waiting and found.problem is Problem.WAITING:
+                    return Member(key=pod.key, shape=PodShape.of({}), node=pod.node)
                 raise found
             return found
         cached = self._members.get(pod.key)
@@ -46,6 +51,8 @@ class Context:
             self._members[pod.key] = cached
         result = cached[1]
         if isinstance(result, SpecProblem):
+            if self.stand_in_waiting and result.problem is Problem.WAITING:
+                return Member(key=pod.key, shape=PodShape.of({}), node=pod.node)
             raise result
         return result
 

@@ -73,6 +73,18 @@ class GangCompiler:
         held = self.index.held(list(below))
         return self._guarded(key, pods, lambda: self._compile_tree(key, source, root, pods), held)
 
+    def _waiting_minimum(self, build: Any) -> int | None:
+        """The minimum of a gang whose members wait (a claim not made, a class not there): compiled once more
+        with those members standing in, so that what it needs can be said while it waits."""
+        self.context.stand_in_waiting = True
+        try:
+            result = build()
+        except SpecProblem:
+            return None
+        finally:
+            self.context.stand_in_waiting = False
+        return result.request.minimum_pods() if isinstance(result, GangSpec) else None
+
     def _guarded(
         self, key: GangKey, pods: list[PodInfo], build: Any, held: tuple[int, tuple[str, ...]] = (0, ())
     ) -> GangResult:
@@ -96,6 +108,7 @@ class GangCompiler:
                 field=problem.field,
                 value=problem.value,
                 message=problem.message,
+                minimum=self._waiting_minimum(build) if problem.problem is Problem.WAITING else None,
             )
         except Exception as error:  # a bug must not stop every other gang: report it on this one
             return GangError(

@@ -77,6 +77,8 @@ class GangError:
     field: str
     value: object
     message: str
+    #: Of a gang whose members wait for something: how many pods it needs, as far as its definition says.
+    minimum: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -420,7 +420,7 @@ class Simulation:
         if isinstance(result, GangError):
             bound = sum(1 for pod in result.pods if pod in placement)
             state = DELETED if gone else INVALID if result.problem is Problem.INVALID else PENDING
-            return GangReport(key, state, bound, 0, {}, result.message, arrived=history.arrived(ever))
+            return GangReport(key, state, bound, result.minimum or 0, {}, result.message, arrived=history.arrived(ever))
         members = [member.key for member in result.request.members()]
         placed = {pod for pod in members if pod in placement}
         finished_at = history.finished(ever) if not pending.keys() & ever else None
