@@ -370,3 +370,8 @@ def test_the_readme_s_demo_sample_is_what_the_demo_prints(capsys: pytest.Capture
     for line in quoted:
         assert line in printed[at:], f"README quotes {line!r}, which the demo does not print (after line {at})"
         at = printed.index(line, at) + 1
+    # The opening sample is the demo's reason for its huge gang, in the same words (wrapped there).
+    opening = readme.split("in the words operators already know\nfrom kube-scheduler:\n\n```\n", 1)[1].split("```")[0]
+    reasons = " ".join(" ".join(printed).split())
+    for sentence in opening.splitlines():
+        assert sentence in reasons, f"README's opening sample says {sentence!r}, which the demo does not"
