@@ -325,7 +325,7 @@ class Cycle:
         key, code = gang.key, outcome.code
         if code is Code.INVALID and self._invalid.get(key) != outcome.message:
             self._invalid[key] = outcome.message
-            log.warning("invalid gang", gang=key, pods=len(outcome.pods), why=outcome.message)
+            log.info("invalid gang", gang=key, pods=len(outcome.pods), why=outcome.message)
         elif code is not Code.INVALID:
             self._invalid.pop(key, None)
         (self.unresolvable.add if code is Code.UNRESOLVABLE else self.unresolvable.discard)(key)

@@ -123,6 +123,10 @@ async def test_explain_gives_the_reason_and_the_room_per_rack(tmp_path: Path) ->
         copy = await read_real_cluster(str(kubeconfig(tmp_path / "kubeconfig", where.url)), None)
     text = await explain(copy, SETTINGS, "team/big-3")
     lines = text.splitlines()
+    # README's sample of explain is this very answer, line for line.
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    sample = readme.split("that it joins its gang once they are removed:\n\n```\n", 1)[1].split("```")[0]
+    assert sample.splitlines() == [line.rstrip() for line in lines]
     assert lines[0] == (
         "Pod team/big-3 is in gang pfn:team/big: 5 pod(s), at least 5 together; "
         "{nvidia.com/gpu 8}; all in one example.com/rack."
@@ -238,3 +242,12 @@ async def test_explain_takes_a_gang_by_the_name_messages_use_says_why_nothing_is
         "it, so it is no member of its gang yet; the gang counts it as held and waits for it, and it joins as soon "
         "as the last gate is removed (by Kueue, or whatever added them)."
     )
+
+
+async def test_a_dry_run_with_nothing_pending_says_so_not_that_no_pod_is_phalanx_s(tmp_path: Path) -> None:
+    async with cluster(RACKS) as where:
+        await where.create_bound(gpu_pod("running", gpus=8, annotations=pfn("running", 1), nodeName="b0-r0-n0"))
+        copy = await read_real_cluster(str(kubeconfig(tmp_path / "kubeconfig", where.url)), None)
+    rendered = table(await dry_run(copy, SETTINGS), title="t", levels=SETTINGS.levels, would=True)
+    assert "(no pending gang: every pod Phalanx owns is bound)" in rendered
+    assert "no pod with a schedulerName Phalanx owns" not in rendered

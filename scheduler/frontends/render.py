@@ -57,7 +57,8 @@ def table(report: Report, *, title: str, levels: Iterable[str], would: bool = Fa
             f"{times}{_where(gang.domains)}".rstrip()
         )
     if not report.gangs:
-        lines.append("(no gangs: no pod with a schedulerName Phalanx owns was created)")
+        lines.append("(no pending gang: every pod Phalanx owns is bound)" if would else
+                     "(no gangs: no pod with a schedulerName Phalanx owns was created)")  # fmt: skip
     waiting = [gang for gang in report.gangs if gang.state != BOUND and gang.reason]
     if waiting:
         lines += ["", "Why:"]

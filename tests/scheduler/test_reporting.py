@@ -343,7 +343,7 @@ def test_an_invalid_gang_is_one_warning_line_in_the_log_until_what_is_wrong_chan
         loop.state.apply(PODS, Change("MODIFIED", {**loop.pods["ml/bad-0"]}))  # touched again, as wrong as before
         loop.settle()
     said = [line for line in logs if line["event"] == "invalid gang"]
-    assert len(said) == 1 and said[0]["log_level"] == "warning" and said[0]["pods"] == 3
+    assert len(said) == 1 and said[0]["log_level"] == "info" and said[0]["pods"] == 3
     assert said[0]["gang"] == "pfn:ml/bad" and "'Bad Key!'" in said[0]["why"]
     with capture_logs() as logs:
         worse = {"scheduling.phalanx.dev/topology-required": "Worse Key!"}
