@@ -2,11 +2,15 @@
 
 Started in this order, each reporting readiness before the next starts:
 
-1. API discovery: which group/versions this cluster serves; an optional API that is missing (a CRD
+1. the health and metrics server;
+2. API discovery: which group/versions this cluster serves; an optional API that is missing (a CRD
    not installed) is logged once and not watched;
-2. the health and metrics server;
-3. one informer per watched resource, each started once its first list is applied;
+3. one informer per watched resource, all listing at once; the start goes on once every first list is
+   applied;
 4. leader election; while leading: the binding cycle, the reporter and the scheduling loop.
+
+Each step's end is logged with the wall and CPU seconds since the process started (``logs.since_start``),
+and so is the first bind: where a start's time goes.
 
 Losing the lease cancels the leader's tasks at once and drops everything assumed, held, kept or reserved
 (the new leader starts from what the API says); the informers keep running. Cancelling the whole group
