@@ -328,8 +328,11 @@ def test_credentials_the_server_refuses_are_told_as_a_refusal_naming_the_user(
 ) -> None:
     """The server answers every request 401, as kube-apiserver answers a token it does not accept."""
 
+    sent: list[str | None] = []
+
     class Refusing(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            sent.append(self.headers.get("Authorization"))
             body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "Unauthorized",
                                "reason": "Unauthorized", "code": 401}).encode()  # fmt: skip
             self.send_response(401)
@@ -356,6 +359,7 @@ def test_credentials_the_server_refuses_are_told_as_a_refusal_naming_the_user(
     assert err.startswith(f"phalanx: the API server refused the request of user 'alice' of kubeconfig {config} "
                           "(401 Unauthorized)"), err  # fmt: skip
     assert "did not answer" not in err and err.count("\n") == 1
+    assert sent and set(sent) == {"Bearer wrong"}  # the kubeconfig's token, on every request
 
 
 def test_the_readme_s_demo_sample_is_what_the_demo_prints(capsys: pytest.CaptureFixture[str]) -> None:
