@@ -134,7 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     _workload_flags(simulate)
-    simulate.add_argument("--output", choices=("table", "json"), default="table")
+    simulate.add_argument(
+        "--output", choices=("table", "json"), default="table", help="a table for people (default), or one JSON object"
+    )
     simulate.add_argument(
         "--plot", metavar="FILE.png", help="draw the racks with each GPU coloured by gang, and GPUs in use over time"
     )
@@ -196,7 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     dry_run.add_argument(
         "--all-schedulers", action="store_true", help="treat every pending pod as Phalanx's, whatever it names"
     )
-    dry_run.add_argument("--output", choices=("table", "json"), default="table")
+    dry_run.add_argument(
+        "--output", choices=("table", "json"), default="table", help="a table for people (default), or one JSON object"
+    )
     _settings_flags(dry_run)
 
     explain = commands.add_parser(
