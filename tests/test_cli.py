@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import socket
 import sys
 import threading
@@ -379,3 +380,16 @@ def test_the_readme_s_demo_sample_is_what_the_demo_prints(capsys: pytest.Capture
     reasons = " ".join(" ".join(printed).split())
     for sentence in opening.splitlines():
         assert sentence in reasons, f"README's opening sample says {sentence!r}, which the demo does not"
+
+
+@pytest.mark.parametrize("command", ["simulate", "serve", "dry-run", "explain"])
+def test_the_readme_s_synopsis_of_a_command_lists_every_flag_its_help_lists(command: str) -> None:
+    from scheduler.frontends.cli import build_parser  # noqa: PLC0415
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index(f"\nphalanx {command} ")
+    synopsis = readme[start : readme.index("```", start)]
+    documented = set(re.findall(r"--[a-z][a-z-]*", synopsis))
+    parser = build_parser().commands[command]  # type: ignore[attr-defined]
+    flags = {flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")}
+    assert flags - {"--help"} <= documented, f"README's synopsis of {command} lacks {sorted(flags - documented - {'--help'})}"
