@@ -392,4 +392,5 @@ def test_the_readme_s_synopsis_of_a_command_lists_every_flag_its_help_lists(comm
     documented = set(re.findall(r"--[a-z][a-z-]*", synopsis))
     parser = build_parser().commands[command]  # type: ignore[attr-defined]
     flags = {flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")}
-    assert flags - {"--help"} <= documented, f"README's synopsis of {command} lacks {sorted(flags - documented - {'--help'})}"
+    missing = sorted(flags - documented - {"--help"})
+    assert not missing, f"README's synopsis of {command} lacks {missing}"
