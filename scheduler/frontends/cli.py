@@ -59,7 +59,7 @@ class _Parser(argparse.ArgumentParser):
     def parse_args(self, args: Sequence[str] | None = None, namespace: None = None) -> argparse.Namespace:  # type: ignore[override]
         """As argparse's, but an argument no command knows is reported by the command it was given to, so
         that the pointer to --help is that command's (``phalanx run --help``)."""
-        found, extras = self.parse_known_args(args)
+        found, extras = self.parse_known_args(args, namespace)
         if extras:
             owner = self.commands.get(getattr(found, "command", None) or "", self)
             owner.error(f"unrecognized arguments: {' '.join(extras)}")
@@ -409,7 +409,12 @@ def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
             "reach it can change it\n"
         )
     nodes = cluster_nodes(args.cluster)
-    timed = next((text for text in args.workload if "@" in text and not Path(text).exists()), None)
+    # FILE@WHEN: the file is there, the name with its @ is not (a name with an @ that is not there at all is
+    # "no such file", as for simulate).
+    timed = next(
+        (text for text in args.workload if not Path(text).exists() and Path(text.rpartition("@")[0]).is_file()),
+        None,
+    )
     if timed is not None:
         raise UserError(f"--workload {timed}: serve takes files as they are (it has no simulated clock: times are "
                         "for simulate); apply the later objects with kubectl when you want them")  # fmt: skip
