@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import http.server
 import json
 import re
 import socket
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import yaml
 from scheduler.frontends.cli import main
 from scheduler.frontends.samples import default_workload, pfn_gang, pod
 from scheduler.ports.sim.builders import ClusterShape
+from tests.scheduler.support import refusing_server
 from topology import pod_requests
 
 GPU = "nvidia.com/gpu"
@@ -329,33 +328,10 @@ def test_credentials_the_server_refuses_are_told_as_a_refusal_naming_the_user(
 ) -> None:
     """The server answers every request 401, as kube-apiserver answers a token it does not accept."""
 
-    sent: list[str | None] = []
-
-    class Refusing(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            sent.append(self.headers.get("Authorization"))
-            body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "Unauthorized",
-                               "reason": "Unauthorized", "code": 401}).encode()  # fmt: skip
-            self.send_response(401)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with refusing_server() as (url, sent):
         config = unreachable_kubeconfig(tmp_path)
-        config.write_text(config.read_text().replace("https://127.0.0.1:1", f"http://127.0.0.1:{server.server_port}"))
+        config.write_text(config.read_text().replace("https://127.0.0.1:1", url))
         assert main(["dry-run", "--kubeconfig", str(config)]) == 1
-    finally:
-        server.shutdown()
-        thread.join()
-        server.server_close()
     err = capsys.readouterr().err
     assert err.startswith(f"phalanx: the API server refused the request of user 'alice' of kubeconfig {config} "
                           "(401 Unauthorized)"), err  # fmt: skip

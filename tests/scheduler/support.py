@@ -4,10 +4,13 @@ that wait on conditions (never on time)."""
 from __future__ import annotations
 
 import contextlib
+import http.server
+import json
 import os
 import socket
+import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -267,6 +270,37 @@ async def create_manifests(where: Cluster, *paths: str | Path) -> list[dict[str,
 def labels_of(where: Cluster, nodes: Any, key: str) -> set[str]:
     records = {n["metadata"]["name"]: n for n in where.store.objects(where.store.resource("v1", "Node"))}
     return {records[node]["metadata"]["labels"].get(key) for node in nodes}
+
+
+@contextlib.contextmanager
+def refusing_server() -> Iterator[tuple[str, list[str | None]]]:
+    """An API server that answers every request 401, as kube-apiserver answers a token it does not accept: its
+    URL, and the Authorization header of each request it got."""
+    sent: list[str | None] = []
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            sent.append(self.headers.get("Authorization"))
+            body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "Unauthorized",
+                               "reason": "Unauthorized", "code": 401}).encode()  # fmt: skip
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", sent
+    finally:
+        server.shutdown()
+        thread.join()
+        server.server_close()
 
 
 def free_port() -> int:

@@ -1,10 +1,8 @@
 """``phalanx run`` as a real process: a kubeconfig, a gang bound, /readyz and /metrics, a clean SIGTERM."""
 
 import gc
-import http.server
 import signal
 import sys
-import threading
 from pathlib import Path
 
 import aiohttp
@@ -13,7 +11,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.app import Phalanx
 from scheduler.ports.kube import KubeCluster
-from tests.scheduler.support import FAST, cluster, eventually, free_port, gpu_pod, kubeconfig, pfn
+from tests.scheduler.support import FAST, cluster, eventually, free_port, gpu_pod, kubeconfig, pfn, refusing_server
 
 
 async def get(url: str) -> tuple[int, str]:
@@ -129,27 +127,11 @@ async def test_a_scheduler_owning_its_process_freezes_what_its_first_lists_built
 async def test_phalanx_run_whose_credentials_are_refused_says_so_and_keeps_asking_not_ready(tmp_path: Path) -> None:
     """A server that answers 401 (a token it does not accept): the log says the credentials are refused, not
     that the cluster did not answer; run keeps asking (a rotated token comes back) and is not ready."""
-
-    class Refusing(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b'{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Unauthorized","code":401}'
-            self.send_response(401)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     port = free_port()
-    config = kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{server.server_port}")
-    command = [sys.executable, "-m", "scheduler.frontends.cli", "run", "--kubeconfig", str(config),
-               "--metrics-address", f"127.0.0.1:{port}", "--no-leader-elect"]  # fmt: skip
-    try:
+    with refusing_server() as (url, _):
+        config = kubeconfig(tmp_path / "kubeconfig", url)
+        command = [sys.executable, "-m", "scheduler.frontends.cli", "run", "--kubeconfig", str(config),
+                   "--metrics-address", f"127.0.0.1:{port}", "--no-leader-elect"]  # fmt: skip
         async with await anyio.open_process(command) as process:
             try:
                 assert process.stderr is not None
@@ -166,7 +148,3 @@ async def test_phalanx_run_whose_credentials_are_refused_says_so_and_keeps_askin
                 process.send_signal(signal.SIGTERM)
                 with anyio.fail_after(60):
                     assert await process.wait() == 0
-    finally:
-        server.shutdown()
-        thread.join()
-        server.server_close()
