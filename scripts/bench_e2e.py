@@ -47,7 +47,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.app import Phalanx
 from scheduler.logs import configure
-from scheduler.ports.kube import KubeCluster
+from scheduler.ports.kube import KubeCluster, client_for
 from scheduler.ports.sim import ClusterShape, Store, load
 from scheduler.ports.sim.adapter import SimCluster
 from scheduler.settings import BindingSettings, LeaderSettings, ReportingSettings, Settings
@@ -195,7 +195,7 @@ async def http_8pod(n_nodes: int, n_gangs: int) -> dict[str, float]:
         try:
             if (await anyio.to_thread.run_sync(creator.stdout.readline)).strip() != "ready":
                 raise RuntimeError("the pod creator did not start")
-            app = Phalanx(SETTINGS, KubeCluster(ApiClient(Configuration(host=url))), serve=False)
+            app = Phalanx(SETTINGS, KubeCluster(client_for(url)), serve=False)
             async with running(app):
                 start = time.perf_counter()
                 creator.stdin.write("go\n")
@@ -213,7 +213,7 @@ async def bind_fanout(n_nodes: int) -> dict[str, float]:
         manifest = Path(folder) / "gang.yaml"
         manifest.write_text(yaml.safe_dump_all([gang_pod(0, i, n_nodes, 8) for i in range(n_nodes)]))
         async with sim_server("--shape", shape_arg(n_nodes), "--manifests", str(manifest)) as (url, _):
-            app = Phalanx(SETTINGS, KubeCluster(ApiClient(Configuration(host=url))), serve=False)
+            app = Phalanx(SETTINGS, KubeCluster(client_for(url)), serve=False)
             async with running(app):
                 start = time.perf_counter()
                 await wait_for(lambda: bound_count(app) >= n_nodes, timeout=600)
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--upstream-gangs", action="store_true", help=gangs_help)
     only_help = "with --upstream-gangs: only these scenarios (burst, stream, saturation)"
     parser.add_argument("--only", nargs="+", choices=("burst", "stream", "saturation"), default=(), help=only_help)
-    clients_help = "with --real: bare binding clients compared (aiohttp, kubernetes_asyncio, httpx over HTTP/2)"
+    clients_help = "with --real: bare binding clients compared (aiohttp, Phalanx's port, httpx over HTTP/2)"
     parser.add_argument("--clients", action="store_true", help=clients_help)
     scale_help = "65,536 nodes and 500,000 running pods (and 5,120, 20,480): memory and time to ready"
     parser.add_argument("--scale", action="store_true", help=scale_help)

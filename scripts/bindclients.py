@@ -7,7 +7,7 @@ the pods per second a watch sees over the bind window, and the client's own CPU 
 from its first request to its last answer, over the pods):
 
   aiohttp              aiohttp's session straight, HTTP/1.1 (the bare client of ``raw binding``)
-  kubernetes_asyncio   Phalanx's own port, ``KubeCluster.bind`` (kubernetes_asyncio's ``call_api`` on aiohttp)
+  phalanx              Phalanx's own port, ``KubeCluster.bind`` (its own aiohttp session, JSON bodies)
   httpx-h2             httpx over HTTP/2, every request on one connection, as client-go binds; measured only
                        where httpx and h2 are installed (``pip install 'httpx[http2]'``): not a dependency
 
@@ -34,7 +34,7 @@ from scheduler.ports.kube.client import connect  # noqa: E402
 from scheduler.ports.kube.cluster import KubeCluster  # noqa: E402
 from scheduler.ports.port import PODS  # noqa: E402
 
-CLIENTS = ("aiohttp", "kubernetes_asyncio", "httpx-h2")
+CLIENTS = ("aiohttp", "phalanx", "httpx-h2")
 IN_FLIGHT = 64
 GANG = 8  # pods per node, as the raw binder binds them
 
@@ -93,7 +93,7 @@ async def bind_all(client: str, kubeconfig: Path) -> None:
     cluster = KubeCluster(await connect(str(kubeconfig)))
     pods = sorted((await cluster.list(PODS)).items, key=lambda pod: str(pod["metadata"]["name"]))
     nodes = [f"b0-r{(i // GANG) // 32}-n{(i // GANG) % 32}" for i in range(len(pods))]
-    if client == "kubernetes_asyncio":
+    if client == "phalanx":
         close: Any = cluster.close
 
         async def one(pod: dict[str, Any], node: str) -> None:

@@ -10,14 +10,12 @@ from pathlib import Path
 
 import anyio
 import pytest
-from kubernetes_asyncio import client
 
 from scheduler.frontends.dryrun import dry_run, read_real_cluster
 from scheduler.frontends.explain import explain
 from scheduler.frontends.render import table
-from scheduler.ports.kube import KubeCluster, connect
-from scheduler.ports.kube.readonly import ReadOnlyViolation, read_only
-from scheduler.ports.port import NODES
+from scheduler.ports.kube import KubeCluster, ReadOnlyViolation, connect
+from scheduler.ports.port import NODES, PODS
 from scheduler.settings import Settings, StarvationSettings
 from tests.scheduler.support import Cluster, cluster, free_port, gpu_pod, kubeconfig, pfn
 
@@ -38,25 +36,24 @@ def busy_cluster(where: Cluster) -> None:
     where.create(gpu_pod("waiting", scheduler="default-scheduler", gpus=1))
 
 
-async def test_a_read_only_client_refuses_every_write_before_it_is_sent(tmp_path: Path) -> None:
+async def test_a_read_only_connection_refuses_every_write_before_it_is_sent(tmp_path: Path) -> None:
     async with cluster(RACKS) as where:
-        api = read_only(await connect(str(kubeconfig(tmp_path / "kubeconfig", where.url))))
-        core = client.CoreV1Api(api)
+        connection = (await connect(str(kubeconfig(tmp_path / "kubeconfig", where.url)))).reading_only()
+        port = KubeCluster(connection)
         try:
-            assert (await core.list_node()).items
+            assert (await port.list(NODES)).items
             for write in (
-                core.create_namespaced_pod("team", gpu_pod("x")),
-                core.patch_node("b0-r0-n0", {"metadata": {"labels": {"x": "y"}}}),
-                core.delete_namespaced_pod("x", "team"),
+                port.create(PODS, "team", gpu_pod("x")),
+                port.patch(NODES, "", "b0-r0-n0", {"metadata": {"labels": {"x": "y"}}}),
+                port.update(NODES, "", "b0-r0-n0", {"metadata": {"name": "b0-r0-n0"}}),
+                port.patch_status(PODS, "team", "x", {"status": {}}),
+                port.delete(PODS, "team", "x"),
+                port.bind("team", "x", "uid", "b0-r0-n0"),
             ):
                 with pytest.raises(ReadOnlyViolation):
                     await write
-            port = KubeCluster(api)  # the scheduler's own client, which sends beneath kubernetes_asyncio's
-            assert (await port.list(NODES)).items
-            with pytest.raises(ReadOnlyViolation):
-                await port.bind("team", "x", "uid", "b0-r0-n0")
         finally:
-            await api.close()
+            await port.close()
         assert set(where.server.methods) == {"GET"}
 
 

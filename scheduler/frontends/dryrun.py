@@ -1,8 +1,8 @@
 """``phalanx dry-run``: what Phalanx would do on a real cluster now, without writing to it.
 
-The cluster's nodes, pods and group objects are read through a client that refuses every write
-(:mod:`scheduler.ports.kube.readonly`), copied into a SimCluster, and one pass of the real scheduler runs
-there: every pending gang is tried once, in queue order, each seeing the room the ones before it took.
+The cluster's nodes, pods and group objects are read through a connection that refuses every write
+before it is sent (:meth:`Connection.reading_only`), copied into a SimCluster, and one pass of the real
+scheduler runs there: every pending gang is tried once, in queue order, each seeing the room the ones before it took.
 No virtual time passes, so held room does not time out. The report covers the gangs that had a
 pending member when the cluster was read.
 """
@@ -15,7 +15,6 @@ from typing import Any
 
 from scheduler.app import choose_resources
 from scheduler.ports.kube import KubeCluster, connect
-from scheduler.ports.kube.readonly import read_only
 from scheduler.ports.port import ClusterPort
 from scheduler.settings import Settings
 from scheduler.simulation.driver import Simulation
@@ -35,13 +34,13 @@ class ClusterCopy:
 
 
 async def read_real_cluster(kubeconfig: str | None, context: str | None) -> ClusterCopy:
-    api = read_only(await connect(kubeconfig, context))
-    port = KubeCluster(api)
+    connection = (await connect(kubeconfig, context)).reading_only()
+    port = KubeCluster(connection)
     try:
         nodes, objects, missing = await read_cluster(port)
     finally:
         await port.close()
-    return ClusterCopy(str(api.configuration.host), nodes, objects, missing)
+    return ClusterCopy(connection.host, nodes, objects, missing)
 
 
 def _pending(pod: Mapping[str, Any]) -> bool:

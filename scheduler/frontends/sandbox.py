@@ -2,7 +2,7 @@
 
 An in-memory API server (SimCluster over HTTP, the same one the test suite pins against a real
 kube-apiserver) holds the nodes and any manifests given, a kubeconfig for it is written, and Phalanx
-schedules in it exactly as in a cluster: through kubernetes_asyncio, its informers, queue, placement and
+schedules in it exactly as in a cluster: over HTTP, through its informers, queue, placement and
 binder. ``kubectl apply``, ``get -o wide``, ``describe`` and ``get events`` work against it.
 
 Workload objects given with ``--workload`` (Jobs, JobSets, LeaderWorkerSets, Kubeflow jobs, Deployments,

@@ -1,3 +1,3 @@
 """The ports: how the engine reaches a cluster (``port``: the protocol, ``errors``: what goes wrong),
-through kubernetes_asyncio to a real API server (``kube``), or to the in-memory emulator (``sim``).
+over HTTP to a real API server (``kube``), or to the in-memory emulator (``sim``).
 Nothing here imports the engine."""

@@ -1,6 +1,6 @@
 """The cluster port: the only way the scheduler talks to a cluster (docs/architecture.md).
 
-Adapters: ``scheduler.ports.kube.KubeCluster`` (a real API server, through kubernetes_asyncio) and
+Adapters: ``scheduler.ports.kube.KubeCluster`` (a real API server, JSON over HTTP) and
 ``scheduler.ports.sim.adapter.SimCluster`` (the in-memory store). Objects cross the port as plain JSON dicts,
 read-only: the scheduler never modifies what it receives.
 """

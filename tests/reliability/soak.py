@@ -25,11 +25,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
-from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.app import Phalanx
 from scheduler.logs import configure
-from scheduler.ports.kube import KubeCluster
+from scheduler.ports.kube import KubeCluster, client_for
 from scheduler.ports.sim import Faults
 from tests.reliability.chaos import Gangs, api_errors, cordon, create, priority_classes, settle, watch_trouble
 from tests.scheduler.support import FAST, Cluster, cluster, elected
@@ -88,7 +87,7 @@ class Soak:
     async def start_replica(self, group: anyio.abc.TaskGroup) -> None:
         self.started_replicas += 1
         identity = f"replica-{self.started_replicas}"
-        port = KubeCluster(ApiClient(Configuration(host=self.where.url)), request_timeout=10)
+        port = KubeCluster(client_for(self.where.url), request_timeout=10)
         app = Phalanx(replace(FAST, leader_election=elected(identity, lease=3.0, renew=2.0, retry=0.3)), port)
         scope = anyio.CancelScope()
         self.where.monitor.apps.append(app)

@@ -9,11 +9,10 @@ from dataclasses import replace
 
 import anyio
 from aiohttp import ClientSession
-from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.app import Phalanx
 from scheduler.gangs import GangKey
-from scheduler.ports.kube import KubeCluster
+from scheduler.ports.kube import KubeCluster, client_for
 from scheduler.ports.sim import FaultRule, Faults
 from scheduler.settings import BindingSettings, Settings
 from tests.reliability.chaos import Gangs, create, preemptions, priority_classes, settle
@@ -36,7 +35,7 @@ async def two_replicas(
     replicas: dict[str, tuple[Phalanx, anyio.CancelScope]] = {}
     async with anyio.create_task_group() as group:
         for identity in ("replica-a", "replica-b"):
-            port = KubeCluster(ApiClient(Configuration(host=where.url)), request_timeout=10)
+            port = KubeCluster(client_for(where.url), request_timeout=10)
             app = Phalanx(replace(settings, leader_election=elected(identity, lease=LEASE_SECONDS)), port)
             where.monitor.apps.append(app)
             scope = anyio.CancelScope()

@@ -1,4 +1,4 @@
-"""A cluster served over HTTP, Phalanx processes attached to it through kubernetes_asyncio, and helpers
+"""A cluster served over HTTP, Phalanx processes attached to it over HTTP, and helpers
 that wait on conditions (never on time)."""
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ from typing import Any
 
 import anyio
 import yaml
-from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.app import Phalanx
 from scheduler.gangs.gang_settings import GangSettings
-from scheduler.ports.kube import KubeCluster
+from scheduler.ports.kube import KubeCluster, client_for
 from scheduler.ports.sim import ClusterShape, Faults, SimServer, Store, load, read_manifest_file
 from scheduler.settings import (
     BindingSettings,
@@ -197,7 +196,7 @@ async def cluster(
 @contextlib.asynccontextmanager
 async def phalanx(where: Cluster, settings: Settings = FAST, **changes: Any) -> AsyncIterator[Phalanx]:
     """A Phalanx process on the cluster, through KubeCluster over HTTP; stopped (cancelled) on exit."""
-    port = KubeCluster(ApiClient(Configuration(host=where.url)), request_timeout=10)
+    port = KubeCluster(client_for(where.url), request_timeout=10)
     app = Phalanx(replace(settings, **changes), port)
     where.monitor.apps.append(app)
     try:

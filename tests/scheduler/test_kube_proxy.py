@@ -1,9 +1,10 @@
 """The proxy settings an operator gives Phalanx (HTTPS_PROXY, NO_PROXY, kubeconfig proxy-url) are honoured."""
 
-import pytest
-from kubernetes_asyncio.client import ApiClient, Configuration
+from dataclasses import replace
 
-from scheduler.ports.kube import KubeCluster
+import pytest
+
+from scheduler.ports.kube import KubeCluster, client_for
 from scheduler.ports.port import NODES
 from tests.scheduler.support import cluster
 
@@ -15,7 +16,7 @@ async def test_requests_go_through_the_proxy_named_in_the_environment(monkeypatc
         monkeypatch.setenv("HTTP_PROXY", where.url)
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
-        port = KubeCluster(ApiClient(Configuration(host="http://kubernetes.invalid:6443")), request_timeout=5)
+        port = KubeCluster(client_for("http://kubernetes.invalid:6443"), request_timeout=5)
         try:
             listing = await port.list(NODES)
         finally:
@@ -26,16 +27,11 @@ async def test_requests_go_through_the_proxy_named_in_the_environment(monkeypatc
 async def test_no_proxy_and_an_explicit_proxy_url_take_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "http://user:secret@proxy.example:3128")
     monkeypatch.setenv("NO_PROXY", "10.0.0.1")
-    bypassed = KubeCluster(ApiClient(Configuration(host="https://10.0.0.1:6443")))
-    proxied = KubeCluster(ApiClient(Configuration(host="https://api.example:6443")))
-    chosen = Configuration(host="https://api.example:6443")
-    chosen.proxy = "http://chosen.example:8080"  # what a kubeconfig's proxy-url sets
-    explicit = KubeCluster(ApiClient(chosen))
-    try:
-        assert bypassed.api.rest_client.proxy is None
-        assert proxied.api.rest_client.proxy == "http://proxy.example:3128"
-        assert proxied.api.rest_client.proxy_headers["Proxy-Authorization"].startswith("Basic ")
-        assert explicit.api.rest_client.proxy == "http://chosen.example:8080"
-    finally:
-        for port in (bypassed, proxied, explicit):
-            await port.close()
+    bypassed = KubeCluster(client_for("https://10.0.0.1:6443"))
+    proxied = KubeCluster(client_for("https://api.example:6443"))
+    # What a kubeconfig's proxy-url gives.
+    explicit = KubeCluster(replace(client_for("https://api.example:6443"), proxy="http://chosen.example:8080"))
+    assert bypassed.proxy is None
+    assert proxied.proxy == "http://proxy.example:3128"
+    assert proxied.proxy_headers is not None and proxied.proxy_headers["Proxy-Authorization"].startswith("Basic ")
+    assert explicit.proxy == "http://chosen.example:8080"

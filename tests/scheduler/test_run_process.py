@@ -7,10 +7,9 @@ from pathlib import Path
 
 import aiohttp
 import anyio
-from kubernetes_asyncio.client import ApiClient, Configuration
 
 from scheduler.app import Phalanx
-from scheduler.ports.kube import KubeCluster
+from scheduler.ports.kube import KubeCluster, client_for
 from tests.scheduler.support import FAST, cluster, eventually, free_port, gpu_pod, kubeconfig, pfn, refusing_server
 
 
@@ -110,7 +109,7 @@ async def test_a_scheduler_owning_its_process_freezes_what_its_first_lists_built
         where.store.ensure_namespace("team")
         where.store.create(where.store.resource("v1", "Pod"), "team", gpu_pod("solo", annotations=pfn("solo", 1)))
         frozen_before = gc.get_freeze_count()
-        port = KubeCluster(ApiClient(Configuration(host=where.url)), request_timeout=10)
+        port = KubeCluster(client_for(where.url), request_timeout=10)
         app = Phalanx(FAST, port, serve=False, freeze_heap=True)
         try:
             async with anyio.create_task_group() as group:

@@ -1,6 +1,7 @@
-"""The cluster port on a real API server, through kubernetes_asyncio (the only package that imports it)."""
+"""The cluster port on a real API server: JSON over the package's own aiohttp session."""
 
-from scheduler.ports.kube.client import KubeConfigError, client_for, connect, user_of
-from scheduler.ports.kube.cluster import KubeCluster
+from scheduler.ports.kube.client import client_for, connect, user_of
+from scheduler.ports.kube.cluster import KubeCluster, ReadOnlyViolation
+from scheduler.ports.kube.connection import Connection, KubeConfigError
 
-__all__ = ["KubeCluster", "KubeConfigError", "client_for", "connect", "user_of"]
+__all__ = ["Connection", "KubeCluster", "KubeConfigError", "ReadOnlyViolation", "client_for", "connect", "user_of"]

@@ -1,54 +1,30 @@
-"""Building a kubernetes_asyncio client from a kubeconfig or the in-cluster service account."""
+"""Choosing the connection: a kubeconfig if one is named, else the pod's service account; and who it is."""
 
 from __future__ import annotations
 
 import os
-import re
-from urllib.parse import urlsplit
 
 import yaml
-from kubernetes_asyncio.client import ApiClient, Configuration
-from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
+
+from scheduler.ports.kube.connection import Connection, default_kubeconfig, from_kubeconfig, in_cluster, plain
 
 
-class KubeConfigError(ValueError):
-    """No usable cluster configuration; the message says which file or context, and what is wrong."""
+def _in_cluster(kubeconfig: str | None, context: str | None) -> bool:
+    return kubeconfig is None and context is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
-async def connect(kubeconfig: str | None = None, context: str | None = None) -> ApiClient:
-    """A client for ``kubeconfig`` (and ``context``), or for the cluster this process runs in."""
-    configuration = Configuration()
-    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        try:
-            load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        except ConfigException as error:
-            raise KubeConfigError(f"in-cluster configuration: {error}") from None
-    else:
-        path = (
-            kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser("~/.kube/config")
-        )
-        if not os.path.exists(path):
-            raise KubeConfigError(f"kubeconfig {path}: no such file")
-        _check_kubeconfig(path)
-        try:
-            await load_kube_config(config_file=path, context=context, client_configuration=configuration)
-        except Exception as error:
-            where = f"kubeconfig {path}" + (f", context {context!r}" if context else "")
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            # kubernetes_asyncio's words for a certificate or key file the kubeconfig names that is not there.
-            reason = re.sub(r"^File does not exists?: ?", "no such file: ", reason)
-            raise KubeConfigError(f"{where}: {reason}") from None
-        server = urlsplit(str(configuration.host))
-        if server.scheme not in ("http", "https") or not server.hostname:
-            raise KubeConfigError(f"kubeconfig {path}: server {configuration.host!r} is not an http(s) URL")
-    return ApiClient(configuration)
+async def connect(kubeconfig: str | None = None, context: str | None = None) -> Connection:
+    """The connection of ``kubeconfig`` (and ``context``), or of the cluster this process runs in."""
+    if _in_cluster(kubeconfig, context):
+        return in_cluster()
+    return await from_kubeconfig(kubeconfig or default_kubeconfig(), context)
 
 
 def user_of(kubeconfig: str | None, context: str | None) -> str:
     """Who the client is to the API server, in words: the kubeconfig's user, or the in-cluster service account."""
-    if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+    if _in_cluster(kubeconfig, context):
         return "the pod's service account"
-    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser("~/.kube/config")
+    path = kubeconfig or default_kubeconfig()
     try:
         with open(path, "rb") as stream:
             document = yaml.safe_load(stream)
@@ -59,18 +35,6 @@ def user_of(kubeconfig: str | None, context: str | None) -> str:
         return f"the user of kubeconfig {path}"
 
 
-def client_for(url: str) -> ApiClient:
-    """A client for an API server that asks for no credentials (the sandbox's, on loopback)."""
-    return ApiClient(Configuration(host=url))
-
-
-def _check_kubeconfig(path: str) -> None:
-    """Refuse a kubeconfig that is not a YAML mapping, with the parser's own words for where it broke."""
-    try:
-        with open(path, "rb") as stream:
-            document = yaml.safe_load(stream)
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise KubeConfigError(f"kubeconfig {path}: not readable YAML: {first}") from None
-    if not isinstance(document, dict):
-        raise KubeConfigError(f"kubeconfig {path}: expected a mapping with clusters, contexts and users")
+def client_for(url: str) -> Connection:
+    """A connection to an API server that asks for no credentials (the sandbox's, on loopback)."""
+    return plain(url)

@@ -1,13 +1,12 @@
 """``KubeCluster``: the cluster port over HTTP, with raw JSON throughout.
 
-Every request goes through the client's REST layer (``rest_client.request``, the aiohttp session, TLS and
-proxy of the client's configuration) with ``_preload_content=False``, its token taken as ``call_api`` takes
-it (the refresh hook of exec plugins and OIDC included), but without ``call_api``'s generic parameter
-handling, which cost about a fifth of a request's CPU; responses are read as JSON (not into generated
-models, which is much faster for watches, and avoids kubernetes_asyncio 36's failure to read Binding
-responses).
-With raw responses the client does not raise on error statuses, so every status is checked here and
-turned into a ``scheduler.ports.errors`` exception, once.
+Requests go out on one aiohttp session that the port owns, with the connection's TLS, proxy and
+credentials (``connection.py``); bodies are written and responses read as JSON, not through
+kubernetes_asyncio's generated models and parameter handling (much faster for watches and binds, and
+kubernetes_asyncio 36 fails to read Binding responses). The session does not consult the environment at
+each request (``trust_env``, which hops to a thread twice a request for ``~/.netrc`` and the proxy
+variables): the environment's proxy for the API server is looked up once, here.
+Every error status is checked here and turned into a ``scheduler.ports.errors`` exception, once.
 """
 
 from __future__ import annotations
@@ -15,19 +14,35 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp.helpers import get_env_proxy_for_url
-from kubernetes_asyncio.client import ApiClient
-from kubernetes_asyncio.client.exceptions import ApiException
 from yarl import URL
 
 from scheduler.ports.errors import PortError, Unavailable, from_status
+from scheduler.ports.kube.connection import Connection
 from scheduler.ports.port import OPENED, PODS, ApiResource, Change, Listing
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: As kubernetes_asyncio sized its pool: the watches (one connection each) and the writes together.
+CONNECTIONS = 100
 _CORE_GROUPS = frozenset({"", "events.k8s.io", "coordination.k8s.io"})
+
+
+class ReadOnlyViolation(RuntimeError):
+    """Something tried to write through a connection that only reads (``phalanx dry-run``, ``explain``)."""
+
+
+def _user_agent() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415  (once, not at import)
+
+    try:
+        return f"phalanx/{version('phalanx-scheduler')}"
+    except PackageNotFoundError:
+        return "phalanx"
 
 
 def _path(resource: ApiResource, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
@@ -42,43 +57,41 @@ def _path(resource: ApiResource, namespace: str | None = None, name: str | None 
     return base
 
 
-def _resolve_proxy_once(api: ApiClient) -> None:
-    """Look up the environment's proxy for the API server once, not on every request.
-
-    kubernetes_asyncio opens its aiohttp session with ``trust_env=True``, which makes every request hop
-    to a thread twice (for ``~/.netrc`` and for ``HTTPS_PROXY``/``NO_PROXY``): about a tenth of the
-    scheduler's CPU when binding. The API server's address does not change, so its proxy is resolved
-    here and the session is reopened on the same connector without the per-request look-ups. An explicit
-    ``proxy-url`` in the kubeconfig still wins; ``~/.netrc`` is not read, as kubectl does not read it.
-    """
-    rest = api.rest_client
-    session: aiohttp.ClientSession = rest.pool_manager
-    if not session.trust_env or session.closed:
-        return
-    if not rest.proxy:
-        try:
-            proxy, auth = get_env_proxy_for_url(URL(str(api.configuration.host or "")))
-        except LookupError:
-            pass
-        else:
-            rest.proxy = str(proxy)
-            if auth is not None:
-                rest.proxy_headers = {**(rest.proxy_headers or {}), "Proxy-Authorization": auth.encode()}
-    connector = session.connector
-    session.detach()
-    rest.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=False, read_bufsize=2**21)
+def _proxy(connection: Connection) -> tuple[str | None, dict[str, str] | None]:
+    """The proxy to reach the API server through, and its headers: the kubeconfig's ``proxy-url``, else the
+    environment's (``HTTPS_PROXY``/``HTTP_PROXY``, unless ``NO_PROXY`` names the server), looked up once.
+    ``~/.netrc`` is not read, as kubectl does not read it."""
+    if connection.proxy:
+        return connection.proxy, None
+    try:
+        proxy, auth = get_env_proxy_for_url(URL(connection.host))
+    except LookupError:
+        return None, None
+    return str(proxy), ({"Proxy-Authorization": auth.encode()} if auth is not None else None)
 
 
 class KubeCluster:
-    """The cluster port on a kubernetes_asyncio ``ApiClient`` (see the module docstring)."""
+    """The cluster port on an API server reached through ``connection`` (see the module docstring)."""
 
-    def __init__(self, api: ApiClient, *, request_timeout: float = 30.0) -> None:
-        self.api = api
+    def __init__(self, connection: Connection, *, request_timeout: float = 30.0) -> None:
+        self.connection = connection
         self.request_timeout = request_timeout
-        _resolve_proxy_once(api)
+        self.proxy, self.proxy_headers = _proxy(connection)
+        self._headers: dict[str, str] = {}
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:  # opened in the event loop that uses it
+            self._headers = {"Accept": "application/json", "User-Agent": _user_agent()}
+            tls: Any = self.connection.tls if self.connection.tls is not None else True
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=CONNECTIONS, ssl=tls), trust_env=False, read_bufsize=2**21
+            )
+        return self._session
 
     async def close(self) -> None:
-        await self.api.close()
+        if self._session is not None:
+            await self._session.close()
 
     async def _request(
         self,
@@ -90,25 +103,25 @@ class KubeCluster:
         content_type: str = "application/json",
         timeout: float | None = None,
     ) -> aiohttp.ClientResponse:
-        config = self.api.configuration
-        headers = {**self.api.default_headers, "Accept": "application/json", "Content-Type": content_type}
+        if self.connection.read_only and method not in READ_METHODS:
+            raise ReadOnlyViolation(f"refused {method} {path}: this connection only reads the cluster")
+        session = self._open()
+        headers = {**self._headers, "Content-Type": content_type}
+        url = self.connection.host + path + (f"?{urlencode(query)}" if query else "")
         try:
-            if "BearerToken" in config.api_key:
-                # As call_api authenticates: the refresh hook keeps an exec plugin's or OIDC token current.
-                token = await config.get_api_key_with_prefix("BearerToken")
-                if token:
-                    headers["authorization"] = token
-            response: aiohttp.ClientResponse = await self.api.rest_client.request(
+            authorization = await self.connection.credentials.authorization()
+            if authorization:
+                headers["Authorization"] = authorization
+            response = await session.request(
                 method,
-                f"{config.host}{path}",
-                query_params=dict(query) if query else None,  # (no name is given twice)
+                URL(url, encoded=True),
+                data=json.dumps(body) if body is not None else None,
                 headers=headers,
-                body=body,
-                _preload_content=False,
-                _request_timeout=timeout or self.request_timeout,
+                timeout=aiohttp.ClientTimeout(total=timeout or self.request_timeout),
+                proxy=self.proxy,
+                proxy_headers=self.proxy_headers,
+                server_hostname=self.connection.server_name,
             )
-        except ApiException as error:
-            raise from_status(error.status or 503, str(error.reason)) from error
         except (TimeoutError, aiohttp.ClientError, OSError) as error:
             raise Unavailable(f"{method} {path}: {type(error).__name__}: {error}") from error
         if 200 <= response.status < 300:

@@ -1,7 +1,7 @@
 """SimCluster: an in-memory Kubernetes API with real semantics (docs/architecture.md).
 
 It is the embedded cluster of ``phalanx simulate`` and ``phalanx dry-run``, the store behind the
-benchmarks, and, served over HTTP by :class:`SimServer`, the API server the kubernetes_asyncio adapter
+benchmarks, and, served over HTTP by :class:`SimServer`, the API server the real adapter (``kube/``)
 is tested against, with injected faults.
 """
 
