@@ -370,3 +370,10 @@ def test_the_readme_s_synopsis_of_a_command_lists_every_flag_its_help_lists(comm
     flags = {flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")}
     missing = sorted(flags - documented - {"--help"})
     assert not missing, f"README's synopsis of {command} lacks {missing}"
+
+
+def test_version_names_the_installed_package_s_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    out = capsys.readouterr().out
+    assert exited.value.code == 0 and re.fullmatch(r"phalanx \d+\.\d+\.\d+\S*\n", out), out
