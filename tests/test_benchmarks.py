@@ -143,7 +143,9 @@ def test_the_philly_replay_reads_a_baseline_from_its_cache_and_replays_phalanx_r
 
 def test_bench_start_quick_json_times_each_milestone_of_phalanx_run_s_start() -> None:
     completed, report = run_quick("scripts/bench_start.py")
-    walls = [report[f"{mark} wall"] for mark in ("discovered", "informers synced", "leading", "first bind")]
+    marks = ("discovered", "informers synced", "leading", "first bind", "last bind")
+    walls = [report[f"{mark} wall"] for mark in marks]
     assert walls == sorted(walls) and walls[0] > 0  # in the order a start reaches them
     assert report["first bind cpu"] >= report["informers synced cpu"] > 0 and report["imports cpu"] > 0
+    assert report["per pod ms"] > 0 and set(report["met"]) == {"first bind", "per pod"}
     assert "machine:" in completed.stderr and "command: scripts/bench_start.py --quick --json" in completed.stderr
