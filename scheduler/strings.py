@@ -45,11 +45,13 @@ class SharedStrings:
         return copy
 
     def _value(self, value: Any) -> Any:
-        if isinstance(value, str):
+        # Exact types, not isinstance: a JSON parser makes only these, and the checks run for every value.
+        kind = type(value)
+        if kind is str:
             return self._table.setdefault(value, value) if len(value) <= MAX_LENGTH else value
-        if isinstance(value, dict):
+        if kind is dict:
             table = self._table
             return {table.setdefault(k, k): self._value(v) for k, v in value.items()}
-        if isinstance(value, list):
+        if kind is list:
             return [self._value(v) for v in value]
         return value
