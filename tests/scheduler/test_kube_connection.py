@@ -3,7 +3,8 @@
 The server here is a small HTTPS server that answers a node list and says who called (the client
 certificate's name and the Authorization header). Its certificates (``tests/data/tls``) were made once for
 these tests by a throwaway authority valid for a century: the server's names only
-``kubernetes.default.svc``, the client's is ``alice``.
+``kubernetes.default.svc``, the client's is ``alice``; ``other-ca.crt`` is another authority, which signed
+neither.
 """
 
 from __future__ import annotations
@@ -138,6 +139,27 @@ async def test_an_exec_plugin_s_token_is_asked_for_and_sent(tmp_path: Path) -> N
     assert callers == [{"certificate": None, "authorization": "Bearer from-exec"}]
 
 
+async def test_the_authority_s_data_wins_over_its_file_and_may_be_wrapped(tmp_path: Path) -> None:
+    """As client-go reads them: never both authorities trusted; base64 broken over lines, as `base64` writes it."""
+    (tmp_path / "ca.crt").write_bytes((TLS / "ca.crt").read_bytes())
+    wrapped = "\n".join(data("ca.crt")[i : i + 76] for i in range(0, len(data("ca.crt")), 76))
+    async with https_server() as (url, callers):
+        name = {"server": url, "tls-server-name": "kubernetes.default.svc"}
+        other = {**name, "certificate-authority": "ca.crt", "certificate-authority-data": data("other-ca.crt")}
+        with pytest.raises(Unavailable, match="certificate"):
+            await nodes_listed(write_kubeconfig(tmp_path, other, {"token": "t"}))
+        await nodes_listed(write_kubeconfig(tmp_path, {**name, "certificate-authority-data": wrapped}, {"token": "t"}))
+    assert callers == [{"certificate": None, "authorization": "Bearer t"}]
+
+
+async def test_a_token_file_wins_over_a_token(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("from-the-file")
+    async with https_server() as (url, callers):
+        cluster = {"server": url, "insecure-skip-tls-verify": True}
+        await nodes_listed(write_kubeconfig(tmp_path, cluster, {"token": "stale", "tokenFile": "token"}))
+    assert callers == [{"certificate": None, "authorization": "Bearer from-the-file"}]
+
+
 @pytest.mark.parametrize(
     ("cluster", "user", "context", "said"),
     [
@@ -157,6 +179,19 @@ async def test_an_exec_plugin_s_token_is_asked_for_and_sent(tmp_path: Path) -> N
             None,
             "not a usable certificate",
         ),
+        (
+            {"server": "https://x", "insecure-skip-tls-verify": True, "certificate-authority-data": data("ca.crt")},
+            {},
+            None,
+            "insecure-skip-tls-verify and a certificate authority are given together",
+        ),
+        ({"server": "https://x", "insecure-skip-tls-verify": "false"}, {}, None, "must be true or false, got 'false'"),
+        (
+            {"server": "https://x"},
+            {"client-key-data": data("client.key")},
+            None,
+            "client-key is given without its pair",
+        ),
     ],
 )
 async def test_a_kubeconfig_that_cannot_be_used_says_what_is_wrong(
@@ -165,7 +200,8 @@ async def test_a_kubeconfig_that_cannot_be_used_says_what_is_wrong(
     path = write_kubeconfig(tmp_path, cluster, user)
     with pytest.raises(KubeConfigError, match=r"^kubeconfig ") as raised:
         await connect(str(path), context)
-    assert said in str(raised.value) and "\n" not in str(raised.value)
+    message = str(raised.value)
+    assert said in message and "\n" not in message and message.count("kubeconfig ") == 1, message
 
 
 async def test_a_token_file_is_read_again_once_a_minute(tmp_path: Path) -> None:
@@ -182,6 +218,11 @@ async def test_a_token_file_is_read_again_once_a_minute(tmp_path: Path) -> None:
     path.unlink()  # replaced by kubelet: the token read before serves until the file is back
     now[0] = 2 * TOKEN_FILE_REREAD_SECONDS
     assert await token.authorization() == "Bearer rotated"
+    path.write_text("")  # rewritten in place, caught half way: not a token
+    now[0] = 3 * TOKEN_FILE_REREAD_SECONDS
+    assert await token.authorization() == "Bearer rotated"
+    path.write_text("third")
+    assert await token.authorization() == "Bearer third"  # read again at the next request, not a minute later
 
 
 async def test_in_cluster_the_service_account_s_files_and_the_service_s_address(tmp_path: Path) -> None:

@@ -91,7 +91,8 @@ class KubeCluster:
 
     async def close(self) -> None:
         if self._session is not None:
-            await self._session.close()
+            session, self._session = self._session, None  # a later request opens a new one
+            await session.close()
 
     async def _request(
         self,

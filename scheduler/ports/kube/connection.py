@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from scheduler.ports.errors import Unavailable
+
 #: The service account's files in every pod (kubelet mounts them; the token is rotated while the pod runs).
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 #: How long a token read from a file is used before the file is read again. client-go re-reads after a
@@ -72,14 +74,16 @@ class TokenFile:
         now = self.clock()
         if now - self._read_at >= TOKEN_FILE_REREAD_SECONDS:
             try:
-                self._token = self.path.read_text().strip()
+                token = self.path.read_text().strip()
             except OSError:
+                token = ""
+            if not token:
                 if not self._token:
-                    raise
-                # A token file being replaced can be missing for a moment: the token read before still
-                # holds for the rest of its life, and the file is tried again at the next request.
+                    raise Unavailable(f"token file {self.path}: missing or empty")
+                # A token file being replaced can be missing or empty for a moment (client-go keeps the last
+                # token then too): the token read before still holds, and the file is tried at the next request.
                 return f"Bearer {self._token}"
-            self._read_at = now
+            self._token, self._read_at = token, now
         return f"Bearer {self._token}" if self._token else None
 
 
@@ -103,6 +107,9 @@ class Connection:
     server_name: str | None = None  # the name checked against the server's certificate, if not the host's
     proxy: str | None = None  # an explicit proxy (kubeconfig proxy-url); else the environment's is used
     read_only: bool = False  # every request that is not a read is refused before it is sent
+    #: How another process makes the same connection: the arguments of ``python -m
+    #: scheduler.ports.kube.writer`` (a writer process, ``writers.py``); empty where none can.
+    origin: tuple[str, ...] = field(default=(), compare=False)
 
     def reading_only(self) -> Connection:
         return replace(self, read_only=True)
@@ -110,7 +117,7 @@ class Connection:
 
 def plain(url: str) -> Connection:
     """An API server that asks for no credentials (the sandbox's and the emulator's, on loopback)."""
-    return Connection(host=url.rstrip("/"), tls=_tls() if url.startswith("https:") else None)
+    return Connection(host=url.rstrip("/"), tls=_tls() if url.startswith("https:") else None, origin=("--url", url))
 
 
 def in_cluster(folder: Path = SERVICE_ACCOUNT, environ: Mapping[str, str] = os.environ) -> Connection:
@@ -128,7 +135,8 @@ def in_cluster(folder: Path = SERVICE_ACCOUNT, environ: Mapping[str, str] = os.e
         tls = _tls(ca_file=str(ca))
     except (OSError, ssl.SSLError) as error:
         raise KubeConfigError(f"in-cluster configuration: certificate authority {ca}: {_reason(error)}") from None
-    return Connection(host=f"https://{host}:{port}", credentials=TokenFile(token), tls=tls)
+    origin = ("--in-cluster",) if folder == SERVICE_ACCOUNT else ()
+    return Connection(host=f"https://{host}:{port}", credentials=TokenFile(token), tls=tls, origin=origin)
 
 
 def default_kubeconfig() -> str:
@@ -148,33 +156,22 @@ async def from_kubeconfig(path: str, context: str | None = None) -> Connection:
     entry = _named(document, "contexts", str(named), where)
     cluster = _named(document, "clusters", str(entry.get("cluster")), where)
     user = _named(document, "users", str(entry.get("user")), where) if entry.get("user") else {}
+    origin = ("--kubeconfig", os.path.abspath(path), *(("--context", context) if context else ()))
     if user.get("exec") or user.get("auth-provider"):
-        return await _through_client_library(path, context)
+        return replace(await _through_client_library(path, context), origin=origin)
     server = str(cluster.get("server") or "")
     parts = urlsplit(server)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise KubeConfigError(f"kubeconfig {path}: server {server!r} is not an http(s) URL")
     folder = Path(path).parent
-    tls = None
-    if parts.scheme == "https":
-        try:
-            tls = _tls(
-                ca_file=_file(cluster, "certificate-authority", folder),
-                ca_data=_data(cluster, "certificate-authority-data", where),
-                cert=_pem(user, "client-certificate", folder, where),
-                key=_pem(user, "client-key", folder, where),
-                verify=not cluster.get("insecure-skip-tls-verify"),
-            )
-        except FileNotFoundError as error:
-            raise KubeConfigError(f"{where}: no such file: {error.filename}") from None
-        except (OSError, ssl.SSLError, ValueError) as error:
-            raise KubeConfigError(f"{where}: {_reason(error)}") from None
+    tls = _kubeconfig_tls(cluster, user, folder, where) if parts.scheme == "https" else None
     return Connection(
         host=server.rstrip("/"),
         credentials=_credentials(user, folder, where),
         tls=tls,
         server_name=str(cluster["tls-server-name"]) if cluster.get("tls-server-name") else None,
         proxy=str(cluster["proxy-url"]) if cluster.get("proxy-url") else None,
+        origin=origin,
     )
 
 
@@ -202,14 +199,48 @@ def _named(document: Mapping[str, Any], section: str, name: str, where: str) -> 
     raise KubeConfigError(f"{where}: no {section.removesuffix('s')} named {name!r} in its {section}")
 
 
+def _kubeconfig_tls(cluster: Mapping[str, Any], user: Mapping[str, Any], folder: Path, where: str) -> ssl.SSLContext:
+    """The TLS of a kubeconfig's cluster and user, refused where kubectl refuses it."""
+    insecure = cluster.get("insecure-skip-tls-verify", False)
+    if not isinstance(insecure, bool):
+        raise KubeConfigError(f"{where}: insecure-skip-tls-verify must be true or false, got {insecure!r}")
+    has_ca = bool(cluster.get("certificate-authority") or cluster.get("certificate-authority-data"))
+    if insecure and has_ca:
+        raise KubeConfigError(
+            f"{where}: insecure-skip-tls-verify and a certificate authority are given together; kubectl refuses "
+            "that too: remove one"
+        )
+    has_cert = bool(user.get("client-certificate") or user.get("client-certificate-data"))
+    has_key = bool(user.get("client-key") or user.get("client-key-data"))
+    if has_cert != has_key:
+        given = "client-certificate" if has_cert else "client-key"
+        raise KubeConfigError(f"{where}: {given} is given without its pair; a client certificate needs both")
+    try:
+        ca_data = _data(cluster, "certificate-authority-data", where)
+        return _tls(
+            # The data wins over the file, as in client-go: never both trusted.
+            ca_file=None if ca_data is not None else _file(cluster, "certificate-authority", folder),
+            ca_data=ca_data,
+            cert=_pem(user, "client-certificate", folder, where),
+            key=_pem(user, "client-key", folder, where),
+            verify=not insecure,
+        )
+    except FileNotFoundError as error:
+        raise KubeConfigError(f"{where}: no such file: {error.filename}") from None
+    except KubeConfigError:
+        raise
+    except (OSError, ssl.SSLError, ValueError) as error:
+        raise KubeConfigError(f"{where}: {_reason(error)}") from None
+
+
 def _credentials(user: Mapping[str, Any], folder: Path, where: str) -> Credentials:
-    if user.get("token"):
-        return Header(f"Bearer {user['token']}")
-    if user.get("tokenFile"):
+    if user.get("tokenFile"):  # it wins over a token, as in client-go: the file is the one kept current
         path = folder / str(user["tokenFile"])
         if not path.is_file():
             raise KubeConfigError(f"{where}: no such file: {path}")
         return TokenFile(path)
+    if user.get("token"):
+        return Header(f"Bearer {user['token']}")
     if user.get("username") and user.get("password") is not None:
         pair = f"{user['username']}:{user['password']}".encode()
         return Header(f"Basic {base64.b64encode(pair).decode()}")
@@ -230,7 +261,8 @@ def _data(entry: Mapping[str, Any], key: str, where: str) -> bytes | None:
     if not entry.get(key):
         return None
     try:
-        return base64.b64decode(str(entry[key]), validate=True)
+        # Line breaks are allowed (wrapped output of base64), as Go's decoder allows them.
+        return base64.b64decode("".join(str(entry[key]).split()), validate=True)
     except (binascii.Error, ValueError):
         raise KubeConfigError(f"{where}: {key} is not base64") from None
 
