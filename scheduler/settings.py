@@ -96,6 +96,10 @@ class BindingSettings:
     """Client-side rate limit of API writes (binds, status, Events), as kube-scheduler's QPS."""
     burst: int = 1000
     """Writes allowed at once above the rate, as kube-scheduler's burst."""
+    writer_processes: int | None = None
+    """Processes that make the API writes the scheduler decided (binds, Events, status), each on a core of its
+    own (``ports/kube/writers.py``). None (``auto`` in YAML): one per core the container may use but the
+    deciding process's, at least 1 and at most 4. 0: the deciding process writes itself."""
     assume_timeout_seconds: float = 30.0
     """A bound pod the watch has not confirmed after this long is forgotten and its capacity released."""
     device_binding_timeout_seconds: float = 600.0
@@ -199,6 +203,12 @@ def _unknown(where: str, key: object, known: list[str]) -> SettingsError:
 
 
 def _coerce(where: str, value: object, kind: Any) -> object:
+    if kind == int | None:  # a whole number, or "auto" (the default, chosen at start)
+        if value is None or value == "auto":
+            return None
+        if isinstance(value, str) and not value.isdigit():
+            raise SettingsError(f"{where}: must be a whole number or auto, got {value!r}")
+        return _coerce(where, value, int)
     if kind is bool:
         if isinstance(value, bool):
             return value

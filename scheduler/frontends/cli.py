@@ -26,6 +26,7 @@ from scheduler.health import ListenError
 from scheduler.logs import LEVELS, configure
 from scheduler.ports.errors import Forbidden, PortError
 from scheduler.ports.kube import KubeCluster, KubeConfigError, connect, user_of
+from scheduler.ports.kube.writers import Writers, writer_processes
 from scheduler.settings import Settings, load_settings
 
 # The other commands' modules (the emulator, the simulation, the report tables) are imported by the
@@ -277,17 +278,26 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 async def _run(settings: Settings, kubeconfig: str | None, context: str | None) -> None:
-    port = KubeCluster(await connect(kubeconfig, context))
+    connection = await connect(kubeconfig, context)
+    processes = writer_processes(settings.binding.writer_processes) if connection.origin else 0
+    port = Writers(KubeCluster(connection), processes)
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(Phalanx(settings, port, freeze_heap=True).run)
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for _ in signals:
-                    group.cancel_scope.cancel()  # leaders release their lease on the way out
-                    break
+            group.start_soon(_stop_on_signal, group.cancel_scope)
+            # The writers start once the first lists are in: before, they would take the cores the start needs
+            # (until then, and while none is ready, this process writes itself).
+            await group.start(Phalanx(settings, port, freeze_heap=True).run)
+            group.start_soon(port.run)
     finally:
         with anyio.CancelScope(shield=True):
             await port.close()
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            scope.cancel()  # leaders release their lease on the way out
+            return
 
 
 def _command_run(args: argparse.Namespace, settings: Settings) -> int:

@@ -29,6 +29,7 @@ import anyio
 from scheduler.app import Phalanx
 from scheduler.logs import configure
 from scheduler.ports.kube import KubeCluster, client_for
+from scheduler.ports.kube.writers import Writers
 from scheduler.ports.sim import Faults
 from tests.reliability.chaos import Gangs, api_errors, cordon, create, priority_classes, settle, watch_trouble
 from tests.scheduler.support import FAST, Cluster, cluster, elected
@@ -68,6 +69,7 @@ class Soak:
     seed: int
     fault_seconds: float
     outage_seconds: float
+    writers: int = 0  # writer processes per replica (0: each replica writes itself)
     replicas: list[Replica] = field(default_factory=list)
     started_replicas: int = 0
     injected: Counter[str] = field(default_factory=Counter)
@@ -87,7 +89,7 @@ class Soak:
     async def start_replica(self, group: anyio.abc.TaskGroup) -> None:
         self.started_replicas += 1
         identity = f"replica-{self.started_replicas}"
-        port = KubeCluster(client_for(self.where.url), request_timeout=10)
+        port = Writers(KubeCluster(client_for(self.where.url), request_timeout=10), self.writers)
         app = Phalanx(replace(FAST, leader_election=elected(identity, lease=3.0, renew=2.0, retry=0.3)), port)
         scope = anyio.CancelScope()
         self.where.monitor.apps.append(app)
@@ -95,7 +97,10 @@ class Soak:
         async def run(*, task_status: anyio.abc.TaskStatus[None]) -> None:
             try:
                 with scope:
-                    await app.run(task_status=task_status)
+                    async with anyio.create_task_group() as replica:
+                        replica.start_soon(port.run)
+                        await replica.start(app.run)
+                        task_status.started()
             finally:
                 with anyio.CancelScope(shield=True):
                     await port.close()
@@ -275,7 +280,7 @@ async def soaking(args: argparse.Namespace) -> AsyncIterator[Soak]:
     async with cluster(args.cluster, faults=faults) as where:
         where.store.ensure_namespace("kube-system")
         priority_classes(where, **dict(PRIORITY_VALUES))
-        yield Soak(where, faults, args.seed, args.fault_seconds, args.outage_seconds)
+        yield Soak(where, faults, args.seed, args.fault_seconds, args.outage_seconds, writers=args.writers)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -341,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", default="blocks=2,racks=4,nodes=8,gpus=8", help="SimCluster shape (64 nodes)")
     parser.add_argument("--fault-seconds", type=float, default=8.0, help="how long each fault lasts (default 8)")
     parser.add_argument("--outage-seconds", type=float, default=60.0, help="how long the API server is gone (60)")
+    parser.add_argument("--writers", type=int, default=0, help="writer processes per replica (default 0: none)")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     parser.add_argument("--log-level", default="error", help="the scheduler's log level (default error)")
     args = parser.parse_args(argv)

@@ -27,16 +27,19 @@ from tests.scheduler.checks import check_invariants
 from tests.scheduler.support import FAST, cluster, eventually, phalanx
 
 SHAPE = "blocks=1,racks=2,nodes=4,gpus=8"  # 64 GPUs: the gangs below ask for more, so some must wait
-SEEDS = [1, 2]
+#: Each seed once: the first with the deciding process writing itself, the second with two writer processes.
+RUNS = pytest.mark.parametrize(("seed", "writers"), [(1, 0), (2, 2)], ids=["seed1-in-process", "seed2-writers"])
 #: A gang whose members were deleted holds its room for them until its timeout; the liveness check, a fresh
 #: scheduler, does not know of that room and waits for it to be let go. Five seconds keeps that wait short.
 CHAOS = replace(FAST, gangs=GangSettings(default_timeout_seconds=5, timeout_jitter_seconds=0))
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-async def test_api_errors_on_every_verb_never_break_a_gang_and_all_that_fits_binds_once_they_stop(seed: int) -> None:
+@RUNS
+async def test_api_errors_on_every_verb_never_break_a_gang_and_all_that_fits_binds_once_they_stop(
+    seed: int, writers: int
+) -> None:
     faults = Faults(seed=seed)
-    async with cluster(SHAPE, faults=faults) as where, phalanx(where, CHAOS) as app:
+    async with cluster(SHAPE, faults=faults) as where, phalanx(where, CHAOS, writers=writers) as app:
         faults.rules.extend(api_errors())
         gangs = Gangs(seed)
         for _ in range(12):
@@ -57,10 +60,12 @@ def injected_codes(faults: Faults) -> set[str]:
     return {code for key in faults.injected for code in ("500", "429", "409") if key.endswith(code)}
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-async def test_dropped_watches_and_expired_resource_versions_are_recovered_by_relisting(seed: int) -> None:
+@RUNS
+async def test_dropped_watches_and_expired_resource_versions_are_recovered_by_relisting(
+    seed: int, writers: int
+) -> None:
     faults = Faults(seed=seed)
-    async with cluster(SHAPE, faults=faults) as where, phalanx(where, CHAOS) as app:
+    async with cluster(SHAPE, faults=faults) as where, phalanx(where, CHAOS, writers=writers) as app:
         watch_trouble(faults)
         gangs = Gangs(seed)
         for _ in range(10):
@@ -74,11 +79,11 @@ async def test_dropped_watches_and_expired_resource_versions_are_recovered_by_re
         await check_invariants(where)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-async def test_pods_deleted_while_their_gang_binds_leave_no_node_over_committed(seed: int) -> None:
+@RUNS
+async def test_pods_deleted_while_their_gang_binds_leave_no_node_over_committed(seed: int, writers: int) -> None:
     slow = Faults(seed=seed, rules=[FaultRule(verbs=frozenset({"bind"}), latency=0.05, jitter=0.1)])
     settings = replace(CHAOS, binding=BindingSettings(concurrency=2, assume_timeout_seconds=5))
-    async with cluster(SHAPE, faults=slow) as where, phalanx(where, settings) as app:
+    async with cluster(SHAPE, faults=slow) as where, phalanx(where, settings, writers=writers) as app:
         gangs = Gangs(seed)
         for _ in range(10):
             create(where, gangs.next()[1])
@@ -91,10 +96,10 @@ async def test_pods_deleted_while_their_gang_binds_leave_no_node_over_committed(
         await check_invariants(where)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-async def test_nodes_deleted_or_cordoned_during_a_cycle_get_no_new_pods(seed: int) -> None:
+@RUNS
+async def test_nodes_deleted_or_cordoned_during_a_cycle_get_no_new_pods(seed: int, writers: int) -> None:
     slow = Faults(seed=seed, rules=[FaultRule(verbs=frozenset({"bind"}), latency=0.05, jitter=0.1)])
-    async with cluster(SHAPE, faults=slow) as where, phalanx(where, CHAOS) as app:
+    async with cluster(SHAPE, faults=slow) as where, phalanx(where, CHAOS, writers=writers) as app:
         gangs = Gangs(seed)
         for _ in range(10):
             create(where, gangs.next()[1])
@@ -104,6 +109,7 @@ async def test_nodes_deleted_or_cordoned_during_a_cycle_get_no_new_pods(seed: in
         deleted, cordoned = draw.sample(nodes, 2)
         where.store.delete(where.store.resource("v1", "Node"), None, deleted)
         cordon(where, cordoned)
+
         # What Phalanx placed before its watch showed the change may still land there (as with any scheduler:
         # the kubelet of a cordoned node still runs what was bound to it); what it places afterwards may not.
         def seen() -> bool:
@@ -123,10 +129,10 @@ async def test_nodes_deleted_or_cordoned_during_a_cycle_get_no_new_pods(seed: in
             assert node != deleted or pod in settled_before, f"{pod} was bound to the deleted node {node}"
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-async def test_group_objects_changed_or_deleted_mid_flight(seed: int) -> None:
+@RUNS
+async def test_group_objects_changed_or_deleted_mid_flight(seed: int, writers: int) -> None:
     slow = Faults(seed=seed, rules=[FaultRule(verbs=frozenset({"bind"}), latency=0.05, jitter=0.1)])
-    async with cluster(SHAPE, faults=slow) as where, phalanx(where, CHAOS) as app:
+    async with cluster(SHAPE, faults=slow) as where, phalanx(where, CHAOS, writers=writers) as app:
         gangs = Gangs(seed)
         groups = []
         while len(groups) < 4:
@@ -151,10 +157,10 @@ async def test_group_objects_changed_or_deleted_mid_flight(seed: int) -> None:
             assert key in where.bound() or "does not exist yet" in where.condition(key)["message"]
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-async def test_preemptions_under_api_errors_evict_whole_units_of_lower_priority_only(seed: int) -> None:
+@RUNS
+async def test_preemptions_under_api_errors_evict_whole_units_of_lower_priority_only(seed: int, writers: int) -> None:
     faults = Faults(seed=seed)
-    async with cluster(SHAPE, faults=faults) as where, phalanx(where, CHAOS) as app:
+    async with cluster(SHAPE, faults=faults) as where, phalanx(where, CHAOS, writers=writers) as app:
         priority_classes(where, batch=10, production=1000)
         batch = Gangs(seed, priority_class="batch")
         for _ in range(10):

@@ -21,6 +21,7 @@ import yaml
 from scheduler.app import Phalanx
 from scheduler.gangs.gang_settings import GangSettings
 from scheduler.ports.kube import KubeCluster, client_for
+from scheduler.ports.kube.writers import Writers
 from scheduler.ports.sim import ClusterShape, Faults, SimServer, Store, load, read_manifest_file
 from scheduler.settings import (
     BindingSettings,
@@ -194,13 +195,17 @@ async def cluster(
 
 
 @contextlib.asynccontextmanager
-async def phalanx(where: Cluster, settings: Settings = FAST, **changes: Any) -> AsyncIterator[Phalanx]:
-    """A Phalanx process on the cluster, through KubeCluster over HTTP; stopped (cancelled) on exit."""
-    port = KubeCluster(client_for(where.url), request_timeout=10)
+async def phalanx(
+    where: Cluster, settings: Settings = FAST, *, writers: int = 0, **changes: Any
+) -> AsyncIterator[Phalanx]:
+    """A Phalanx process on the cluster, through KubeCluster over HTTP, its writes made by ``writers`` writer
+    processes (none: by itself); stopped (cancelled) on exit."""
+    port = Writers(KubeCluster(client_for(where.url), request_timeout=10), writers)
     app = Phalanx(replace(settings, **changes), port)
     where.monitor.apps.append(app)
     try:
         async with anyio.create_task_group() as group:
+            await group.start(port.run)
             await group.start(app.run)
             yield app
             group.cancel_scope.cancel()

@@ -1,0 +1,129 @@
+"""A writer process: ``python -m scheduler.ports.kube.writer --kubeconfig FILE [--context NAME]`` (or
+``--in-cluster``, or ``--url URL``).
+
+It makes the API writes the deciding process hands it (``writers.py``), on a connection of its own to
+the same server with the same credentials, so that the HTTP client's CPU is spent on another core.
+It reads one JSON call per line on stdin, ``{"id": 7, "call": "bind", "args": [...], "kwargs": {...}}``,
+answers each on stdout as soon as the server answered it, ``{"id": 7, "result": ...}`` or ``{"id": 7,
+"error": {"code": 409, "message": "...", "retryAfter": null}}``, in any order, and says ``{"ready":
+true}`` first, once its connection is made (or ``{"failed": "..."}``, and exits). It decides nothing,
+keeps nothing, and ends when its stdin does: the deciding process has ended or let it go.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from typing import Any
+
+from scheduler.ports.errors import PortError, Throttled
+from scheduler.ports.kube.cluster import KubeCluster
+from scheduler.ports.kube.connection import Connection, KubeConfigError, from_kubeconfig, in_cluster, plain
+from scheduler.ports.port import ApiResource
+
+#: The writes a writer makes: the port's methods that change the cluster.
+CALLS = frozenset({"bind", "create", "patch_status", "update", "patch", "delete"})
+#: A call's line may carry a whole object (a claim with its devices): generous, and still bounded.
+MAX_LINE = 64 * 2**20
+
+
+def resource_of(fields: dict[str, Any]) -> ApiResource:
+    return ApiResource(
+        group=fields["group"],
+        version=fields["version"],
+        plural=fields["plural"],
+        kind=fields["kind"],
+        namespaced=fields["namespaced"],
+        status_subresource=fields["status_subresource"],
+    )
+
+
+def fields_of(resource: ApiResource) -> dict[str, Any]:
+    return {
+        "group": resource.group,
+        "version": resource.version,
+        "plural": resource.plural,
+        "kind": resource.kind,
+        "namespaced": resource.namespaced,
+        "status_subresource": resource.status_subresource,
+    }
+
+
+async def _connection(args: argparse.Namespace) -> Connection:
+    if args.url:
+        return plain(args.url)
+    if args.in_cluster:
+        return in_cluster()
+    return await from_kubeconfig(args.kubeconfig, args.context)
+
+
+async def _answer(port: KubeCluster, message: dict[str, Any]) -> dict[str, Any]:
+    call = message.get("call")
+    if call not in CALLS:
+        return {"id": message.get("id"), "error": {"code": 0, "message": f"a writer makes no call {call!r}"}}
+    args = list(message.get("args") or [])
+    if call != "bind":
+        args[0] = resource_of(args[0])
+    try:
+        result = await getattr(port, call)(*args, **(message.get("kwargs") or {}))
+    except PortError as error:
+        retry_after = error.retry_after if isinstance(error, Throttled) else None
+        return {"id": message["id"], "error": {"code": error.code, "message": str(error), "retryAfter": retry_after}}
+    return {"id": message["id"], "result": result}
+
+
+async def serve(args: argparse.Namespace) -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_LINE)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+    out = sys.stdout.buffer
+
+    def say(message: dict[str, Any]) -> None:
+        out.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        out.flush()
+
+    try:
+        port = KubeCluster(await _connection(args))
+    except KubeConfigError as error:
+        say({"failed": str(error)})
+        return
+    say({"ready": True})
+    calls: set[asyncio.Task[None]] = set()
+
+    async def one(line: bytes) -> None:
+        message = json.loads(line)
+        try:
+            answer = await _answer(port, message)
+        except Exception as error:  # a bug here must not end the writer: the caller hears of it and retries
+            answer = {"id": message.get("id"), "error": {"code": 0, "message": f"{type(error).__name__}: {error}"}}
+        say(answer)
+
+    try:
+        while line := await reader.readline():
+            task = asyncio.create_task(one(line))
+            calls.add(task)
+            task.add_done_callback(calls.discard)
+        if calls:
+            await asyncio.wait(calls)  # what was handed over is still carried out; nobody hears the answers
+    finally:
+        await port.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    # Ctrl-C in a terminal reaches the whole process group: the writer ends when its stdin does, once the
+    # deciding process has ended, not half way through what it was handed.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parser = argparse.ArgumentParser(prog="python -m scheduler.ports.kube.writer", description=__doc__)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--kubeconfig")
+    where.add_argument("--in-cluster", action="store_true")
+    where.add_argument("--url")
+    parser.add_argument("--context")
+    asyncio.run(serve(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

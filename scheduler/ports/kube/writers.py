@@ -1,0 +1,249 @@
+"""``Writers``: the cluster port of the deciding process, with its API writes made by writer processes.
+
+One process decides: it alone keeps the cluster's state, assumes and forgets, places. What it decided
+still has to be written (a binding and a ``Scheduled`` Event per pod, conditions, group status, claims,
+evictions), and each request costs the HTTP client more CPU than the decision did. ``Writers`` hands
+those writes to writer processes (``writer.py``), each with a connection of its own, so that they use
+other cores; reads, watches and the leader's Lease stay here.
+
+A write travels as one line of JSON to the writer with the fewest calls in flight, and its answer comes
+back the same way: the result, or the status the server answered with, raised here as the same
+``scheduler.ports.errors`` exception the port would have raised itself. The binder, the reporter and the
+evictor therefore do with a refusal exactly what they did before (unassume, back off, retry).
+
+A writer that dies (killed, out of memory) fails every call it had in flight with ``Unavailable``, which
+callers retry as any transient failure; it is started again after a backoff. A write it had sent before
+dying is found carried out when retried: a binding then conflicts, and the binder reads the pod and
+counts it bound where it was bound; a delete finds the pod gone. Nothing is bound twice (the server binds
+a pod once) and nothing is lost (every write is retried or told as refused). While no writer is ready
+(at the start, or when all died), this process writes itself.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import itertools
+import json
+import math
+import os
+import sys
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.buffered import BufferedByteReceiveStream
+from structlog import get_logger
+
+from scheduler.ports.errors import Unavailable, from_status
+from scheduler.ports.kube.cluster import KubeCluster
+from scheduler.ports.kube.writer import MAX_LINE, fields_of
+from scheduler.ports.port import ApiResource, Change, Listing
+
+log = get_logger("phalanx.writers")
+
+#: The most writer processes chosen by default: past a few, the API server's write capacity, not the
+#: client's CPU, is the limit.
+MOST_BY_DEFAULT = 4
+FIRST_RESTART_S, LAST_RESTART_S = 1.0, 30.0
+#: Leases are renewed here: leadership must not hang on a writer's health.
+_STAYS_HERE = frozenset({"coordination.k8s.io"})
+
+
+def usable_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """The cores this process may use: its CPU affinity, bounded by its cgroup's CPU quota (a container's
+    ``resources.limits.cpu``), as Go's runtime reads it for GOMAXPROCS since 1.25."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = (cgroup / "cpu.max").read_text().split()
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return cores
+
+
+def writer_processes(setting: int | None, cores: int | None = None) -> int:
+    """How many writer processes: the setting, or for ``auto`` one per core but the deciding one's (at least
+    one, at most :data:`MOST_BY_DEFAULT`). 0: this process writes itself, as before writers existed."""
+    if setting is not None:
+        return setting
+    return max(1, min((cores or usable_cores()) - 1, MOST_BY_DEFAULT))
+
+
+@dataclass(slots=True)
+class _Call:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    answer: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class _Writer:
+    number: int
+    process: anyio.abc.Process
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    calls: dict[int, _Call] = field(default_factory=dict)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        async with self.lock:
+            await self.process.stdin.send(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+
+
+class Writers:
+    """The cluster port of the deciding process (see the module docstring). Run :meth:`run` beside the
+    scheduler; until a writer is ready, and with ``processes=0``, writes go through ``port`` itself."""
+
+    def __init__(self, port: KubeCluster, processes: int) -> None:
+        if processes > 0 and not port.connection.origin:
+            raise ValueError("writer processes need a connection another process can make again")
+        self.port = port
+        self.processes = processes
+        self._ready: list[_Writer] = []
+        self._ids = itertools.count(1)
+        self.restarts = 0
+        self.handed = 0  # writes handed to a writer process (the rest were made here)
+
+    @property
+    def ready(self) -> tuple[int, ...]:
+        """The process ids of the writers ready for calls."""
+        return tuple(writer.process.pid for writer in self._ready)
+
+    @property
+    def in_flight(self) -> dict[int, int]:
+        """Calls handed to each ready writer (by process id) and not answered yet."""
+        return {writer.process.pid: len(writer.calls) for writer in self._ready}
+
+    # -- reads and the Lease: here -------------------------------------------------------------
+
+    async def close(self) -> None:
+        await self.port.close()
+
+    async def served(self) -> set[tuple[str, str, str]]:
+        return await self.port.served()
+
+    async def list(
+        self, resource: ApiResource, *, limit: int | None = None, continue_token: str | None = None
+    ) -> Listing:
+        return await self.port.list(resource, limit=limit, continue_token=continue_token)
+
+    def watch(self, resource: ApiResource, resource_version: str, *, timeout: float) -> AsyncIterator[Change]:
+        return self.port.watch(resource, resource_version, timeout=timeout)
+
+    async def get(self, resource: ApiResource, namespace: str, name: str) -> dict[str, Any]:
+        return await self.port.get(resource, namespace, name)
+
+    # -- writes: by a writer -------------------------------------------------------------------
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        await self._write("bind", [namespace, name, uid, node])
+
+    async def create(self, resource: ApiResource, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._write("create", [resource, namespace, dict(body)])  # type: ignore[no-any-return]
+
+    async def patch_status(
+        self, resource: ApiResource, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        return await self._write("patch_status", [resource, namespace, name, dict(patch)])  # type: ignore[no-any-return]
+
+    async def update(self, resource: ApiResource, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._write("update", [resource, namespace, name, dict(body)])  # type: ignore[no-any-return]
+
+    async def patch(self, resource: ApiResource, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._write("patch", [resource, namespace, name, dict(patch)])  # type: ignore[no-any-return]
+
+    async def delete(self, resource: ApiResource, namespace: str, name: str, *, uid: str | None = None) -> None:
+        await self._write("delete", [resource, namespace, name], {"uid": uid})
+
+    async def _write(self, call: str, args: builtins.list[Any], kwargs: dict[str, Any] | None = None) -> Any:
+        resource = args[0] if isinstance(args[0], ApiResource) else None
+        if not self._ready or (resource is not None and resource.group in _STAYS_HERE):
+            return await getattr(self.port, call)(*args, **(kwargs or {}))
+        writer = min(self._ready, key=lambda candidate: len(candidate.calls))
+        number = next(self._ids)
+        pending = writer.calls[number] = _Call()
+        self.handed += 1
+        wire = [fields_of(args[0]), *args[1:]] if resource is not None else args
+        try:
+            await writer.send({"id": number, "call": call, "args": wire, "kwargs": kwargs or {}})
+            await pending.done.wait()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass  # it died as the call was handed over: no answer, as below
+        finally:
+            writer.calls.pop(number, None)
+        answer = pending.answer
+        if answer is None:
+            raise Unavailable(f"{call}: writer process {writer.number} ended before the server answered")
+        error = answer.get("error")
+        if error is not None:
+            code = int(error.get("code") or 0)
+            if not code:  # the writer failed, not the server: told, and retried as a transient failure
+                log.error("a writer process failed a call", call=call, error=error.get("message"))
+                raise Unavailable(f"{call}: writer process {writer.number}: {error.get('message')}")
+            raise from_status(code, str(error.get("message")), retry_after=error.get("retryAfter"))
+        return answer.get("result")
+
+    # -- the processes -------------------------------------------------------------------------
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Keep :attr:`processes` writers running until cancelled (each started again when it dies)."""
+        async with anyio.create_task_group() as group:
+            for number in range(self.processes):
+                group.start_soon(self._keep, number)
+            task_status.started()
+
+    async def _keep(self, number: int) -> None:
+        delay = FIRST_RESTART_S
+        while True:
+            started = anyio.current_time()
+            why = await self._one(number)
+            self.restarts += 1
+            if anyio.current_time() - started > LAST_RESTART_S:
+                delay = FIRST_RESTART_S  # it had run a while: not a crash loop
+            log.warning("a writer process ended; it is started again", writer=number, why=why, in_seconds=delay)
+            await anyio.sleep(delay)
+            delay = min(delay * 2, LAST_RESTART_S)
+
+    async def _one(self, number: int) -> str:
+        """Run one writer process until it ends; what ended it, in words."""
+        command = [sys.executable, "-m", "scheduler.ports.kube.writer", *self.port.connection.origin]
+        with anyio.CancelScope(shield=True):  # a process started is always ended below, never left behind
+            process = await anyio.open_process(command, stdin=-1, stdout=-1, stderr=None)
+        writer = _Writer(number, process)
+        assert process.stdout is not None
+        lines = BufferedByteReceiveStream(process.stdout)
+        try:
+            first = json.loads(await lines.receive_until(b"\n", MAX_LINE))
+            if not first.get("ready"):
+                return str(first.get("failed") or first)
+            self._ready.append(writer)
+            while True:
+                answer = json.loads(await lines.receive_until(b"\n", MAX_LINE))
+                pending = writer.calls.get(answer.get("id"))
+                if pending is not None:
+                    pending.answer = answer
+                    pending.done.set()
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, ValueError) as error:
+            return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        finally:
+            if writer in self._ready:
+                self._ready.remove(writer)
+            for pending in writer.calls.values():
+                pending.done.set()  # no answer: Unavailable, retried by the caller
+            with anyio.CancelScope(shield=True):
+                await _end(process)
+
+
+async def _end(process: anyio.abc.Process) -> None:
+    """Let a writer go: its stdin closed, it finishes what it was handed; killed if it does not end soon."""
+    if process.stdin is not None:
+        with contextlib.suppress(anyio.BrokenResourceError, OSError):
+            await process.stdin.aclose()
+    with anyio.move_on_after(5):
+        await process.wait()
+        return
+    process.kill()
+    await process.wait()

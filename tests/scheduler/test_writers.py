@@ -1,0 +1,146 @@
+"""Writer processes: the deciding process's writes made by other processes, answered as the port answers, and
+nothing lost or bound twice when a writer dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from scheduler.ports.errors import Conflict, NotFound, Unavailable
+from scheduler.ports.kube import KubeCluster, client_for
+from scheduler.ports.kube.writers import MOST_BY_DEFAULT, Writers, usable_cores, writer_processes
+from scheduler.ports.port import PODS, ApiResource
+from scheduler.ports.sim import Faults
+from scheduler.ports.sim.faults import FaultRule
+from tests.scheduler.support import Cluster, cluster, eventually, gpu_pod, pfn, phalanx
+
+EVENTS = ApiResource("events.k8s.io", "v1", "events", "Event")
+LEASES = ApiResource("coordination.k8s.io", "v1", "leases", "Lease")
+
+
+@asynccontextmanager
+async def writing(where: Cluster, processes: int) -> AsyncIterator[Writers]:
+    writers = Writers(KubeCluster(client_for(where.url), request_timeout=10), processes)
+    async with anyio.create_task_group() as group:
+        await group.start(writers.run)
+        await eventually(lambda: len(writers.ready) == processes, what=f"{processes} writer(s) to be ready")
+        yield writers
+        group.cancel_scope.cancel()
+    await writers.close()
+
+
+async def test_writes_made_by_a_writer_are_answered_as_the_port_answers() -> None:
+    async with cluster() as where, writing(where, 1) as writers:
+        where.create(gpu_pod("solo"))
+        uid = where.pods()["team/solo"]["metadata"]["uid"]
+        await writers.bind("team", "solo", uid, "b0-r0-n0")
+        assert where.bound() == {"team/solo": "b0-r0-n0"}
+        with pytest.raises(Conflict):
+            await writers.bind("team", "solo", uid, "b0-r0-n1")  # already bound: the same error as the port's
+        with pytest.raises(NotFound):
+            await writers.bind("team", "nobody", "uid", "b0-r0-n0")
+        event = {
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "solo.1", "namespace": "team"},
+            "regarding": {"kind": "Pod", "namespace": "team", "name": "solo", "uid": uid},
+            "reason": "Scheduled", "note": "bound", "type": "Normal", "action": "Binding",
+            "eventTime": "2026-11-28T00:00:00.000000Z", "reportingController": "phalanx",
+            "reportingInstance": "test",
+        }  # fmt: skip
+        created = await writers.create(EVENTS, "team", event)
+        assert created["metadata"]["uid"] and created["reason"] == "Scheduled"  # the object as stored
+        assert writers.handed == 4
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "l", "namespace": "team"},
+        }
+        await writers.create(LEASES, "team", lease)
+        assert writers.handed == 4  # the Lease is written here: leadership does not hang on a writer
+        with pytest.raises(Conflict):
+            await writers.delete(PODS, "team", "solo", uid="another")
+        await writers.delete(PODS, "team", "solo", uid=uid)
+        assert "team/solo" not in where.pods()
+
+
+async def test_a_writer_that_dies_fails_its_calls_as_unavailable_and_is_started_again() -> None:
+    faults = Faults(seed=1)
+    async with cluster(faults=faults) as where, writing(where, 1) as writers:
+        for name in ("slow", "later"):
+            where.create(gpu_pod(name))
+        faults.rules.append(FaultRule(verbs=frozenset({"bind"}), latency=60.0))  # the bind stays in flight
+        (first,) = writers.ready
+        failed: list[BaseException] = []
+
+        async def bind() -> None:
+            try:
+                await writers.bind("team", "slow", where.pods()["team/slow"]["metadata"]["uid"], "b0-r0-n0")
+            except Unavailable as error:
+                failed.append(error)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(bind)
+            await eventually(lambda: writers.in_flight == {first: 1}, what="the bind to be with the writer")
+            os.kill(first, signal.SIGKILL)
+        assert len(failed) == 1 and "ended before the server answered" in str(failed[0])
+        faults.rules.clear()
+        await eventually(lambda: writers.ready and writers.ready != (first,), what="a writer started again")
+        await writers.bind("team", "later", where.pods()["team/later"]["metadata"]["uid"], "b0-r0-n1")
+        assert where.bound()["team/later"] == "b0-r0-n1" and writers.restarts == 1
+
+
+@pytest.mark.parametrize("processes", [0, 2])
+async def test_gangs_bind_whole_whether_this_process_or_writers_write(processes: int) -> None:
+    """With no writer the deciding process writes, as before writers existed; with two, they do. The same gangs
+    bind, each in one rack, and the monitor finds nothing bound beyond a node or below a gang's minimum."""
+    async with cluster("blocks=1,racks=2,nodes=4,gpus=8") as where:
+        for gang in range(4):
+            for member in range(4):
+                where.create(gpu_pod(f"g{gang}-{member}", gpus=8, annotations=pfn(f"g{gang}", 4)))
+        async with phalanx(where, writers=processes):
+            await eventually(lambda: len(where.bound()) == 8, what="two gangs of four to bind")
+            await eventually(lambda: len(where.events("Scheduled")) == 8, what="a Scheduled Event per pod")
+        racks: dict[str, set[str]] = {f"g{gang}": set() for gang in range(4)}
+        for key, node in where.bound().items():
+            racks[key.split("/")[1].split("-")[0]].add(node.rsplit("-", 1)[0])
+        assert sorted(len(found) for found in racks.values()) == [0, 0, 1, 1]  # two gangs bound, each in one rack
+
+
+async def test_a_writer_killed_while_a_gang_binds_loses_nothing_and_binds_nothing_twice() -> None:
+    faults = Faults(seed=1)
+    faults.rules.append(FaultRule(verbs=frozenset({"bind"}), latency=0.2))  # binds in flight long enough
+    async with cluster("blocks=1,racks=2,nodes=4,gpus=8", faults=faults) as where:
+        async with phalanx(where, writers=2) as app:
+            writers = app.port
+            assert isinstance(writers, Writers)
+            await eventually(lambda: len(writers.ready) == 2, what="two writers to be ready")
+            for gang in range(2):
+                for member in range(4):
+                    where.create(gpu_pod(f"g{gang}-{member}", gpus=8, annotations=pfn(f"g{gang}", 4)))
+            busy = await eventually(lambda: max(writers.in_flight.items(), key=lambda item: item[1]) if any(
+                writers.in_flight.values()) else None, what="binds with the writers")  # fmt: skip
+            os.kill(busy[0], signal.SIGKILL)  # the writer with the most binds in flight
+            await eventually(lambda: len(where.bound()) == 8, timeout=60, what="both gangs to bind")
+        bound = where.bound()
+        assert len(bound) == 8 and len(set(bound.values())) == 8  # each pod on a node of its own
+        assert writers.restarts >= 1
+
+
+def test_writer_processes_by_default_one_per_core_but_one_at_least_one_and_a_few_at_most() -> None:
+    assert [writer_processes(None, cores) for cores in (1, 2, 3, 5, 16)] == [1, 1, 2, 4, MOST_BY_DEFAULT]
+    assert writer_processes(0, 16) == 0 and writer_processes(3, 1) == 3
+
+
+def test_usable_cores_are_bounded_by_the_container_s_cpu_limit(tmp_path: Path) -> None:
+    affinity = len(os.sched_getaffinity(0))
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # resources.limits.cpu: 1500m
+    assert usable_cores(tmp_path) == min(affinity, 2)
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert usable_cores(tmp_path) == affinity
+    assert usable_cores(tmp_path / "absent") == affinity
