@@ -16,8 +16,8 @@ billion members costs the same to place as one that says two.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Container, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
 from topology.nodes import Taint
@@ -220,6 +220,28 @@ class GangRequest:
     def members(self) -> Iterator[Member]:
         for node in self.walk():
             yield from node.pods
+
+    def bound(self, nodes: Mapping[str, str]) -> tuple[GangRequest, int]:
+        """This tree with the members named in ``nodes`` on those nodes (their ``spec.nodeName`` set, as a
+        bind sets it: node and node constraint alike), and how many of them it holds."""
+        if self.is_leaf:
+            pods, found = [], 0
+            for member in self.pods:
+                node = nodes.get(member.key)
+                if node is None:
+                    pods.append(member)
+                    continue
+                found += 1
+                constraints = replace(member.shape.constraints, node_name=node)
+                shape = PodShape(requests=member.shape.requests, constraints=constraints)
+                pods.append(Member(key=member.key, shape=shape, node=node))
+            return (replace(self, pods=tuple(pods)), found) if found else (self, 0)
+        children, found = [], 0
+        for child in self.children:
+            updated, here = child.bound(nodes)
+            children.append(updated)
+            found += here
+        return (replace(self, children=tuple(children)), found) if found else (self, 0)
 
     def minimum_pods(self) -> int:
         """The fewest pods that can satisfy every minimum of this node (its cheapest children)."""

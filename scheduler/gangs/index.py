@@ -9,6 +9,7 @@ the events touched and says which results changed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from scheduler.gangs.common import Context
@@ -16,7 +17,7 @@ from scheduler.gangs.compiler import GangCompiler
 from scheduler.gangs.gang_settings import GangSettings
 from scheduler.gangs.groups import GroupObject
 from scheduler.gangs.membership import MembershipIndex
-from scheduler.gangs.model import GangKey, GangResult, ObjectRef
+from scheduler.gangs.model import GangKey, GangResult, GangSpec, ObjectRef
 from scheduler.gangs.pods import PodInfo
 from topology import KINDS, ResourceKind
 
@@ -54,20 +55,41 @@ class GangIndex:
     # -- results -------------------------------------------------------------------------------
 
     def take_changed(self) -> set[GangKey]:
-        """Compile the gangs that events touched; return the keys whose result changed or vanished."""
+        """Compile the gangs that events touched; return the keys whose result changed or vanished.
+
+        A gang whose members were only bound since its compile takes their nodes without a compile: what a
+        compile reads of a member that did not change but for its ``spec.nodeName`` is its node alone."""
         changed: set[GangKey] = set()
+        compiled: set[GangKey] = set()
         while dirty := self.membership.take_dirty():
             for key in dirty:
-                result = self.compiler.compile(key)
-                if result is None:
-                    if self._results.pop(key, None) is not None:
-                        changed.add(key)
-                    continue
-                if result != self._results.get(key):
-                    self._results[key] = result
-                    changed.add(key)
-                self.membership.compiled(key, result.pods)
+                self._compile(key, changed)
+            compiled |= dirty
+        for key, nodes in self.membership.take_bound().items():
+            if key in compiled:
+                continue  # compiled with its members as they are now
+            result = self._results.get(key)
+            if not isinstance(result, GangSpec):
+                self._compile(key, changed)  # an error says what it says of all members: compiled again
+                continue
+            request, found = result.request.bound(nodes)
+            if found != len(nodes):
+                self._compile(key, changed)  # not compiled as the membership has it: compiled now
+                continue
+            self._results[key] = replace(result, request=request)
+            changed.add(key)
         return changed
+
+    def _compile(self, key: GangKey, changed: set[GangKey]) -> None:
+        result = self.compiler.compile(key)
+        if result is None:
+            if self._results.pop(key, None) is not None:
+                changed.add(key)
+            return
+        if result != self._results.get(key):
+            self._results[key] = result
+            changed.add(key)
+        self.membership.compiled(key, result.pods)
 
     def get(self, key: GangKey) -> GangResult | None:
         return self._results.get(key)

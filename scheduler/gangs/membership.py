@@ -52,6 +52,7 @@ class MembershipIndex:
         self._gated_at: dict[PodKey, GangKey | ObjectRef] = {}
         self._gang_of: dict[PodKey, GangKey] = {}
         self._dirty: set[GangKey] = set()
+        self._bound: dict[GangKey, dict[str, str]] = {}  # gang -> members bound since it was compiled -> node
 
     # -- events --------------------------------------------------------------------------------
 
@@ -65,6 +66,13 @@ class MembershipIndex:
         old = self._pods.get(info.key)
         if old is not None and _same_for_gangs(old, info):
             self._pods[info.key] = info  # e.g. a status update: nothing a gang depends on changed
+            return
+        gang = self._gang_of.get(info.key)
+        if old is not None and gang is not None and _bound_since(old, info):
+            # Bound, and nothing else a gang is compiled from changed: its compiled gang gets the member's node
+            # (GangIndex.take_changed), not a compile; a gang of 8 comes back in several batches of binds.
+            self._pods[info.key] = info
+            self._bound.setdefault(gang, {})[info.key] = str(info.node)
             return
         self._detach(info.key)
         if self._is_member(info):
@@ -143,6 +151,12 @@ class MembershipIndex:
         """The gangs events touched since the last call."""
         dirty, self._dirty = self._dirty, set()
         return dirty
+
+    def take_bound(self) -> dict[GangKey, dict[str, str]]:
+        """The members that were bound, and nothing else about them changed, since the last call, by gang:
+        their compiled gang needs their node, not a compile."""
+        bound, self._bound = self._bound, {}
+        return bound
 
     def compiled(self, key: GangKey, pods: tuple[PodKey, ...]) -> None:
         """Record which gang ``pods`` were compiled into (a later event on one of them marks that gang)."""
@@ -346,6 +360,26 @@ def _same_for_gangs(old: PodInfo, new: PodInfo) -> bool:
         and old.labels == new.labels
         and old.annotations == new.annotations
         and old.raw.get("spec") == new.raw.get("spec")
+        and _claims_made(old) == _claims_made(new)
+    )
+
+
+def _bound_since(old: PodInfo, new: PodInfo) -> bool:
+    """Whether the pod was bound and nothing else its gang is compiled from changed: its spec is the one it
+    had but for ``nodeName`` (what a bind writes), and it claims no devices (what those ask is read afresh)."""
+    if old.node is not None or new.node is None:
+        return False
+    spec, before = new.raw.get("spec"), old.raw.get("spec")
+    if not isinstance(spec, dict) or not isinstance(before, dict) or spec.get("resourceClaims"):
+        return False
+    return (
+        old.scheduler == new.scheduler
+        and old.counts == new.counts
+        and old.membership == new.membership
+        and old.priority == new.priority
+        and old.labels == new.labels
+        and old.annotations == new.annotations
+        and {**before, "nodeName": new.node} == spec
         and _claims_made(old) == _claims_made(new)
     )
 
