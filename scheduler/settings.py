@@ -88,6 +88,10 @@ class StarvationSettings:
     one let into held room keeps those nodes from the reserved gang for as long as it runs."""
 
 
+#: The most writer processes a configuration may ask for.
+MOST_WRITER_PROCESSES = 64
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BindingSettings:
     concurrency: int = 64
@@ -99,7 +103,7 @@ class BindingSettings:
     writer_processes: int | None = None
     """Processes that make the API writes the scheduler decided (binds, Events, status), each on a core of its
     own (``ports/kube/writers.py``). None (``auto`` in YAML): one per core the container may use but the
-    deciding process's, at least 1 and at most 4. 0: the deciding process writes itself."""
+    deciding process's, at most 4 (none with one core). 0: the deciding process writes itself."""
     assume_timeout_seconds: float = 30.0
     """A bound pod the watch has not confirmed after this long is forgotten and its capacity released."""
     device_binding_timeout_seconds: float = 600.0
@@ -319,6 +323,11 @@ def _check(settings: Settings) -> None:
         raise SettingsError("queue.initialBackoffSeconds: must not exceed queue.maxBackoffSeconds")
     if settings.binding.concurrency < 1 or settings.binding.burst < 1 or settings.binding.writes_per_second <= 0:
         raise SettingsError("binding: concurrency, burst and writesPerSecond must be positive")
+    if settings.binding.writer_processes is not None and settings.binding.writer_processes > MOST_WRITER_PROCESSES:
+        raise SettingsError(
+            f"binding.writerProcesses: at most {MOST_WRITER_PROCESSES}, got {settings.binding.writer_processes} "
+            "(past a few, the API server's write capacity is the limit, not the writers)"
+        )
     if settings.reporting.concurrency < 1:
         raise SettingsError("reporting.concurrency: must be positive")
     leader = settings.leader_election

@@ -32,6 +32,7 @@ FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 #: The ``schedulerName`` of a pod that names none (the API server's default).
 DEFAULT_SCHEDULER = "default-scheduler"
 
+
 @dataclass(frozen=True, slots=True)
 class Membership:
     """The gang a pod names. ``leaf`` identifies it within the source and namespace; ``group`` is the

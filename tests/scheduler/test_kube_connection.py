@@ -238,3 +238,12 @@ async def test_in_cluster_the_service_account_s_files_and_the_service_s_address(
     assert await connection.credentials.authorization() == "Bearer sa-token"
     with pytest.raises(KubeConfigError, match="KUBERNETES_SERVICE_HOST"):
         in_cluster(tmp_path, {})
+
+
+async def test_a_writer_process_reaches_the_context_resolved_now(tmp_path: Path) -> None:
+    """The current context pinned: a writer started after ``kubectl config use-context`` writes where the
+    deciding process reads."""
+    other = {"name": "other", "context": {"cluster": "c", "user": "u"}}
+    path = write_kubeconfig(tmp_path, {"server": "http://127.0.0.1:1"}, {}, contexts=[other])
+    assert (await connect(str(path))).origin == ("--kubeconfig", str(path), "--context", "main")
+    assert (await connect(str(path), "other")).origin[-2:] == ("--context", "other")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -132,15 +133,77 @@ async def test_a_writer_killed_while_a_gang_binds_loses_nothing_and_binds_nothin
         assert writers.restarts >= 1
 
 
-def test_writer_processes_by_default_one_per_core_but_one_at_least_one_and_a_few_at_most() -> None:
-    assert [writer_processes(None, cores) for cores in (1, 2, 3, 5, 16)] == [1, 1, 2, 4, MOST_BY_DEFAULT]
+async def test_a_writer_that_stops_answering_is_killed_and_its_call_fails_as_unavailable() -> None:
+    faults = Faults(seed=1)
+    async with cluster(faults=faults) as where:
+        where.create(gpu_pod("stuck"))
+        writers = Writers(KubeCluster(client_for(where.url), request_timeout=0.5), 1, answer_margin_s=0.2)
+        async with anyio.create_task_group() as group:
+            await group.start(writers.run)
+            await eventually(lambda: len(writers.ready) == 1, what="a writer to be ready")
+            (first,) = writers.ready
+            os.kill(first, signal.SIGSTOP)  # alive, and answering nothing
+            with pytest.raises(Unavailable, match="ended before the server answered"):
+                await writers.bind("team", "stuck", where.pods()["team/stuck"]["metadata"]["uid"], "b0-r0-n0")
+            await eventually(lambda: writers.ready and writers.ready != (first,), what="a writer started again")
+            assert writers.restarts == 1
+            group.cancel_scope.cancel()
+        await writers.close()
+
+
+async def test_a_writer_that_cannot_be_started_leaves_the_writes_to_this_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No process can be started (a pids limit, no memory): it is tried again later, and meanwhile the deciding
+    process writes itself; the scheduler does not stop."""
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    async with cluster() as where:
+        where.create(gpu_pod("solo"))
+        writers = Writers(KubeCluster(client_for(where.url), request_timeout=10), 1)
+        async with anyio.create_task_group() as group:
+            await group.start(writers.run)
+            await eventually(lambda: writers.restarts >= 1, what="a failed start")
+            await writers.bind("team", "solo", where.pods()["team/solo"]["metadata"]["uid"], "b0-r0-n0")
+            assert where.bound() == {"team/solo": "b0-r0-n0"} and writers.handed == 0
+            group.cancel_scope.cancel()
+        await writers.close()
+
+
+def test_writer_processes_by_default_one_per_core_but_the_deciding_one_s_and_a_few_at_most() -> None:
+    assert [writer_processes(None, cores) for cores in (1, 2, 3, 5, 16)] == [0, 1, 2, 4, MOST_BY_DEFAULT]
     assert writer_processes(0, 16) == 0 and writer_processes(3, 1) == 3
 
 
-def test_usable_cores_are_bounded_by_the_container_s_cpu_limit(tmp_path: Path) -> None:
+def cgroups(root: Path, membership: str, files: dict[str, str]) -> Path:
+    (root / "proc/self").mkdir(parents=True)
+    (root / "proc/self/cgroup").write_text(membership)
+    for name, text in files.items():
+        (root / "sys/fs/cgroup" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "sys/fs/cgroup" / name).write_text(text)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("membership", "files", "quota"),
+    [
+        ("0::/\n", {"cpu.max": "150000 100000\n"}, 2),  # cgroup v2, a private namespace: limits.cpu 1500m
+        ("0::/\n", {"cpu.max": "max 100000\n"}, None),  # no limit
+        ("0::/kubepods/pod1/c1\n",  # cgroup v2, the host's view: the limit on the pod's cgroup, above
+         {"kubepods/pod1/cpu.max": "200000 100000\n", "kubepods/pod1/c1/cpu.max": "max 1"}, 2),
+        (
+            "12:memory:/kubepods/pod1/c1\n4:cpu,cpuacct:/kubepods/pod1/c1\n",  # cgroup v1 (Amazon Linux 2 nodes)
+            {"cpu,cpuacct/kubepods/pod1/c1/cpu.cfs_quota_us": "100000\n",
+             "cpu,cpuacct/kubepods/pod1/c1/cpu.cfs_period_us": "100000\n"},
+            1,
+        ),
+        ("4:cpu,cpuacct:/\n",
+         {"cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"}, None),
+    ],
+)  # fmt: skip
+def test_usable_cores_are_bounded_by_the_container_s_cpu_limit(
+    tmp_path: Path, membership: str, files: dict[str, str], quota: int | None
+) -> None:
     affinity = len(os.sched_getaffinity(0))
-    (tmp_path / "cpu.max").write_text("150000 100000\n")  # resources.limits.cpu: 1500m
-    assert usable_cores(tmp_path) == min(affinity, 2)
-    (tmp_path / "cpu.max").write_text("max 100000\n")
-    assert usable_cores(tmp_path) == affinity
+    expected = affinity if quota is None else min(affinity, quota)
+    assert usable_cores(cgroups(tmp_path, membership, files)) == expected
     assert usable_cores(tmp_path / "absent") == affinity

@@ -156,7 +156,9 @@ async def from_kubeconfig(path: str, context: str | None = None) -> Connection:
     entry = _named(document, "contexts", str(named), where)
     cluster = _named(document, "clusters", str(entry.get("cluster")), where)
     user = _named(document, "users", str(entry.get("user")), where) if entry.get("user") else {}
-    origin = ("--kubeconfig", os.path.abspath(path), *(("--context", context) if context else ()))
+    # The context as resolved now: a writer started later must reach this cluster, whatever the kubeconfig's
+    # current-context has become since.
+    origin = ("--kubeconfig", os.path.abspath(path), "--context", str(named))
     if user.get("exec") or user.get("auth-provider"):
         return replace(await _through_client_library(path, context), origin=origin)
     server = str(cluster.get("server") or "")

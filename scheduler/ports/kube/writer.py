@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
-import sys
 from typing import Any
 
 from scheduler.ports.errors import PortError, Throttled
@@ -75,11 +75,24 @@ async def _answer(port: KubeCluster, message: dict[str, Any]) -> dict[str, Any]:
     return {"id": message["id"], "result": result}
 
 
+def _protocol_pipes() -> tuple[int, int]:
+    """The pipes to the deciding process, moved off fds 0 and 1: an exec credential plugin inherits stdin,
+    and a library may print; neither may read or write a line of the protocol. Fd 0 reads nothing and fd 1
+    goes to stderr."""
+    calls, answers = os.dup(0), os.dup(1)
+    nothing = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(nothing, 0)
+    os.close(nothing)
+    os.dup2(2, 1)
+    return calls, answers
+
+
 async def serve(args: argparse.Namespace) -> None:
+    calls_fd, answers_fd = _protocol_pipes()
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
-    out = sys.stdout.buffer
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(calls_fd, "rb", 0))
+    out = os.fdopen(answers_fd, "wb")
 
     def say(message: dict[str, Any]) -> None:
         out.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
@@ -94,11 +107,13 @@ async def serve(args: argparse.Namespace) -> None:
     calls: set[asyncio.Task[None]] = set()
 
     async def one(line: bytes) -> None:
-        message = json.loads(line)
+        number = None
         try:
+            message = json.loads(line)
+            number = message.get("id")
             answer = await _answer(port, message)
         except Exception as error:  # a bug here must not end the writer: the caller hears of it and retries
-            answer = {"id": message.get("id"), "error": {"code": 0, "message": f"{type(error).__name__}: {error}"}}
+            answer = {"id": number, "error": {"code": 0, "message": f"{type(error).__name__}: {error}"}}
         say(answer)
 
     try:
@@ -113,9 +128,10 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    # Ctrl-C in a terminal reaches the whole process group: the writer ends when its stdin does, once the
-    # deciding process has ended, not half way through what it was handed.
+    # Ctrl-C in a terminal, or a SIGTERM sent to the whole process group, is for the deciding process: the
+    # writer ends when its stdin does, once that process has ended, not half way through what it was handed.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     parser = argparse.ArgumentParser(prog="python -m scheduler.ports.kube.writer", description=__doc__)
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--kubeconfig")

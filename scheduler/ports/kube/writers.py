@@ -49,29 +49,67 @@ log = get_logger("phalanx.writers")
 #: client's CPU, is the limit.
 MOST_BY_DEFAULT = 4
 FIRST_RESTART_S, LAST_RESTART_S = 1.0, 30.0
+#: A writer that has not answered a call this long after the request's own timeout is stuck.
+ANSWER_MARGIN_S = 10.0
+#: How long a writer may take to make its connection (an exec credential plugin runs then).
+READY_TIMEOUT_S = 60.0
 #: Leases are renewed here: leadership must not hang on a writer's health.
 _STAYS_HERE = frozenset({"coordination.k8s.io"})
 
 
-def usable_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
-    """The cores this process may use: its CPU affinity, bounded by its cgroup's CPU quota (a container's
-    ``resources.limits.cpu``), as Go's runtime reads it for GOMAXPROCS since 1.25."""
+def usable_cores(root: Path = Path("/")) -> int:
+    """The cores this process may use: its CPU affinity, bounded by the CPU quota of its cgroup or any cgroup
+    above it (a container's ``resources.limits.cpu``), cgroup v2 or v1, as Go's runtime bounds GOMAXPROCS."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = _cgroup_quota(root)
+    return max(1, min(cores, math.ceil(quota))) if quota is not None else cores
+
+
+def _cgroup_quota(root: Path) -> float | None:
+    """The smallest CPU quota (in cores) on the way from this process's cgroup up to the root, if any."""
     try:
-        quota, period = (cgroup / "cpu.max").read_text().split()
-        if quota != "max":
-            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+        lines = (root / "proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        lines = []
+    mounts = root / "sys/fs/cgroup"
+    found: list[float] = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2: one hierarchy, quota in cpu.max ("max" or "<quota> <period>")
+            for folder in _up(mounts, path):
+                words = _read(folder / "cpu.max").split()
+                if len(words) == 2 and words[0] != "max":
+                    found.append(int(words[0]) / int(words[1]))
+        elif "cpu" in controllers.split(","):  # cgroup v1: the cpu controller's cfs quota and period
+            for base in (mounts / controllers, mounts / "cpu", mounts / "cpu,cpuacct"):
+                for folder in _up(base, path):
+                    quota, period = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
+                    if quota.lstrip("-").isdigit() and period.isdigit() and int(quota) > 0 and int(period) > 0:
+                        found.append(int(quota) / int(period))
+    return min(found) if found else None
+
+
+def _up(base: Path, path: str) -> list[Path]:
+    """``base`` joined with ``path`` and each folder above it up to ``base`` (a private cgroup namespace shows
+    its own cgroup as ``/``: then ``base`` itself)."""
+    parts = [part for part in path.split("/") if part]
+    return [base.joinpath(*parts[:depth]) for depth in range(len(parts), -1, -1)]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
     except (OSError, ValueError):
-        pass
-    return cores
+        return ""
 
 
 def writer_processes(setting: int | None, cores: int | None = None) -> int:
-    """How many writer processes: the setting, or for ``auto`` one per core but the deciding one's (at least
-    one, at most :data:`MOST_BY_DEFAULT`). 0: this process writes itself, as before writers existed."""
+    """How many writer processes: the setting, or for ``auto`` one per core but the deciding one's, at most
+    :data:`MOST_BY_DEFAULT`. With one core there is none: a writer could only share that core (and its CPU
+    quota) with the deciding process, adding the pipe's cost to every write. 0: this process writes itself."""
     if setting is not None:
         return setting
-    return max(1, min((cores or usable_cores()) - 1, MOST_BY_DEFAULT))
+    return max(0, min((cores or usable_cores()) - 1, MOST_BY_DEFAULT))
 
 
 @dataclass(slots=True)
@@ -97,11 +135,12 @@ class Writers:
     """The cluster port of the deciding process (see the module docstring). Run :meth:`run` beside the
     scheduler; until a writer is ready, and with ``processes=0``, writes go through ``port`` itself."""
 
-    def __init__(self, port: KubeCluster, processes: int) -> None:
+    def __init__(self, port: KubeCluster, processes: int, *, answer_margin_s: float = ANSWER_MARGIN_S) -> None:
         if processes > 0 and not port.connection.origin:
             raise ValueError("writer processes need a connection another process can make again")
         self.port = port
         self.processes = processes
+        self.answer_margin_s = answer_margin_s
         self._ready: list[_Writer] = []
         self._ids = itertools.count(1)
         self.restarts = 0
@@ -165,16 +204,26 @@ class Writers:
         writer = min(self._ready, key=lambda candidate: len(candidate.calls))
         number = next(self._ids)
         pending = writer.calls[number] = _Call()
-        self.handed += 1
         wire = [fields_of(args[0]), *args[1:]] if resource is not None else args
         try:
-            await writer.send({"id": number, "call": call, "args": wire, "kwargs": kwargs or {}})
-            await pending.done.wait()
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            pass  # it died as the call was handed over: no answer, as below
+            try:
+                await writer.send({"id": number, "call": call, "args": wire, "kwargs": kwargs or {}})
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                # It died before the call reached it: nothing was sent, so this process makes the call at once.
+                self._gone(writer)
+                return await getattr(self.port, call)(*args, **(kwargs or {}))
+            self.handed += 1
+            with anyio.move_on_after(self.port.request_timeout + self.answer_margin_s):
+                await pending.done.wait()
         finally:
             writer.calls.pop(number, None)
         answer = pending.answer
+        if not pending.done.is_set():
+            # The server's answer would have come by now, or the request timed out in the writer: the writer
+            # is stuck (stopped, or reading a broken line). It goes, and is started again.
+            log.error("a writer process stopped answering; it is started again", writer=writer.number, call=call)
+            self._gone(writer)
+            writer.process.kill()
         if answer is None:
             raise Unavailable(f"{call}: writer process {writer.number} ended before the server answered")
         error = answer.get("error")
@@ -185,6 +234,13 @@ class Writers:
                 raise Unavailable(f"{call}: writer process {writer.number}: {error.get('message')}")
             raise from_status(code, str(error.get("message")), retry_after=error.get("retryAfter"))
         return answer.get("result")
+
+    def _gone(self, writer: _Writer) -> None:
+        """No more calls for ``writer``; those it has are told it ended (its reader restarts it)."""
+        if writer in self._ready:
+            self._ready.remove(writer)
+        for pending in writer.calls.values():
+            pending.done.set()
 
     # -- the processes -------------------------------------------------------------------------
 
@@ -199,7 +255,10 @@ class Writers:
         delay = FIRST_RESTART_S
         while True:
             started = anyio.current_time()
-            why = await self._one(number)
+            try:
+                why = await self._one(number)
+            except Exception as error:  # no process (a pids limit, no memory): this process writes meanwhile
+                why = f"{type(error).__name__}: {error}"
             self.restarts += 1
             if anyio.current_time() - started > LAST_RESTART_S:
                 delay = FIRST_RESTART_S  # it had run a while: not a crash loop
@@ -216,23 +275,26 @@ class Writers:
         assert process.stdout is not None
         lines = BufferedByteReceiveStream(process.stdout)
         try:
-            first = json.loads(await lines.receive_until(b"\n", MAX_LINE))
-            if not first.get("ready"):
-                return str(first.get("failed") or first)
+            with anyio.fail_after(READY_TIMEOUT_S):  # a kubeconfig's exec plugin may hang
+                first = json.loads(await lines.receive_until(b"\n", MAX_LINE))
+            if not isinstance(first, dict) or not first.get("ready"):
+                return str(first.get("failed") if isinstance(first, dict) else first)
             self._ready.append(writer)
             while True:
                 answer = json.loads(await lines.receive_until(b"\n", MAX_LINE))
-                pending = writer.calls.get(answer.get("id"))
+                said = answer.get("id") if isinstance(answer, dict) else None
+                pending = writer.calls.get(said) if isinstance(said, int) else None
                 if pending is not None:
                     pending.answer = answer
                     pending.done.set()
-        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, ValueError) as error:
-            return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        except TimeoutError:
+            return f"not ready within {READY_TIMEOUT_S:g} s"
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.DelimiterNotFound) as error:
+            return type(error).__name__ + (f": {error}" if str(error) else "")
+        except ValueError as error:  # not JSON: a line that is not the protocol's
+            return f"unreadable answer: {error}"
         finally:
-            if writer in self._ready:
-                self._ready.remove(writer)
-            for pending in writer.calls.values():
-                pending.done.set()  # no answer: Unavailable, retried by the caller
+            self._gone(writer)
             with anyio.CancelScope(shield=True):
                 await _end(process)
 
