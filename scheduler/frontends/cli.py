@@ -284,10 +284,8 @@ async def _run(settings: Settings, kubeconfig: str | None, context: str | None) 
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(_stop_on_signal, group.cancel_scope)
-            # The writers start once the first lists are in: before, they would take the cores the start needs
-            # (until then, and while none is ready, this process writes itself).
-            await group.start(Phalanx(settings, port, freeze_heap=True).run)
-            group.start_soon(port.run)
+            group.start_soon(port.run)  # writers start with the first write: a follower starts none
+            group.start_soon(Phalanx(settings, port, freeze_heap=True).run)
     finally:
         with anyio.CancelScope(shield=True):
             await port.close()

@@ -4,6 +4,7 @@ that wait on conditions (never on time)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.server
 import json
 import os
@@ -205,7 +206,7 @@ async def phalanx(
     where.monitor.apps.append(app)
     try:
         async with anyio.create_task_group() as group:
-            await group.start(port.run)
+            await group.start(functools.partial(port.run, at_once=True))  # ready before the test's first pod
             await group.start(app.run)
             yield app
             group.cancel_scope.cancel()

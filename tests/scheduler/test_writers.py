@@ -3,6 +3,7 @@ nothing lost or bound twice when a writer dies."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -29,7 +30,7 @@ LEASES = ApiResource("coordination.k8s.io", "v1", "leases", "Lease")
 async def writing(where: Cluster, processes: int) -> AsyncIterator[Writers]:
     writers = Writers(KubeCluster(client_for(where.url), request_timeout=10), processes)
     async with anyio.create_task_group() as group:
-        await group.start(writers.run)
+        await group.start(functools.partial(writers.run, at_once=True))
         await eventually(lambda: len(writers.ready) == processes, what=f"{processes} writer(s) to be ready")
         yield writers
         group.cancel_scope.cancel()
@@ -96,6 +97,29 @@ async def test_a_writer_that_dies_fails_its_calls_as_unavailable_and_is_started_
         assert where.bound()["team/later"] == "b0-r0-n1" and writers.restarts == 1
 
 
+async def test_writers_start_with_the_first_write_and_a_follower_starts_none() -> None:
+    """A replica that does not lead writes only its Lease (here): it starts no writer. The first other write
+    starts them, and is made here meanwhile."""
+    async with cluster() as where:
+        where.create(gpu_pod("solo"))
+        writers = Writers(KubeCluster(client_for(where.url), request_timeout=10), 1)
+        async with anyio.create_task_group() as group:
+            await group.start(writers.run)
+            lease = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": "l", "namespace": "team"},
+            }
+            await writers.create(LEASES, "team", lease)
+            await writers.get(PODS, "team", "solo")
+            assert not writers.ready and writers.restarts == 0 and writers.handed == 0
+            await writers.bind("team", "solo", where.pods()["team/solo"]["metadata"]["uid"], "b0-r0-n0")
+            assert where.bound() == {"team/solo": "b0-r0-n0"} and writers.handed == 0  # made here
+            await eventually(lambda: len(writers.ready) == 1, what="the writer started by the first write")
+            group.cancel_scope.cancel()
+        await writers.close()
+
+
 @pytest.mark.parametrize("processes", [0, 2])
 async def test_gangs_bind_whole_whether_this_process_or_writers_write(processes: int) -> None:
     """With no writer the deciding process writes, as before writers existed; with two, they do. The same gangs
@@ -139,7 +163,7 @@ async def test_a_writer_that_stops_answering_is_killed_and_its_call_fails_as_una
         where.create(gpu_pod("stuck"))
         writers = Writers(KubeCluster(client_for(where.url), request_timeout=0.5), 1, answer_margin_s=0.2)
         async with anyio.create_task_group() as group:
-            await group.start(writers.run)
+            await group.start(functools.partial(writers.run, at_once=True))
             await eventually(lambda: len(writers.ready) == 1, what="a writer to be ready")
             (first,) = writers.ready
             os.kill(first, signal.SIGSTOP)  # alive, and answering nothing
@@ -161,7 +185,7 @@ async def test_a_writer_that_cannot_be_started_leaves_the_writes_to_this_process
         where.create(gpu_pod("solo"))
         writers = Writers(KubeCluster(client_for(where.url), request_timeout=10), 1)
         async with anyio.create_task_group() as group:
-            await group.start(writers.run)
+            await group.start(functools.partial(writers.run, at_once=True))
             await eventually(lambda: writers.restarts >= 1, what="a failed start")
             await writers.bind("team", "solo", where.pods()["team/solo"]["metadata"]["uid"], "b0-r0-n0")
             assert where.bound() == {"team/solo": "b0-r0-n0"} and writers.handed == 0

@@ -145,6 +145,7 @@ class Writers:
         self._ids = itertools.count(1)
         self.restarts = 0
         self.handed = 0  # writes handed to a writer process (the rest were made here)
+        self._wanted = anyio.Event()  # set by the first write: a follower, which writes nothing, starts none
 
     @property
     def ready(self) -> tuple[int, ...]:
@@ -199,6 +200,8 @@ class Writers:
 
     async def _write(self, call: str, args: builtins.list[Any], kwargs: dict[str, Any] | None = None) -> Any:
         resource = args[0] if isinstance(args[0], ApiResource) else None
+        if resource is None or resource.group not in _STAYS_HERE:
+            self._wanted.set()
         if not self._ready or (resource is not None and resource.group in _STAYS_HERE):
             return await getattr(self.port, call)(*args, **(kwargs or {}))
         writer = min(self._ready, key=lambda candidate: len(candidate.calls))
@@ -244,12 +247,20 @@ class Writers:
 
     # -- the processes -------------------------------------------------------------------------
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Keep :attr:`processes` writers running until cancelled (each started again when it dies)."""
+    async def run(
+        self, *, at_once: bool = False, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """From the first write on (``at_once``: now), keep :attr:`processes` writers running until cancelled
+        (each started again when it dies). Until they are ready, this process writes itself; a replica that
+        never leads writes nothing (its Lease is written here) and starts none."""
+        task_status.started()
+        if not self.processes:
+            return
+        if not at_once:
+            await self._wanted.wait()
         async with anyio.create_task_group() as group:
             for number in range(self.processes):
                 group.start_soon(self._keep, number)
-            task_status.started()
 
     async def _keep(self, number: int) -> None:
         delay = FIRST_RESTART_S
