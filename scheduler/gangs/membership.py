@@ -351,17 +351,7 @@ class MembershipIndex:
 
 def _same_for_gangs(old: PodInfo, new: PodInfo) -> bool:
     """Whether a pod update leaves everything a gang is compiled from unchanged."""
-    return (
-        old.scheduler == new.scheduler
-        and old.counts == new.counts
-        and old.membership == new.membership
-        and old.node == new.node
-        and old.priority == new.priority
-        and old.labels == new.labels
-        and old.annotations == new.annotations
-        and old.raw.get("spec") == new.raw.get("spec")
-        and _claims_made(old) == _claims_made(new)
-    )
+    return old.node == new.node and old.raw.get("spec") == new.raw.get("spec") and _same_but_spec(old, new)
 
 
 def _bound_since(old: PodInfo, new: PodInfo) -> bool:
@@ -372,6 +362,11 @@ def _bound_since(old: PodInfo, new: PodInfo) -> bool:
     spec, before = new.raw.get("spec"), old.raw.get("spec")
     if not isinstance(spec, dict) or not isinstance(before, dict) or spec.get("resourceClaims"):
         return False
+    return {**before, "nodeName": new.node} == spec and _same_but_spec(old, new)
+
+
+def _same_but_spec(old: PodInfo, new: PodInfo) -> bool:
+    """Whether what a gang reads of a pod besides its spec and node is unchanged."""
     return (
         old.scheduler == new.scheduler
         and old.counts == new.counts
@@ -379,7 +374,6 @@ def _bound_since(old: PodInfo, new: PodInfo) -> bool:
         and old.priority == new.priority
         and old.labels == new.labels
         and old.annotations == new.annotations
-        and {**before, "nodeName": new.node} == spec
         and _claims_made(old) == _claims_made(new)
     )
 

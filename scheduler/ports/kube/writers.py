@@ -200,9 +200,10 @@ class Writers:
 
     async def _write(self, call: str, args: builtins.list[Any], kwargs: dict[str, Any] | None = None) -> Any:
         resource = args[0] if isinstance(args[0], ApiResource) else None
-        if resource is None or resource.group not in _STAYS_HERE:
+        stays_here = resource is not None and resource.group in _STAYS_HERE
+        if not stays_here:
             self._wanted.set()
-        if not self._ready or (resource is not None and resource.group in _STAYS_HERE):
+        if stays_here or not self._ready:
             return await getattr(self.port, call)(*args, **(kwargs or {}))
         writer = min(self._ready, key=lambda candidate: len(candidate.calls))
         number = next(self._ids)
