@@ -250,7 +250,7 @@ class ClusterState:
         finished = status.get("phase") in FINISHED
         previous = self._pods.get(key)
         counted_before = previous is not None and previous.node is not None and not previous.finished
-        requests = self._requests(obj)
+        requests, read = self._requests(obj)
         if finished or node is None:
             if counted_before and key not in self.assumed:
                 self.snapshot.forget(key)
@@ -319,7 +319,7 @@ class ClusterState:
             ends_at=ends_at,
             preempted=victim_of is not None or (previous is not None and previous.preempted and previous.uid == uid),
         )
-        self.index.upsert_pod(obj)
+        self.index.upsert_pod(obj, requests if read else None)  # the compile reads the same demand: once
         waiting = node is None and not deleting and not spec.get("schedulingGates")
         self.device_accounting.pod_counted(key, finished=finished, waiting=waiting)
 
@@ -401,14 +401,15 @@ class ClusterState:
         record = self._pods.get(pod)
         return timestamp(record.start) if record is not None and record.node is not None else None
 
-    def _requests(self, obj: Mapping[str, Any]) -> dict[str, int]:
-        """The pod's effective request, one shared dict per distinct request (most pods repeat a few)."""
+    def _requests(self, obj: Mapping[str, Any]) -> tuple[dict[str, int], bool]:
+        """The pod's effective request, one shared dict per distinct request (most pods repeat a few), and
+        whether it was read as the gang index reads it (False: its spec is wrong; it still takes a slot)."""
         try:
-            requests = pod_demand(obj, self.kinds)
+            requests, read = pod_demand(obj, self.kinds), True
         except SpecError:
-            requests = {"pods": 1}  # the API rejects such pods; if one exists anyway it still takes a slot
+            requests, read = {"pods": 1}, False  # the API rejects such pods; if one exists anyway it takes a slot
         key = tuple(sorted(requests.items()))
-        return self._interned.setdefault(key, requests)
+        return self._interned.setdefault(key, requests), read
 
     def _drop_pod(self, key: str) -> None:
         self.running.remove(key)

@@ -149,3 +149,10 @@ def test_bench_start_quick_json_times_each_milestone_of_phalanx_run_s_start() ->
     assert report["first bind cpu"] >= report["informers synced cpu"] > 0 and report["imports cpu"] > 0
     assert report["per pod ms"] > 0 and set(report["met"]) == {"first bind", "per pod"}
     assert "machine:" in completed.stderr and "command: scripts/bench_start.py --quick --json" in completed.stderr
+
+
+def test_bench_events_quick_json_measures_each_kind_of_pod_event_and_compile() -> None:
+    completed, report = run_quick("scripts/bench_events.py")
+    assert set(report) == {"added us", "compile us per gang", "bound us", "rebound us per gang"}
+    assert all(value > 0 for value in report.values())
+    assert "machine:" in completed.stderr and "command: scripts/bench_events.py --quick --json" in completed.stderr

@@ -115,7 +115,7 @@ class PodShape:
             raise ValueError(f"requests must not be negative: {dict(self.requests)}")
 
     @staticmethod
-    def of(requests: dict[str, int] | None = None, constraints: NodeConstraints | None = None) -> PodShape:
+    def of(requests: Mapping[str, int] | None = None, constraints: NodeConstraints | None = None) -> PodShape:
         """Build a shape from a request mapping; ``pods: 1`` is implied as for every pod."""
         merged = {"pods": 1, **(requests or {})}
         return PodShape(

@@ -10,7 +10,17 @@ from scheduler.gangs.fields import SpecProblem, present, topology_key
 from scheduler.gangs.gang_settings import GangSettings
 from scheduler.gangs.model import ObjectRef, Problem, Timeout
 from scheduler.gangs.pods import TOPOLOGY_PREFERRED, TOPOLOGY_REQUIRED, PodInfo
-from topology import KINDS, GangRequest, Member, PodShape, ResourceKind, SpecError, pod_shape, unsupported_constraints
+from topology import (
+    KINDS,
+    GangRequest,
+    Member,
+    PodShape,
+    ResourceKind,
+    SpecError,
+    node_constraints,
+    pod_shape,
+    unsupported_constraints,
+)
 from topology.kinds import waits_of_kinds
 
 
@@ -118,7 +128,10 @@ def _member_or_problem(pod: PodInfo, kinds: tuple[ResourceKind, ...]) -> Member 
                 present(),
                 f"Phalanx does not implement {what}; remove it, or leave this pod to another scheduler",
             )
-        shape = pod_shape(pod.raw, kinds)
+        # The demand ClusterState read from this same object with these kinds, when it did: not read twice.
+        shape = (
+            PodShape.of(pod.demand, node_constraints(pod.raw)) if pod.demand is not None else pod_shape(pod.raw, kinds)
+        )
         pinned = next((found for kind in kinds if (found := kind.node(pod.raw))), None)
         if pinned is not None and pod.node is None:  # its devices are allocated there: it can go nowhere else
             shape = PodShape(requests=shape.requests, constraints=replace(shape.constraints, node_name=pinned))

@@ -34,9 +34,10 @@ class GangIndex:
 
     # -- events --------------------------------------------------------------------------------
 
-    def upsert_pod(self, raw: Mapping[str, Any]) -> None:
-        """Apply a pod's ADDED or MODIFIED event. O(1) unless its gang must be compiled again."""
-        self.membership.upsert_pod(raw)
+    def upsert_pod(self, raw: Mapping[str, Any], demand: Mapping[str, int] | None = None) -> None:
+        """Apply a pod's ADDED or MODIFIED event. O(1) unless its gang must be compiled again. ``demand``:
+        what the pod asks of a node, if the caller read it already (with the index's kinds)."""
+        self.membership.upsert_pod(raw, demand)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         self.membership.delete_pod(namespace, name)

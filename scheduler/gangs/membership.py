@@ -56,11 +56,12 @@ class MembershipIndex:
 
     # -- events --------------------------------------------------------------------------------
 
-    def upsert_pod(self, raw: Mapping[str, Any]) -> None:
-        """Apply a pod's ADDED or MODIFIED event. O(1) unless its gang must be compiled again."""
+    def upsert_pod(self, raw: Mapping[str, Any], demand: Mapping[str, int] | None = None) -> None:
+        """Apply a pod's ADDED or MODIFIED event. O(1) unless its gang must be compiled again. ``demand``:
+        what the pod asks of a node, if the caller read it already (with the index's kinds)."""
         if not self._may_be_ours(raw):
             return  # another scheduler's pod never seen as a member: most of a large cluster's pods
-        info = read_pod(raw, self.settings)
+        info = read_pod(raw, self.settings, demand)
         if info is None:
             return
         old = self._pods.get(info.key)

@@ -62,6 +62,9 @@ class PodInfo:
     gates: tuple[str, ...]
     membership: Membership
     ignored_markers: tuple[str, ...] = ()
+    #: What the pod asks of a node, as ClusterState read it from this same object (every kind's columns), when
+    #: it did and the pod claims no devices: the compile takes it instead of reading the requests again.
+    demand: Mapping[str, int] | None = None
     ref: ObjectRef = field(init=False)
 
     def __post_init__(self) -> None:
@@ -98,8 +101,9 @@ def _strings(value: object) -> dict[str, str]:
     return {key: item for key, item in value.items() if isinstance(key, str) and isinstance(item, str)}
 
 
-def read_pod(raw: Mapping[str, Any], settings: GangSettings) -> PodInfo | None:
-    """Parse a pod; None when it has no namespace and name (nothing can refer to it)."""
+def read_pod(raw: Mapping[str, Any], settings: GangSettings, demand: Mapping[str, int] | None = None) -> PodInfo | None:
+    """Parse a pod; None when it has no namespace and name (nothing can refer to it). ``demand``: what it asks
+    of a node, read already from ``raw`` with the index's kinds."""
     metadata = child(raw, "metadata")
     namespace, name = child(metadata, "namespace"), child(metadata, "name")
     if not isinstance(namespace, str) or not isinstance(name, str) or not namespace or not name:
@@ -124,6 +128,7 @@ def read_pod(raw: Mapping[str, Any], settings: GangSettings) -> PodInfo | None:
         deleting=child(metadata, "deletionTimestamp") is not None,
         gates=() if isinstance(node, str) and node else _gate_names(child(spec, "schedulingGates")),
         membership=Membership(Source.POD, name),
+        demand=demand if demand is not None and not child(spec, "resourceClaims") else None,
     )
     found = _markers(info, spec, settings)
     info.membership = found[0] if found else Membership(Source.POD, name)

@@ -1,7 +1,7 @@
 """What the scheduler's cluster state does with binds the watch does or does not confirm."""
 
 from scheduler.clock import ManualClock
-from scheduler.gangs import GangKey
+from scheduler.gangs import GangError, GangIndex, GangKey, GangSpec
 from scheduler.ports.port import NODES, PODS, Change
 from scheduler.ports.sim.builders import node_manifest
 from scheduler.state import ClusterState
@@ -55,3 +55,27 @@ def test_a_confirmed_bind_never_expires_and_only_the_late_one_of_two_does() -> N
     clock.advance(FAST.binding.assume_timeout_seconds + 1)
     assert state.expire() == ["team/w1"]
     assert state.bound_node("team/w0") == "n0" and gpus_taken(state) == 8
+
+
+def test_a_gang_compiled_from_the_demand_the_state_read_is_the_gang_read_afresh() -> None:
+    """The state reads what each pod asks once and hands it to the gang index with the pod; a gang compiled
+    from it is the one compiled from the pods alone. A pod whose spec the state cannot read hands nothing: the
+    compile reads (and refuses) it itself."""
+    state, _ = state_with_nodes("n0")
+    gang = {"gang-scheduling.preferred.jp/gang-name": "train", "gang-scheduling.preferred.jp/gang-size": "2"}
+    pods = [gpu_pod("w0", annotations=gang), gpu_pod("w1", annotations=gang), gpu_pod("odd")]
+    pods[1]["spec"]["initContainers"] = [{"name": "init", "image": "x", "resources": {"requests": {"cpu": "4"}}}]
+    pods[2]["spec"]["containers"][0]["resources"]["requests"] = {"memory": "not-a-quantity"}
+    for i, pod in enumerate(pods):
+        pod["metadata"]["uid"] = f"u{i}"
+        state.apply(PODS, Change("ADDED", pod))
+    handed = {name: state.index.pod(f"team/{name}").demand for name in ("w0", "w1", "odd")}  # type: ignore[union-attr]
+    assert handed["w1"] == {"cpu": 4000, "nvidia.com/gpu": 8, "pods": 1} and handed["odd"] is None
+    state.index.take_changed()
+    afresh = GangIndex(state.index.settings, state.kinds)
+    for pod in pods:
+        afresh.upsert_pod(state.index.pod(f"team/{pod['metadata']['name']}").raw)  # type: ignore[union-attr]
+    afresh.take_changed()
+    assert state.index.results() == afresh.results()
+    assert isinstance(state.index.get(GANG), GangSpec)
+    assert isinstance(state.index.get(GangKey("pod:team/odd")), GangError)  # refused by the compile itself
