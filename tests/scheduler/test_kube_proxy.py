@@ -35,3 +35,13 @@ async def test_no_proxy_and_an_explicit_proxy_url_take_precedence(monkeypatch: p
     assert proxied.proxy == "http://proxy.example:3128"
     assert proxied.proxy_headers is not None and proxied.proxy_headers["Proxy-Authorization"].startswith("Basic ")
     assert explicit.proxy == "http://chosen.example:8080"
+
+
+def test_no_proxy_may_name_the_service_network_as_a_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Go's proxy rules read NO_PROXY (kubectl, client-go): a CIDR bypasses the proxy for the addresses in it."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "example.internal, 10.0.0.0/8,fd00::/8")
+    assert KubeCluster(client_for("https://10.96.0.1:443")).proxy is None
+    assert KubeCluster(client_for("https://[fd00::1]:443")).proxy is None
+    assert KubeCluster(client_for("https://11.0.0.1:443")).proxy == "http://proxy.example:3128"
+    assert KubeCluster(client_for("https://api.example:6443")).proxy == "http://proxy.example:3128"

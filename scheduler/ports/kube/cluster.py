@@ -11,7 +11,9 @@ Every error status is checked here and turned into a ``scheduler.ports.errors`` 
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlencode
@@ -63,11 +65,32 @@ def _proxy(connection: Connection) -> tuple[str | None, dict[str, str] | None]:
     ``~/.netrc`` is not read, as kubectl does not read it."""
     if connection.proxy:
         return connection.proxy, None
+    url = URL(connection.host)
+    if _in_no_proxy_network(url.host or ""):
+        return None, None
     try:
-        proxy, auth = get_env_proxy_for_url(URL(connection.host))
+        proxy, auth = get_env_proxy_for_url(url)
     except LookupError:
         return None, None
     return str(proxy), ({"Proxy-Authorization": auth.encode()} if auth is not None else None)
+
+
+def _in_no_proxy_network(host: str) -> bool:
+    """Whether ``NO_PROXY`` names a network (``10.0.0.0/8``) that holds the API server's address, as Go's
+    proxy rules read it; Python's read only names and addresses, and a cluster's service network is a range."""
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    for entry in (os.environ.get("NO_PROXY") or os.environ.get("no_proxy") or "").split(","):
+        if "/" not in entry:
+            continue
+        try:
+            if address in ipaddress.ip_network(entry.strip(), strict=False):
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 class KubeCluster:
