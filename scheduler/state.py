@@ -250,7 +250,7 @@ class ClusterState:
         finished = status.get("phase") in FINISHED
         previous = self._pods.get(key)
         counted_before = previous is not None and previous.node is not None and not previous.finished
-        requests, read = self._requests(obj)
+        requests, read = self._requests_again(key, obj) or self._requests(obj)
         if finished or node is None:
             if counted_before and key not in self.assumed:
                 self.snapshot.forget(key)
@@ -400,6 +400,20 @@ class ClusterState:
         moments after the bind), in wall seconds, if known."""
         record = self._pods.get(pod)
         return timestamp(record.start) if record is not None and record.node is not None else None
+
+    def _requests_again(self, key: str, obj: Mapping[str, Any]) -> tuple[dict[str, int], bool] | None:
+        """What a gang member asks, as read from its last event, when its spec is the one it had but perhaps
+        for ``nodeName`` (a bind's event): most of a member's events. Not while device classes serve extended
+        resources, whose reading registers what nodes offer."""
+        known = self.index.pod(key)
+        if known is None or known.demand is None or self.devices.served():
+            return None
+        before, spec = known.raw.get("spec"), obj.get("spec")
+        if not isinstance(before, dict) or not isinstance(spec, dict):
+            return None
+        if before == spec or ("nodeName" in spec and {**before, "nodeName": spec["nodeName"]} == spec):
+            return known.demand, True  # type: ignore[return-value]  # the interned dict the state handed over
+        return None
 
     def _requests(self, obj: Mapping[str, Any]) -> tuple[dict[str, int], bool]:
         """The pod's effective request, one shared dict per distinct request (most pods repeat a few), and

@@ -1,12 +1,17 @@
 """What the scheduler's cluster state does with binds the watch does or does not confirm."""
 
+from typing import Any
+
+import pytest
+
+import scheduler.state as state_module
 from scheduler.clock import ManualClock
 from scheduler.gangs import GangError, GangIndex, GangKey, GangSpec
 from scheduler.ports.port import NODES, PODS, Change
 from scheduler.ports.sim.builders import node_manifest
 from scheduler.state import ClusterState
 from tests.scheduler.support import FAST, gpu_pod
-from topology import Assignment, PodShape
+from topology import Assignment, PodShape, pod_demand
 
 GANG = GangKey("pfn:team/train")
 SHAPE = PodShape.of({"cpu": 1000, "nvidia.com/gpu": 8})
@@ -79,3 +84,29 @@ def test_a_gang_compiled_from_the_demand_the_state_read_is_the_gang_read_afresh(
     assert state.index.results() == afresh.results()
     assert isinstance(state.index.get(GANG), GangSpec)
     assert isinstance(state.index.get(GangKey("pod:team/odd")), GangError)  # refused by the compile itself
+
+
+def test_a_member_s_demand_is_read_again_only_when_its_spec_changed_beyond_its_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads: list[str] = []
+
+    def counted(pod: Any, kinds: Any) -> dict[str, int]:
+        reads.append(pod["metadata"]["name"])
+        return pod_demand(pod, kinds)
+
+    monkeypatch.setattr(state_module, "pod_demand", counted)
+    state, _ = state_with_nodes("n0")
+    gang = {"gang-scheduling.preferred.jp/gang-name": "train", "gang-scheduling.preferred.jp/gang-size": "1"}
+    pod = gpu_pod("w0", annotations=gang)
+    pod["metadata"]["uid"] = "u0"
+    state.apply(PODS, Change("ADDED", pod))
+    read = state.index.pod("team/w0").demand  # type: ignore[union-attr]
+    bound = {**pod, "spec": {**pod["spec"], "nodeName": "n0"}}
+    state.apply(PODS, Change("MODIFIED", bound))
+    assert state.index.pod("team/w0").demand is read and reads == ["w0"]  # type: ignore[union-attr]  # a bind
+    resized = {**bound, "spec": {**bound["spec"], "containers": [
+        {"name": "main", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}  # fmt: skip
+    state.apply(PODS, Change("MODIFIED", resized))
+    assert state.index.pod("team/w0").demand == {"nvidia.com/gpu": 4, "pods": 1}  # type: ignore[union-attr]
+    assert gpus_taken(state) == 4 and reads == ["w0", "w0"]  # read again: the node holds what it asks now
