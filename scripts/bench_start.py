@@ -227,7 +227,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the lines")
     parser.add_argument("--repeat", type=int, default=5, help="runs (default 5)")
     parser.add_argument("--quick", action="store_true", help="one run")
-    parser.add_argument("--profile", metavar="FILE", help="then one more run under cProfile, its statistics to FILE")
+    parser.add_argument("--profile", metavar="FILE", help="one more run, sampled (scripts/sampled.py), to FILE")
     parser.add_argument("--writers", default="auto", help="binding.writerProcesses (default auto)")
     parser.add_argument("--system-trust", action="store_true", help="leave SSL_CERT_FILE unset (see above)")
     args = parser.parse_args()
