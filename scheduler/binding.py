@@ -25,7 +25,7 @@ refusal (the API server answers 409 when a pod still has ``spec.schedulingGates`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import Enum
 
 import anyio
@@ -40,8 +40,8 @@ from scheduler.jobs import Jobs
 from scheduler.logs import since_start
 from scheduler.metrics import Metrics
 from scheduler.ports.errors import Conflict, NotFound, PortError, Throttled
-from scheduler.ports.port import PODS, ClusterPort
-from scheduler.ratelimit import TokenBucket
+from scheduler.ports.port import PODS, Binding, ClusterPort
+from scheduler.ratelimit import Slots, TokenBucket
 from scheduler.reporting import Reporter
 from scheduler.settings import BindingSettings
 from scheduler.state import ClusterState
@@ -104,7 +104,7 @@ class Binder:
         )
         #: Gangs given back to be placed again at once, and how many times in a row (until one binds).
         self._again: dict[GangKey, int] = {}
-        self._slots = anyio.Semaphore(settings.concurrency)
+        self._slots = Slots(settings.concurrency)
         self.in_flight = 0
         #: Whether this process has bound a pod yet (the first bind is logged: how long the start took).
         self.bound_once = False
@@ -195,14 +195,25 @@ class Binder:
         if rest:
             by_index: dict[int, BindResult] = {}
 
-            async def bind(i: int, pod: str, node: str) -> None:
-                by_index[i] = await self._bind_one(pod, node)
-                if by_index[i] is BindResult.BOUND:
-                    bound.add(pod)
+            async def bind_together(start: int) -> None:
+                pods = rest[start : start + self._slots.total]
+                tried = await self._bind_together(pods)
+                async with anyio.create_task_group() as retries:  # what did not end in one go, one by one
+                    for i, ((pod, node), outcome) in enumerate(zip(pods, tried, strict=True), start):
+                        if isinstance(outcome, BindResult):
+                            by_index[i] = outcome
+                        else:
+                            retries.start_soon(retry, i, pod, node, outcome)
+                for i, (pod, _) in enumerate(pods, start):
+                    if by_index[i] is BindResult.BOUND:
+                        bound.add(pod)
+
+            async def retry(i: int, pod: str, node: str, wait: float) -> None:
+                by_index[i] = await self._bind_one(pod, node, wait=wait)
 
             async with anyio.create_task_group() as group:
-                for i, (pod, node) in enumerate(rest):
-                    group.start_soon(bind, i, pod, node)
+                for start in range(0, len(rest), self._slots.total):
+                    group.start_soon(bind_together, start)
             results += [by_index[i] for i in range(len(rest))]
         for (pod, node), result in zip(job.pods, results, strict=True):
             if result is BindResult.BOUND:
@@ -247,52 +258,105 @@ class Binder:
             log.info("gang not bound; placing it again", gang=job.gang, why=why)
             self.place_again(job.gang, why)
 
-    async def _bind_one(self, pod: str, node: str, *, first: bool = False) -> BindResult:
+    async def _bind_one(self, pod: str, node: str, *, first: bool = False, wait: float = 0.0) -> BindResult:
         """Bind one pod, retrying transient failures with backoff. A refusal ends the first pod's attempt
         (nothing of the gang is bound: the gang backs off); for any later pod, part of its gang is bound
         already, so the refusal is retried with backoff too, holding the pod's room: giving the room up
-        could leave the gang below its minimum for good."""
+        could leave the gang below its minimum for good. ``wait``: seconds before the first try (after a
+        try together with the rest of its gang failed)."""
         namespace, name = pod.split("/", 1)
         delay = _FIRST_RETRY
+        if wait:
+            await anyio.sleep(wait)
+            delay = min(wait * 2, _LAST_RETRY)
         while True:
             uid = self.state.uid(pod)
             if uid is None or pod not in self.state.assumed:
                 return BindResult.GONE  # deleted, or released (e.g. leadership lost) while waiting
             await self.limiter.take()
-            async with self._slots:
-                assumed = self.state.assumed.get(pod)
-                if self.state.overcommitted([node], assumed.requests if assumed else None):
+            async with self._slots.taken():
+                if self._crowded([(pod, node)]):
                     return BindResult.CROWDED  # checked at the last moment, with the latest state
                 started = self.clock.monotonic()
                 try:
                     await self.port.bind(namespace, name, uid, node)
-                except NotFound:
-                    self.metrics.bind_errors.labels("404").inc()
-                    return BindResult.GONE
-                except Conflict as error:
-                    self.metrics.bind_errors.labels("409").inc()
-                    result = await self._after_conflict(pod, node)
-                    if result is BindResult.REFUSED:
-                        self._refused(pod, node, error)
-                        if first:
-                            return result
-                    elif result is not None:
-                        return result
-                    wait = delay
                 except PortError as error:
-                    self.metrics.bind_errors.labels(str(error.code)).inc()
-                    if not error.transient:
-                        self._refused(pod, node, error)
-                        if first:
-                            return BindResult.REFUSED
-                    wait = max(delay, error.retry_after) if isinstance(error, Throttled) else delay
+                    outcome = await self._refusal(pod, node, error, first=first, delay=delay)
                 else:
-                    self.metrics.bind_duration.observe(self.clock.monotonic() - started)
-                    self.metrics.api_writes.labels("bind").inc()
-                    self.state.binding_done(pod)
-                    return BindResult.BOUND
-            await anyio.sleep(wait)
+                    outcome = self._bound(pod, self.clock.monotonic() - started)
+            if isinstance(outcome, BindResult):
+                return outcome
+            await anyio.sleep(outcome)
             delay = min(delay * 2, _LAST_RETRY)
+
+    async def _bind_together(self, pods: Sequence[tuple[str, str]]) -> list[BindResult | float]:
+        """The first try of a gang's members (at most :attr:`_slots`'s total), in one ``bind_all``: each pod's
+        end, or how long to wait before it is tried again alone (:meth:`_bind_one`)."""
+        outcomes: list[BindResult | float] = [BindResult.GONE] * len(pods)
+        known = [(i, self.state.uid(pod)) for i, (pod, _) in enumerate(pods)]
+        tried = [(i, uid) for i, uid in known if uid is not None and pods[i][0] in self.state.assumed]
+        if not tried:
+            return outcomes
+        await self.limiter.take(len(tried))
+        async with self._slots.taken(len(tried)):
+            crowded = self._crowded([pods[i] for i, _ in tried])
+            for i, _ in tried:
+                if pods[i][0] in crowded:
+                    outcomes[i] = BindResult.CROWDED
+            tried = [(i, uid) for i, uid in tried if pods[i][0] not in crowded]
+            bindings = [Binding(*_named(pods[i][0]), str(uid), pods[i][1]) for i, uid in tried]
+            started = self.clock.monotonic()
+            errors = await self.port.bind_all(bindings) if bindings else []
+            took = self.clock.monotonic() - started
+            for (i, _), error in zip(tried, errors, strict=True):
+                pod, node = pods[i]
+                if error is None:
+                    outcomes[i] = self._bound(pod, took)
+                else:
+                    outcomes[i] = await self._refusal(pod, node, error, first=False, delay=_FIRST_RETRY)
+        return outcomes
+
+    def _crowded(self, pods: Sequence[tuple[str, str]]) -> set[str]:
+        """The pods whose node another scheduler used meanwhile (its bound and assumed requests now exceed
+        what it has, in what the pod asks): one look at all their nodes, then each pod on a crowded one."""
+        assumed = self.state.assumed
+        asked = {name for pod, _ in pods if pod in assumed for name in assumed[pod].requests}
+        nodes = self.state.overcommitted({node for _, node in pods}, asked or None)
+        if not nodes:
+            return set()
+        return {
+            pod
+            for pod, node in pods
+            if node in nodes and self.state.overcommitted([node], assumed[pod].requests if pod in assumed else None)
+        }
+
+    def _bound(self, pod: str, took: float) -> BindResult:
+        self.metrics.bind_duration.observe(took)
+        self.metrics.api_writes.labels("bind").inc()
+        self.state.binding_done(pod)
+        return BindResult.BOUND
+
+    async def _refusal(self, pod: str, node: str, error: PortError, *, first: bool, delay: float) -> BindResult | float:
+        """What a failed bind of ``pod`` means: how it ended, or the seconds to wait before trying it again."""
+        if isinstance(error, NotFound):
+            self.metrics.bind_errors.labels("404").inc()
+            return BindResult.GONE
+        if isinstance(error, Conflict):
+            self.metrics.bind_errors.labels("409").inc()
+            result = await self._after_conflict(pod, node)
+            if result is BindResult.REFUSED:
+                self._refused(pod, node, error)
+                if first:
+                    return result
+            elif result is not None:
+                return result
+            return delay
+        self.metrics.bind_errors.labels(str(error.code)).inc()
+        if not error.transient:
+            self._refused(pod, node, error)
+            if first:
+                return BindResult.REFUSED
+        return max(delay, error.retry_after) if isinstance(error, Throttled) else delay
 
     def _refused(self, pod: str, node: str, error: PortError) -> None:
         log.error("bind refused", pod=pod, node=node, code=error.code, error=str(error)[:300])
@@ -320,3 +384,8 @@ class Binder:
             self.state.binding_done(pod)
             return BindResult.BOUND
         return BindResult.REFUSED
+
+
+def _named(pod: str) -> tuple[str, str]:
+    namespace, name = pod.split("/", 1)
+    return namespace, name

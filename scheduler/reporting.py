@@ -302,15 +302,15 @@ class Reporter:
         writes = [*conditions, *self._event_writes(), *self._group_writes(scheduled_only=news_only)]
         if not writes:
             return
-        slots = anyio.Semaphore(self.settings.concurrency)
+        due = iter(writes)
 
-        async def one(write: Callable[[], Awaitable[None]]) -> None:
-            async with slots:
+        async def writing() -> None:  # one of ``concurrency`` tasks taking the writes in turn: no task per write
+            for write in due:
                 await write()
 
         async with anyio.create_task_group() as group:
-            for write in writes:
-                group.start_soon(one, write)
+            for _ in range(min(self.settings.concurrency, len(writes))):
+                group.start_soon(writing)
 
     async def _attempt(self, kind: str, what: str, write: Coroutine[Any, Any, Any]) -> Any:
         """Run one write under the rate limit. Returns what the server answered; None when the write failed

@@ -15,7 +15,7 @@ from scheduler.frontends.dryrun import dry_run, read_real_cluster
 from scheduler.frontends.explain import explain
 from scheduler.frontends.render import table
 from scheduler.ports.kube import KubeCluster, ReadOnlyViolation, connect
-from scheduler.ports.port import NODES, PODS
+from scheduler.ports.port import NODES, PODS, Binding
 from scheduler.settings import Settings, StarvationSettings
 from tests.scheduler.support import Cluster, cluster, free_port, gpu_pod, kubeconfig, pfn
 
@@ -49,6 +49,7 @@ async def test_a_read_only_connection_refuses_every_write_before_it_is_sent(tmp_
                 port.patch_status(PODS, "team", "x", {"status": {}}),
                 port.delete(PODS, "team", "x"),
                 port.bind("team", "x", "uid", "b0-r0-n0"),
+                port.bind_all([Binding("team", "x", "uid", "b0-r0-n0")]),
             ):
                 with pytest.raises(ReadOnlyViolation):
                     await write

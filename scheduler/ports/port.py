@@ -7,9 +7,11 @@ read-only: the scheduler never modifies what it receives.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol, TypeAlias
+
+from scheduler.ports.errors import PortError
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,20 @@ class Change:
     object: Mapping[str, Any]
 
 
+class Binding(NamedTuple):
+    """One pod to bind: ``pods/binding`` for the pod of this uid, to ``node``."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+
+
+#: What :meth:`ClusterPort.bind_all` answers: for each binding, None when the pod was bound, else the error
+#: :meth:`ClusterPort.bind` would have raised.
+Outcomes: TypeAlias = list[PortError | None]
+
+
 class ClusterPort(Protocol):
     """What the scheduler needs from a cluster. Every method raises only ``scheduler.ports.errors`` types."""
 
@@ -94,6 +110,11 @@ class ClusterPort(Protocol):
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """``pods/binding``: Conflict when already bound, NotFound when gone (or recreated: uid differs)."""
+        ...
+
+    async def bind_all(self, bindings: Sequence[Binding]) -> Outcomes:
+        """Each binding as :meth:`bind` makes it, all in flight together. A gang's members go together: a writer
+        process is handed them in one message, and the caller pays for one wait instead of one per pod."""
         ...
 
     async def patch_status(

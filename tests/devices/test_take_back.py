@@ -3,6 +3,7 @@ PreBind trusts such a claim until the watch shows it taken back (a port that hol
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -11,7 +12,7 @@ from scheduler.binding import Binder
 from scheduler.loop import NullRecorder
 from scheduler.metrics import Metrics
 from scheduler.ports.errors import NotFound
-from scheduler.ports.port import RESOURCE_CLAIMS, ApiResource, Change
+from scheduler.ports.port import RESOURCE_CLAIMS, ApiResource, Binding, Change, Outcomes
 from scheduler.ratelimit import TokenBucket
 from scheduler.settings import BindingSettings
 from tests.devices.support import claim
@@ -36,6 +37,9 @@ class HeldPort:
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         raise NotFound(f"pods {name} not found")
+
+    async def bind_all(self, bindings: Sequence[Binding]) -> Outcomes:
+        return [NotFound(f"pods {binding.name} not found") for binding in bindings]
 
 
 async def test_a_gang_whose_bind_failed_is_given_back_only_after_its_claims_are_taken_back() -> None:

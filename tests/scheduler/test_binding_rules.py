@@ -5,6 +5,7 @@ from dataclasses import replace
 from typing import Any
 
 import anyio
+import pytest
 
 from scheduler.binding import PLACE_AGAIN_IN_A_ROW
 from scheduler.ports.sim import FaultRule, Faults
@@ -36,6 +37,26 @@ async def test_a_refused_first_bind_binds_nothing_and_says_why() -> None:
         assert where.bound() == {}
         faults.bind_failures.clear()
         await eventually(lambda: len(where.bound()) == 2, what="bound after the refusal is lifted")
+        await check_invariants(where)
+
+
+@pytest.mark.parametrize("writers", [0, 1])
+async def test_a_member_refused_among_the_rest_of_its_gang_is_told_and_tried_alone_until_the_gang_is_whole(
+    writers: int,
+) -> None:
+    """The members after the first are bound together; one the API refuses keeps its room (half the gang is
+    bound), gets a FailedBinding Event, and is tried again alone with backoff until the refusal is lifted."""
+    faults = Faults(seed=1)
+    async with cluster("blocks=1,racks=1,nodes=4,gpus=8", faults=faults) as where, phalanx(where, writers=writers):
+        faults.bind_failures["team/w3"] = 403
+        for i in range(4):
+            where.create(gpu_pod(f"w{i}", annotations=pfn("train", 4)))
+        event = await eventually(lambda: where.events("FailedBinding"), what="the refusal told")
+        assert event[0]["regarding"]["name"] == "w3" and "was refused" in event[0]["note"]
+        await eventually(lambda: len(where.bound()) == 3, what="the rest of the gang bound")
+        await eventually(lambda: faults.injected["bind 403"] >= 2, what="the refused member tried again")
+        faults.bind_failures.clear()
+        await eventually(lambda: len(where.bound()) == 4, what="the gang whole once the refusal is lifted")
         await check_invariants(where)
 
 

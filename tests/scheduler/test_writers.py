@@ -17,7 +17,7 @@ import pytest
 from scheduler.ports.errors import Conflict, NotFound, Unavailable
 from scheduler.ports.kube import KubeCluster, client_for
 from scheduler.ports.kube.writers import MOST_BY_DEFAULT, Writers, usable_cores, writer_processes
-from scheduler.ports.port import PODS, ApiResource
+from scheduler.ports.port import PODS, ApiResource, Binding
 from scheduler.ports.sim import Faults
 from scheduler.ports.sim.faults import FaultRule
 from tests.scheduler.support import Cluster, cluster, eventually, gpu_pod, pfn, phalanx
@@ -69,6 +69,25 @@ async def test_writes_made_by_a_writer_are_answered_as_the_port_answers() -> Non
             await writers.delete(PODS, "team", "solo", uid="another")
         await writers.delete(PODS, "team", "solo", uid=uid)
         assert "team/solo" not in where.pods()
+
+
+@pytest.mark.parametrize("processes", [0, 1])
+async def test_a_gang_s_binds_handed_over_together_are_each_answered_as_the_port_answers(processes: int) -> None:
+    async with cluster() as where, writing(where, processes) as writers:
+        for name in ("free", "taken"):
+            where.create(gpu_pod(name))
+        uid = {name: where.pods()[f"team/{name}"]["metadata"]["uid"] for name in ("free", "taken")}
+        await writers.bind("team", "taken", uid["taken"], "b0-r0-n1")
+        outcomes = await writers.bind_all(
+            [
+                Binding("team", "free", uid["free"], "b0-r0-n0"),
+                Binding("team", "taken", uid["taken"], "b0-r0-n2"),
+                Binding("team", "nobody", "uid", "b0-r0-n0"),
+            ]
+        )
+        assert [type(outcome) for outcome in outcomes] == [type(None), Conflict, NotFound]
+        assert where.bound() == {"team/free": "b0-r0-n0", "team/taken": "b0-r0-n1"}
+        assert writers.handed == 2 * processes  # one bind, then the three in one message
 
 
 async def test_a_writer_that_dies_fails_its_calls_as_unavailable_and_is_started_again() -> None:

@@ -14,17 +14,18 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
+import anyio
 from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
 from scheduler.ports.errors import PortError, Unavailable, from_status
 from scheduler.ports.kube.connection import Connection
-from scheduler.ports.port import OPENED, PODS, ApiResource, Change, Listing
+from scheduler.ports.port import OPENED, PODS, ApiResource, Binding, Change, Listing, Outcomes
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -246,6 +247,22 @@ class KubeCluster:
         }
         response = await self._request("POST", _path(PODS, namespace, name, "binding"), body=body)
         response.release()
+
+    async def bind_all(self, bindings: Sequence[Binding]) -> Outcomes:
+        if self.connection.read_only:
+            raise ReadOnlyViolation("refused binding pods: this connection only reads the cluster")
+        outcomes: Outcomes = [None] * len(bindings)
+
+        async def one(i: int, binding: Binding) -> None:
+            try:
+                await self.bind(*binding)
+            except PortError as error:
+                outcomes[i] = error
+
+        async with anyio.create_task_group() as group:
+            for i, binding in enumerate(bindings):
+                group.start_soon(one, i, binding)
+        return outcomes
 
     async def patch_status(
         self, resource: ApiResource, namespace: str, name: str, patch: Mapping[str, Any]

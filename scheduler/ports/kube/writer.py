@@ -5,7 +5,8 @@ It makes the API writes the deciding process hands it (``writers.py``), on a con
 the same server with the same credentials, so that the HTTP client's CPU is spent on another core.
 It reads one JSON call per line on stdin, ``{"id": 7, "call": "bind", "args": [...], "kwargs": {...}}``,
 answers each on stdout as soon as the server answered it, ``{"id": 7, "result": ...}`` or ``{"id": 7,
-"error": {"code": 409, "message": "...", "retryAfter": null}}``, in any order, and says ``{"ready":
+"error": {"code": 409, "message": "...", "retryAfter": null}}``, in any order (``bind_all``, a gang's
+binds in one line, answers with a list holding ``null`` or such an error for each), and says ``{"ready":
 true}`` first, once its connection is made (or ``{"failed": "..."}``, and exits). It decides nothing,
 keeps nothing, and ends when its stdin does: the deciding process has ended or let it go.
 """
@@ -19,13 +20,13 @@ import os
 import signal
 from typing import Any
 
-from scheduler.ports.errors import PortError, Throttled
+from scheduler.ports.errors import PortError, Throttled, Unavailable, from_status
 from scheduler.ports.kube.cluster import KubeCluster
 from scheduler.ports.kube.connection import Connection, KubeConfigError, from_kubeconfig, in_cluster, plain
-from scheduler.ports.port import ApiResource
+from scheduler.ports.port import ApiResource, Binding
 
 #: The writes a writer makes: the port's methods that change the cluster.
-CALLS = frozenset({"bind", "create", "patch_status", "update", "patch", "delete"})
+CALLS = frozenset({"bind", "bind_all", "create", "patch_status", "update", "patch", "delete"})
 #: A call's line may carry a whole object (a claim with its devices): generous, and still bounded.
 MAX_LINE = 64 * 2**20
 
@@ -65,14 +66,28 @@ async def _answer(port: KubeCluster, message: dict[str, Any]) -> dict[str, Any]:
     if call not in CALLS:
         return {"id": message.get("id"), "error": {"code": 0, "message": f"a writer makes no call {call!r}"}}
     args = list(message.get("args") or [])
+    if call == "bind_all":
+        outcomes = await port.bind_all([Binding(*binding) for binding in args[0]])
+        return {"id": message["id"], "result": [None if error is None else error_fields(error) for error in outcomes]}
     if call != "bind":
         args[0] = resource_of(args[0])
     try:
         result = await getattr(port, call)(*args, **(message.get("kwargs") or {}))
     except PortError as error:
-        retry_after = error.retry_after if isinstance(error, Throttled) else None
-        return {"id": message["id"], "error": {"code": error.code, "message": str(error), "retryAfter": retry_after}}
+        return {"id": message["id"], "error": error_fields(error)}
     return {"id": message["id"], "result": result}
+
+
+def error_fields(error: PortError) -> dict[str, Any]:
+    """A refusal as it travels back: the status code, the server's message, and a 429's ``Retry-After``."""
+    retry_after = error.retry_after if isinstance(error, Throttled) else None
+    return {"code": error.code, "message": str(error), "retryAfter": retry_after}
+
+
+def error_from(fields: dict[str, Any]) -> PortError:
+    """The refusal :func:`error_fields` sent, as the port raised it (code 0, a failure of no status: 503)."""
+    code = int(fields.get("code") or 0) or Unavailable.code
+    return from_status(code, str(fields.get("message")), retry_after=fields.get("retryAfter"))
 
 
 def _protocol_pipes() -> tuple[int, int]:

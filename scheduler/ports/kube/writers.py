@@ -6,7 +6,8 @@ evictions), and each request costs the HTTP client more CPU than the decision di
 those writes to writer processes (``writer.py``), each with a connection of its own, so that they use
 other cores; reads, watches and the leader's Lease stay here.
 
-A write travels as one line of JSON to the writer with the fewest calls in flight, and its answer comes
+A write travels as one line of JSON to the writer with the fewest calls in flight (the lines of every call
+made while the last ones were being sent leave together, in one write to the pipe), and its answer comes
 back the same way: the result, or the status the server answered with, raised here as the same
 ``scheduler.ports.errors`` exception the port would have raised itself. The binder, the reporter and the
 evictor therefore do with a refusal exactly what they did before (unassume, back off, retry).
@@ -28,7 +29,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,10 +39,10 @@ import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 from structlog import get_logger
 
-from scheduler.ports.errors import Unavailable, from_status
+from scheduler.ports.errors import PortError, Unavailable, from_status
 from scheduler.ports.kube.cluster import KubeCluster
-from scheduler.ports.kube.writer import MAX_LINE, fields_of
-from scheduler.ports.port import ApiResource, Change, Listing
+from scheduler.ports.kube.writer import MAX_LINE, error_from, fields_of
+from scheduler.ports.port import ApiResource, Binding, Change, Listing, Outcomes
 
 log = get_logger("phalanx.writers")
 
@@ -112,8 +113,18 @@ def writer_processes(setting: int | None, cores: int | None = None) -> int:
     return max(0, min((cores or usable_cores()) - 1, MOST_BY_DEFAULT))
 
 
+def _outcomes(result: Any) -> Outcomes:
+    """``bind_all``'s answer from a writer: each binding's refusal, or null."""
+    return [None if fields is None else error_from(fields) for fields in result]
+
+
+#: The answer of a call its writer never received (the pipe broke first): it is made here instead.
+_UNSENT: dict[str, Any] = {"unsent": True}
+
+
 @dataclass(slots=True)
 class _Call:
+    sent_at: float
     done: anyio.Event = field(default_factory=anyio.Event)
     answer: dict[str, Any] | None = None
 
@@ -122,13 +133,14 @@ class _Call:
 class _Writer:
     number: int
     process: anyio.abc.Process
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
     calls: dict[int, _Call] = field(default_factory=dict)
+    #: Lines not sent yet: every call made while the last lines went out leaves in the next single write.
+    outbox: builtins.list[tuple[int, bytes]] = field(default_factory=builtins.list)
+    mail: anyio.Event = field(default_factory=anyio.Event)
 
-    async def send(self, message: dict[str, Any]) -> None:
-        assert self.process.stdin is not None
-        async with self.lock:
-            await self.process.stdin.send(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+    def post(self, number: int, message: dict[str, Any]) -> None:
+        self.outbox.append((number, json.dumps(message, separators=(",", ":")).encode() + b"\n"))
+        self.mail.set()
 
 
 class Writers:
@@ -181,6 +193,16 @@ class Writers:
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         await self._write("bind", [namespace, name, uid, node])
 
+    async def bind_all(self, bindings: Sequence[Binding]) -> Outcomes:
+        if len(bindings) == 1:  # no list to make, nor to read back
+            try:
+                await self.bind(*bindings[0])
+            except PortError as error:
+                return [error]
+            return [None]
+        outcomes = await self._write("bind_all", [builtins.list(bindings)], read=_outcomes)
+        return outcomes  # type: ignore[no-any-return]
+
     async def create(self, resource: ApiResource, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return await self._write("create", [resource, namespace, dict(body)])  # type: ignore[no-any-return]
 
@@ -198,7 +220,15 @@ class Writers:
     async def delete(self, resource: ApiResource, namespace: str, name: str, *, uid: str | None = None) -> None:
         await self._write("delete", [resource, namespace, name], {"uid": uid})
 
-    async def _write(self, call: str, args: builtins.list[Any], kwargs: dict[str, Any] | None = None) -> Any:
+    async def _write(
+        self,
+        call: str,
+        args: builtins.list[Any],
+        kwargs: dict[str, Any] | None = None,
+        *,
+        read: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """The call made by a writer (``read`` turns its JSON result into what the port returns), or here."""
         resource = args[0] if isinstance(args[0], ApiResource) else None
         stays_here = resource is not None and resource.group in _STAYS_HERE
         if not stays_here:
@@ -207,27 +237,18 @@ class Writers:
             return await getattr(self.port, call)(*args, **(kwargs or {}))
         writer = min(self._ready, key=lambda candidate: len(candidate.calls))
         number = next(self._ids)
-        pending = writer.calls[number] = _Call()
+        pending = writer.calls[number] = _Call(anyio.current_time())
         wire = [fields_of(args[0]), *args[1:]] if resource is not None else args
+        writer.post(number, {"id": number, "call": call, "args": wire, "kwargs": kwargs or {}})
+        self.handed += 1
         try:
-            try:
-                await writer.send({"id": number, "call": call, "args": wire, "kwargs": kwargs or {}})
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                # It died before the call reached it: nothing was sent, so this process makes the call at once.
-                self._gone(writer)
-                return await getattr(self.port, call)(*args, **(kwargs or {}))
-            self.handed += 1
-            with anyio.move_on_after(self.port.request_timeout + self.answer_margin_s):
-                await pending.done.wait()
+            await pending.done.wait()
         finally:
             writer.calls.pop(number, None)
         answer = pending.answer
-        if not pending.done.is_set():
-            # The server's answer would have come by now, or the request timed out in the writer: the writer
-            # is stuck (stopped, or reading a broken line). It goes, and is started again.
-            log.error("a writer process stopped answering; it is started again", writer=writer.number, call=call)
-            self._gone(writer)
-            writer.process.kill()
+        if answer is _UNSENT:  # it died before the call reached it: nothing was sent, so it is made here at once
+            self.handed -= 1
+            return await getattr(self.port, call)(*args, **(kwargs or {}))
         if answer is None:
             raise Unavailable(f"{call}: writer process {writer.number} ended before the server answered")
         error = answer.get("error")
@@ -237,12 +258,46 @@ class Writers:
                 log.error("a writer process failed a call", call=call, error=error.get("message"))
                 raise Unavailable(f"{call}: writer process {writer.number}: {error.get('message')}")
             raise from_status(code, str(error.get("message")), retry_after=error.get("retryAfter"))
-        return answer.get("result")
+        return answer.get("result") if read is None else read(answer.get("result"))
+
+    async def _send(self, writer: _Writer) -> None:
+        """Send what was posted, all of it in one write each time (a gang's Events leave together)."""
+        assert writer.process.stdin is not None
+        while True:
+            await writer.mail.wait()
+            writer.mail = anyio.Event()
+            batch, writer.outbox = writer.outbox, []
+            try:
+                await writer.process.stdin.send(b"".join(line for _, line in batch))
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                writer.outbox[:0] = batch
+                self._gone(writer)
+                writer.process.kill()  # its reader ends it and it is started again
+                return
+
+    async def _watch(self, writer: _Writer) -> None:
+        """Kill the writer once a call has waited past the request's own timeout and a margin: the server's
+        answer would have come by now, or the request timed out in the writer, so the writer is stuck (stopped,
+        or reading a broken line). Its calls fail as ``Unavailable``; it is started again."""
+        limit = self.port.request_timeout + self.answer_margin_s
+        while True:
+            await anyio.sleep(min(1.0, limit / 4))
+            oldest = next(iter(writer.calls.values()), None)  # the calls are kept in the order they were made
+            if oldest is not None and anyio.current_time() - oldest.sent_at > limit:
+                log.error("a writer process stopped answering; it is started again", writer=writer.number)
+                self._gone(writer)
+                writer.process.kill()
+                return
 
     def _gone(self, writer: _Writer) -> None:
-        """No more calls for ``writer``; those it has are told it ended (its reader restarts it)."""
+        """No more calls for ``writer``; those it has are told it ended (its reader restarts it), those it
+        never received are made here."""
         if writer in self._ready:
             self._ready.remove(writer)
+        for number, _ in writer.outbox:
+            if (pending := writer.calls.get(number)) is not None:
+                pending.answer = _UNSENT
+        writer.outbox.clear()
         for pending in writer.calls.values():
             pending.done.set()
 
@@ -287,28 +342,50 @@ class Writers:
         assert process.stdout is not None
         lines = BufferedByteReceiveStream(process.stdout)
         try:
-            with anyio.fail_after(READY_TIMEOUT_S):  # a kubeconfig's exec plugin may hang
-                first = json.loads(await lines.receive_until(b"\n", MAX_LINE))
+            try:
+                with anyio.fail_after(READY_TIMEOUT_S):  # a kubeconfig's exec plugin may hang
+                    first = json.loads(await lines.receive_until(b"\n", MAX_LINE))
+            except TimeoutError:
+                return f"not ready within {READY_TIMEOUT_S:g} s"
+            except _ENDED as error:
+                return _why(error)
             if not isinstance(first, dict) or not first.get("ready"):
                 return str(first.get("failed") if isinstance(first, dict) else first)
             self._ready.append(writer)
-            while True:
-                answer = json.loads(await lines.receive_until(b"\n", MAX_LINE))
-                said = answer.get("id") if isinstance(answer, dict) else None
-                pending = writer.calls.get(said) if isinstance(said, int) else None
-                if pending is not None:
-                    pending.answer = answer
-                    pending.done.set()
-        except TimeoutError:
-            return f"not ready within {READY_TIMEOUT_S:g} s"
-        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.DelimiterNotFound) as error:
-            return type(error).__name__ + (f": {error}" if str(error) else "")
-        except ValueError as error:  # not JSON: a line that is not the protocol's
-            return f"unreadable answer: {error}"
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._send, writer)
+                group.start_soon(self._watch, writer)
+                why = await _answers(writer, lines)
+                group.cancel_scope.cancel()
+            return why
         finally:
             self._gone(writer)
             with anyio.CancelScope(shield=True):
                 await _end(process)
+
+
+#: How reading a writer's answers ends: its stdout closed or broken, a line too long, or a line not JSON.
+_ENDED = (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.DelimiterNotFound, ValueError)
+
+
+def _why(error: Exception) -> str:
+    if isinstance(error, ValueError):
+        return f"unreadable answer: {error}"
+    return type(error).__name__ + (f": {error}" if str(error) else "")
+
+
+async def _answers(writer: _Writer, lines: BufferedByteReceiveStream) -> str:
+    """Give each call its answer, as the writer sends them, until it ends; what ended it, in words."""
+    try:
+        while True:
+            answer = json.loads(await lines.receive_until(b"\n", MAX_LINE))
+            said = answer.get("id") if isinstance(answer, dict) else None
+            pending = writer.calls.get(said) if isinstance(said, int) else None
+            if pending is not None:
+                pending.answer = answer
+                pending.done.set()
+    except _ENDED as error:
+        return _why(error)
 
 
 async def _end(process: anyio.abc.Process) -> None:

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from scheduler.ports.errors import from_status
-from scheduler.ports.port import OPENED, ApiResource, Change, Listing
+from scheduler.ports.errors import PortError, from_status
+from scheduler.ports.port import OPENED, ApiResource, Binding, Change, Listing, Outcomes
 from scheduler.ports.sim.resources import Resource
 from scheduler.ports.sim.status import ApiError
 from scheduler.ports.sim.store import MERGE_PATCH, STRATEGIC_MERGE_PATCH, Store
@@ -70,6 +70,17 @@ class SimCluster:
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         binding = {"metadata": {"name": name, "uid": uid}, "target": {"kind": "Node", "name": node}}
         self._call(lambda: self.store.bind(namespace, name, binding))
+
+    async def bind_all(self, bindings: Sequence[Binding]) -> Outcomes:
+        outcomes: Outcomes = []
+        for binding in bindings:
+            try:
+                await self.bind(*binding)
+            except PortError as error:
+                outcomes.append(error)
+            else:
+                outcomes.append(None)
+        return outcomes
 
     async def patch_status(
         self, resource: ApiResource, namespace: str, name: str, patch: Mapping[str, Any]
