@@ -234,9 +234,13 @@ class ClusterState:
             self.apply(resource, Change("DELETED", stub))
 
     def _apply_pod(self, change: Change) -> None:
-        obj = change.object if change.type == "DELETED" else self._strings.share(change.object)
-        namespace, name = _key(obj)
+        namespace, name = _key(change.object)
         key = f"{namespace}/{name}"
+        if change.type == "DELETED":
+            obj = change.object
+        else:  # a member's bind event shares what did not change from its last event: most of the pod
+            known = self.index.pod(key)
+            obj = self._strings.share(change.object, known.raw if known is not None else None)
         if change.type == "DELETED":
             self._learn_deleted(key)
             self._drop_pod(key)

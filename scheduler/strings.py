@@ -27,19 +27,28 @@ class SharedStrings:
     def __len__(self) -> int:
         return len(self._table)
 
-    def share(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+    def share(self, obj: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """A copy of ``obj`` (an object as the API server sent it) whose keys and short string values are
-        the shared copies; the metadata's name, uid and resource version are the object's own."""
+        the shared copies; the metadata's name, uid and resource version are the object's own. ``before``:
+        what this made of an earlier version of the same object, whose parts still equal are taken as they
+        are (a pod's bind changes its ``nodeName``, status and resource version; comparing the rest costs a
+        fraction of sharing it again)."""
         if len(self._table) > MAX_STRINGS:
             self._table.clear()
         table = self._table
         copy: dict[str, Any] = {}
         for given, value in obj.items():
             key = table.setdefault(given, given)
-            if key == "metadata" and isinstance(value, Mapping):
+            old = before.get(key) if before is not None else None
+            if key == "metadata" and type(value) is dict:
+                if type(old) is not dict:
+                    old = {}
                 copy[key] = {
-                    table.setdefault(k, k): (v if k in _OWN else self._value(v)) for k, v in value.items()
+                    table.setdefault(k, k): (v if k in _OWN else _kept(old, k, v) or self._value(v))
+                    for k, v in value.items()
                 }
+            elif old is not None and type(value) is dict and type(old) is dict:
+                copy[key] = {table.setdefault(k, k): _kept(old, k, v) or self._value(v) for k, v in value.items()}
             else:
                 copy[key] = self._value(value)
         return copy
@@ -55,3 +64,9 @@ class SharedStrings:
         if kind is list:
             return [self._value(v) for v in value]
         return value
+
+
+def _kept(before: Mapping[str, Any], key: str, value: Any) -> Any:
+    """``before[key]`` when it equals ``value`` and is not empty (an empty value is as cheap to share)."""
+    old = before.get(key)
+    return old if old and old == value else None
