@@ -147,7 +147,11 @@ class Snapshot:
         ``requests`` is kept as given, not copied (callers share one dict among pods that request the
         same): it must not be modified afterwards.
         """
-        if pod in self._pods:
+        known = self._pods.get(pod)
+        if known is not None:
+            if known[0] == node and (known[1] is requests or known[1] == requests):
+                self._pods[pod] = (node, requests)  # counted already: a placement's pod seen bound where assumed
+                return
             self.forget(pod)
         self._pods[pod] = (node, requests)
         self._pods_by_node.setdefault(node, set()).add(pod)

@@ -43,6 +43,10 @@ def test_assume_and_forget_change_one_row_exactly() -> None:
     snapshot.assume("ns/p", "b0-r0-n00", {GPU: 1, "pods": 1})  # the same pod again replaces it
     assert row(snapshot, snapshot.requested, "b0-r0-n01") == {}
     assert snapshot.node_of("ns/p") == "b0-r0-n00"
+    snapshot.assume("ns/p", "b0-r0-n00", {GPU: 1, "pods": 1})  # seen bound where it was assumed: counted once
+    assert row(snapshot, snapshot.requested, "b0-r0-n00") == {"pods": 1, GPU: 1}
+    snapshot.assume("ns/p", "b0-r0-n00", {GPU: 2, "pods": 1})  # asking more on the same node: the new ask
+    assert row(snapshot, snapshot.requested, "b0-r0-n00") == {"pods": 1, GPU: 2}
     snapshot.forget("ns/p")
     snapshot.forget("ns/never-seen")
     assert np.array_equal(snapshot.free, before)

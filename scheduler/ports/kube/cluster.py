@@ -12,7 +12,6 @@ Every error status is checked here and turned into a ``scheduler.ports.errors`` 
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -20,6 +19,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 import anyio
+import orjson
 from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
@@ -140,7 +140,7 @@ class KubeCluster:
             response = await session.request(
                 method,
                 URL(url, encoded=True),
-                data=json.dumps(body) if body is not None else None,
+                data=orjson.dumps(body) if body is not None else None,
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=timeout or self.request_timeout),
                 proxy=self.proxy,
@@ -153,7 +153,7 @@ class KubeCluster:
             return response
         try:
             text = await response.text()
-            status = json.loads(text) if text else {}
+            status = orjson.loads(text) if text else {}
         except (ValueError, aiohttp.ClientError):
             status = {}
         finally:
@@ -169,7 +169,7 @@ class KubeCluster:
     async def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = await self._request(method, path, **kwargs)
         try:
-            data: dict[str, Any] = json.loads(await response.read())
+            data: dict[str, Any] = orjson.loads(await response.read())
         except (TimeoutError, ValueError, aiohttp.ClientError) as error:
             raise Unavailable(f"{method} {path}: unreadable response: {error}") from error
         finally:
@@ -228,7 +228,7 @@ class KubeCluster:
                 if not line:
                     return
                 try:
-                    event = json.loads(line)
+                    event = orjson.loads(line)
                 except ValueError as error:
                     raise Unavailable(f"watch {resource}: malformed event {line[:80]!r}") from error
                 kind, obj = event.get("type"), event.get("object") or {}

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 from typing import Any
+
+import orjson
 
 from scheduler.ports.errors import PortError, Throttled, Unavailable, from_status
 from scheduler.ports.kube.cluster import KubeCluster
@@ -109,9 +110,22 @@ async def serve(args: argparse.Namespace) -> None:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(calls_fd, "rb", 0))
     out = os.fdopen(answers_fd, "wb")
 
+    answers: list[bytes] = []
+
     def say(message: dict[str, Any]) -> None:
-        out.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        out.write(orjson.dumps(message) + b"\n")
         out.flush()
+
+    def send_answers() -> None:
+        out.write(b"".join(answers))
+        out.flush()
+        answers.clear()
+
+    def answer(message: dict[str, Any]) -> None:
+        # The answers of one turn of the event loop (a burst of Events created) leave in one write.
+        if not answers:
+            loop.call_soon(send_answers)
+        answers.append(orjson.dumps(message) + b"\n")
 
     try:
         port = KubeCluster(await _connection(args))
@@ -124,12 +138,12 @@ async def serve(args: argparse.Namespace) -> None:
     async def one(line: bytes) -> None:
         number = None
         try:
-            message = json.loads(line)
+            message = orjson.loads(line)
             number = message.get("id")
-            answer = await _answer(port, message)
+            said = await _answer(port, message)
         except Exception as error:  # a bug here must not end the writer: the caller hears of it and retries
-            answer = {"id": number, "error": {"code": 0, "message": f"{type(error).__name__}: {error}"}}
-        say(answer)
+            said = {"id": number, "error": {"code": 0, "message": f"{type(error).__name__}: {error}"}}
+        answer(said)
 
     try:
         while line := await reader.readline():
@@ -138,6 +152,7 @@ async def serve(args: argparse.Namespace) -> None:
             task.add_done_callback(calls.discard)
         if calls:
             await asyncio.wait(calls)  # what was handed over is still carried out; nobody hears the answers
+        await asyncio.sleep(0)  # the last answers leave
     finally:
         await port.close()
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import itertools
-import json
 import math
 import os
 import sys
@@ -36,6 +35,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import orjson
 from anyio.streams.buffered import BufferedByteReceiveStream
 from structlog import get_logger
 
@@ -139,7 +139,7 @@ class _Writer:
     mail: anyio.Event = field(default_factory=anyio.Event)
 
     def post(self, number: int, message: dict[str, Any]) -> None:
-        self.outbox.append((number, json.dumps(message, separators=(",", ":")).encode() + b"\n"))
+        self.outbox.append((number, orjson.dumps(message) + b"\n"))
         self.mail.set()
 
 
@@ -200,7 +200,9 @@ class Writers:
             except PortError as error:
                 return [error]
             return [None]
-        outcomes = await self._write("bind_all", [builtins.list(bindings)], read=_outcomes)
+        outcomes = await self._write(
+            "bind_all", [bindings], read=_outcomes, wire=[[builtins.list(binding) for binding in bindings]]
+        )
         return outcomes  # type: ignore[no-any-return]
 
     async def create(self, resource: ApiResource, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -227,8 +229,10 @@ class Writers:
         kwargs: dict[str, Any] | None = None,
         *,
         read: Callable[[Any], Any] | None = None,
+        wire: builtins.list[Any] | None = None,
     ) -> Any:
-        """The call made by a writer (``read`` turns its JSON result into what the port returns), or here."""
+        """The call made by a writer, or here. ``wire``: its arguments in JSON's types, when ``args`` are not
+        (resources are made JSON here); ``read`` turns the writer's JSON result into what the port returns."""
         resource = args[0] if isinstance(args[0], ApiResource) else None
         stays_here = resource is not None and resource.group in _STAYS_HERE
         if not stays_here:
@@ -238,7 +242,8 @@ class Writers:
         writer = min(self._ready, key=lambda candidate: len(candidate.calls))
         number = next(self._ids)
         pending = writer.calls[number] = _Call(anyio.current_time())
-        wire = [fields_of(args[0]), *args[1:]] if resource is not None else args
+        if wire is None:
+            wire = [fields_of(args[0]), *args[1:]] if resource is not None else args
         writer.post(number, {"id": number, "call": call, "args": wire, "kwargs": kwargs or {}})
         self.handed += 1
         try:
@@ -344,7 +349,7 @@ class Writers:
         try:
             try:
                 with anyio.fail_after(READY_TIMEOUT_S):  # a kubeconfig's exec plugin may hang
-                    first = json.loads(await lines.receive_until(b"\n", MAX_LINE))
+                    first = orjson.loads(await lines.receive_until(b"\n", MAX_LINE))
             except TimeoutError:
                 return f"not ready within {READY_TIMEOUT_S:g} s"
             except _ENDED as error:
@@ -375,17 +380,31 @@ def _why(error: Exception) -> str:
 
 
 async def _answers(writer: _Writer, lines: BufferedByteReceiveStream) -> str:
-    """Give each call its answer, as the writer sends them, until it ends; what ended it, in words."""
+    """Give each call its answer, as the writer sends them, until it ends; what ended it, in words. Every
+    answer that came in one read is taken in one go."""
+    unread = bytearray()
     try:
         while True:
-            answer = json.loads(await lines.receive_until(b"\n", MAX_LINE))
-            said = answer.get("id") if isinstance(answer, dict) else None
-            pending = writer.calls.get(said) if isinstance(said, int) else None
-            if pending is not None:
-                pending.answer = answer
-                pending.done.set()
+            unread += await lines.receive(_READ_SIZE)
+            end = unread.rfind(b"\n")
+            if end < 0:
+                if len(unread) > MAX_LINE:
+                    return f"unreadable answer: a line longer than {MAX_LINE} bytes"
+                continue
+            complete = bytes(unread[:end])
+            del unread[: end + 1]
+            for line in complete.split(b"\n"):
+                answer = orjson.loads(line)
+                said = answer.get("id") if isinstance(answer, dict) else None
+                pending = writer.calls.get(said) if isinstance(said, int) else None
+                if pending is not None:
+                    pending.answer = answer
+                    pending.done.set()
     except _ENDED as error:
         return _why(error)
+
+
+_READ_SIZE = 2**16
 
 
 async def _end(process: anyio.abc.Process) -> None:
