@@ -40,17 +40,20 @@ class SharedStrings:
         for given, value in obj.items():
             key = table.setdefault(given, given)
             old = before.get(key) if before is not None else None
-            if key == "metadata" and type(value) is dict:
-                if type(old) is not dict:
-                    old = {}
+            if type(old) is not dict or type(value) is not dict:  # nothing to take from before: most events
+                if key == "metadata" and type(value) is dict:
+                    copy[key] = {
+                        table.setdefault(k, k): (v if k in _OWN else self._value(v)) for k, v in value.items()
+                    }
+                else:
+                    copy[key] = self._value(value)
+            elif key == "metadata":
                 copy[key] = {
                     table.setdefault(k, k): (v if k in _OWN else _kept(old, k, v) or self._value(v))
                     for k, v in value.items()
                 }
-            elif old is not None and type(value) is dict and type(old) is dict:
-                copy[key] = {table.setdefault(k, k): _kept(old, k, v) or self._value(v) for k, v in value.items()}
             else:
-                copy[key] = self._value(value)
+                copy[key] = {table.setdefault(k, k): _kept(old, k, v) or self._value(v) for k, v in value.items()}
         return copy
 
     def _value(self, value: Any) -> Any:
