@@ -29,7 +29,8 @@ tests and benchmarks share. It reads the engine; the engine and the ports never 
 """
 
 #: The engine's modules from the bottom up: each imports only modules listed before it (a package stands
-#: for all its modules). ``tests/test_layers.py`` holds every engine module to it.
+#: for all its modules; ``gangs`` and ``devices`` order theirs in their own ``ORDER``, as ``topology``,
+#: ``ports/kube``, ``ports/sim`` and ``simulation`` do). ``tests/test_layers.py`` holds every module to them.
 ORDER = (
     # what everything uses
     "clock",

@@ -4,11 +4,17 @@
 - the ports (``scheduler/ports``) import nothing of the engine or the front-ends, and only
   ``scheduler/ports/kube`` talks to Kubernetes through kubernetes_asyncio;
 - the engine (the rest of ``scheduler``) never imports the front-ends (``scheduler/frontends``), and
-  inside it each module imports only modules below it in ``scheduler.ORDER``.
+  inside it each module imports only modules below it in ``scheduler.ORDER``;
+- inside each package with an order of its own (``ORDER`` in its ``__init__``: ``topology``, ``gangs``,
+  ``devices``, ``ports/kube``, ``ports/sim``, ``simulation``), each module imports only modules before it,
+  never a name its package's ``__init__`` re-exports, and every module is in the order.
 """
 
 import ast
+import importlib
 from pathlib import Path
+
+import pytest
 
 from scheduler import ORDER
 
@@ -175,3 +181,76 @@ def test_the_order_check_finds_an_upward_import_and_allows_a_downward_one() -> N
     assert upward("state", imports_in("from scheduler.cycle import Cycle\n", state)) == ["cycle", "cycle.Cycle"]
     assert upward("cycle", imports_in("from scheduler.state import ClusterState\n", cycle)) == []
     assert upward("gangs.index", imports_in("from scheduler.gangs.model import GangKey\n", state)) == []
+
+
+#: The packages that keep an order of their own: an import inside one of them in either direction is checked.
+ORDERED = (
+    "topology",
+    "scheduler.gangs",
+    "scheduler.devices",
+    "scheduler.ports.kube",
+    "scheduler.ports.sim",
+    "scheduler.simulation",
+)
+
+
+def package_modules(package: str) -> dict[str, Path]:
+    """The modules of a package by their names inside it (``controllers.base``), its ``__init__`` left out;
+    a subpackage's ``__init__`` is the subpackage (``controllers``)."""
+    folder = ROOT / package.replace(".", "/")
+    found = {}
+    for path in folder.rglob("*.py"):
+        parts = path.relative_to(folder).with_suffix("").parts
+        if parts == ("__init__",):
+            continue
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def out_of_order(package: str, order: tuple[str, ...], name: str, imported: set[str]) -> list[str]:
+    """What module ``name`` of ``package`` imports from the same package that is not before it in ``order``:
+    a module listed after it (or not at all), or a name the package's ``__init__`` re-exports."""
+    modules = set(order)
+    mine = order.index(name)
+    found = []
+    for module in sorted(imported):
+        if not module.startswith(package + "."):
+            continue  # the package itself is the base of ``from package import module``: its names follow
+        target = module.removeprefix(package + ".")
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if not target:
+            found.append(f"{module} (a name of the package's __init__)")
+        elif order.index(target) >= mine and target != name:
+            found.append(module)
+    return found
+
+
+@pytest.mark.parametrize("package", ORDERED)
+def test_inside_each_ordered_package_modules_import_only_down_its_order(package: str) -> None:
+    order = importlib.import_module(package).ORDER
+    modules = package_modules(package)
+    assert len(modules) > 3, f"no modules found in {package}: the layout changed"
+    assert sorted(set(modules) - set(order)) == [], f"modules of {package} missing from its ORDER"
+    assert sorted(set(order) - set(modules)) == [], f"{package}.ORDER names modules that do not exist"
+    found = {name: out_of_order(package, order, name, imported_modules(path)) for name, path in modules.items()}
+    assert {name: targets for name, targets in found.items() if targets} == {}
+
+
+def test_the_package_order_check_finds_upward_imports_and_names_of_the_package_s_face() -> None:
+    order = ("model", "pods", "index")
+    path = ROOT / "scheduler" / "gangs" / "pods.py"
+    assert (
+        out_of_order("scheduler.gangs", order, "pods", imports_in("from scheduler.gangs.model import X\n", path)) == []
+    )
+    upward = imports_in("from scheduler.gangs.index import GangIndex\n", path)
+    assert out_of_order("scheduler.gangs", order, "pods", upward) == [
+        "scheduler.gangs.index",
+        "scheduler.gangs.index.GangIndex",
+    ]
+    face = imports_in("from scheduler.gangs import GangKey\n", path)
+    assert out_of_order("scheduler.gangs", order, "pods", face) == [
+        "scheduler.gangs.GangKey (a name of the package's __init__)"
+    ]
+    submodule = imports_in("from scheduler.gangs import model\n", path)
+    assert out_of_order("scheduler.gangs", order, "pods", submodule) == []

@@ -24,6 +24,33 @@ from topology.request import (
 from topology.snapshot import Snapshot
 from topology.spec_error import SpecError
 
+#: The modules from the bottom up: each imports only modules listed before it (``tests/test_layers.py``).
+#: This ``__init__`` is the package's face: it may import any of them, and none of them imports it.
+ORDER = (
+    # what a pod asks and a node has
+    "spec_error",
+    "quantities",
+    "kinds",
+    "nodes",
+    "request",
+    "objects",
+    # the answer, the domains, the arrays
+    "outcome",
+    "domains",
+    "exact",
+    "snapshot",
+    # which nodes may take a pod, how many fit, why not
+    "eligibility",
+    "fit",
+    "reasons",
+    "trial",
+    # placing a gang, and what builds on it
+    "place",
+    "drain",
+    "preemption",
+    "running",
+)
+
 __all__ = [
     "DEFAULT_MAX_TRIES",
     "HOSTNAME",

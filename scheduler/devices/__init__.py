@@ -14,3 +14,17 @@ ask for them.
 - ``prebind``: writing that choice before any pod of the gang is bound, waiting for drivers to attach the
   devices, and taking it back.
 """
+
+#: The modules from the bottom up: each imports only modules listed before it (``tests/test_layers.py``).
+ORDER = (
+    "expressions",
+    "sharing",
+    "claims",
+    "extended",
+    "slices",
+    "inventory",
+    "accounting",
+    "demand",
+    "allocation",
+    "prebind",
+)

@@ -21,6 +21,29 @@ from scheduler.gangs.model import (
 )
 from scheduler.gangs.precheck import beyond_cluster, min_resources_problem
 
+#: The modules from the bottom up: each imports only modules listed before it (``tests/test_layers.py``).
+#: This ``__init__`` is the package's face: it may import any of them, and none of them imports it.
+ORDER = (
+    # the words: settings, keys and results, reading an object's fields, a pod
+    "gang_settings",
+    "model",
+    "fields",
+    "pods",
+    "precheck",
+    # what every source shares, the group objects, and each source
+    "common",
+    "groups",
+    "coscheduling",
+    "upstream",
+    "volcano",
+    "sources",
+    "pfn",
+    # which pods belong to which gang, compiling a gang, the index that keeps both current
+    "membership",
+    "compiler",
+    "index",
+)
+
 __all__ = [
     "GangError",
     "GangIndex",

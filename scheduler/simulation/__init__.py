@@ -14,3 +14,22 @@
 It reads the engine (the gang sources' words come from ``gangs/``, never copied) and the emulator in
 ``ports/sim``; neither of those imports it, and the front-ends use it.
 """
+
+#: The modules from the bottom up: each imports only modules listed before it (``tests/test_layers.py``).
+ORDER = (
+    "controllers.base",
+    "controllers.apps",
+    "controllers.batch",
+    "controllers.jobset",
+    "controllers.kubeflow",
+    "controllers.lws",
+    "controllers.resourceclaims",
+    "controllers",
+    "device_checks",
+    "history",
+    "kubelet",
+    "report",
+    "timeline",
+    "driver",
+    "oracle",
+)

@@ -12,6 +12,33 @@ from scheduler.ports.sim.resources import Catalog, Resource
 from scheduler.ports.sim.status import ApiError
 from scheduler.ports.sim.store import MERGE_PATCH, STRATEGIC_MERGE_PATCH, Store, Watch, WatchEvent
 
+#: The modules from the bottom up: each imports only modules listed before it (``tests/test_layers.py``).
+#: This ``__init__`` is the package's face: it may import any of them, and none of them imports it.
+ORDER = (
+    # what the server answers and keeps
+    "status",
+    "dra",
+    "events",
+    "patch",
+    "validation",
+    "schema",
+    "resources",
+    "selectors",
+    "store",
+    # building a cluster in it, and faults to inject
+    "builders",
+    "faults",
+    # serving it over HTTP, as kube-apiserver does
+    "protobuf",
+    "media",
+    "openapi",
+    "tables",
+    "http",
+    "apiserver",
+    # the engine's port onto the store itself, without HTTP
+    "adapter",
+)
+
 __all__ = [
     "MERGE_PATCH",
     "STRATEGIC_MERGE_PATCH",
