@@ -26,7 +26,7 @@ import bisect
 import heapq
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -160,12 +160,6 @@ class GangQueue:
         self._activate(entry)
         return True
 
-    def retry_later(self, key: GangKey) -> None:
-        """Put a popped gang back in active without counting a failure (e.g. it must wait its turn)."""
-        entry = self._entries.get(key)
-        if entry is not None:
-            self._activate(entry)
-
     def wake_nodes(self) -> int:
         """Nodes were added or changed: every gang waiting on nodes becomes ready. Returns how many."""
         woken = [entry for entry in self._entries.values() if entry.state is State.BACKOFF and entry.wake.nodes]
@@ -216,9 +210,6 @@ class GangQueue:
             "backoff": counts[State.BACKOFF],
             "in_flight": counts[State.POPPED] + counts[State.BINDING],
         }
-
-    def waiting_shapes(self) -> Iterable[PodShape]:
-        return [shape for shape, waiting in self._by_shape.items() if waiting]
 
     def _expire_backoffs(self) -> None:
         now = self.clock.monotonic()

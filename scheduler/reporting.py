@@ -254,10 +254,6 @@ class Reporter:
         """The (reason, message) of the pod's latest ``PodScheduled=False`` decision, if it has one."""
         return self._conditions.get(pod)
 
-    def forget_pod(self, pod: str) -> None:
-        self._conditions.pop(pod, None)
-        self._written.pop(pod, None)
-
     # -- writing --------------------------------------------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

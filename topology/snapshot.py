@@ -279,12 +279,6 @@ class Snapshot:
         return self._generation
 
     @property
-    def capacity_version(self) -> int:
-        """Changes whenever any node's allocatable changes."""
-        self._ensure()
-        return self._capacity_version
-
-    @property
     def n_nodes(self) -> int:
         self._ensure()
         return len(self._names)
