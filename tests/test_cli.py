@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -377,3 +379,23 @@ def test_version_names_the_installed_package_s_version(capsys: pytest.CaptureFix
         main(["--version"])
     out = capsys.readouterr().out
     assert exited.value.code == 0 and re.fullmatch(r"phalanx \d+\.\d+\.\d+\S*\n", out), out
+
+
+def test_the_phalanx_command_starts_no_blas_threads_unless_the_operator_asks() -> None:
+    """numpy's OpenBLAS would start a spinning thread per core at import (0.2 s of CPU at every start on two
+    cores); an operator's own OPENBLAS_NUM_THREADS is kept."""
+    count = (
+        "import os, scheduler.frontends.cli; "
+        "print(len(os.listdir('/proc/self/task')), os.environ['OPENBLAS_NUM_THREADS'])"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "OPENBLAS_NUM_THREADS"}
+    alone = subprocess.run([sys.executable, "-c", count], env=env, capture_output=True, text=True, check=True)
+    assert alone.stdout.split() == ["1", "1"]
+    asked = subprocess.run(
+        [sys.executable, "-c", count],
+        env={**env, "OPENBLAS_NUM_THREADS": "2"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert asked.stdout.split()[1] == "2"
