@@ -98,7 +98,7 @@ class Metrics:
         )
         self.starvation_released = Counter(
             "phalanx_starvation_reservations_released",
-            "Domain reservations ended, by reason: bound (its gang bound), expired (starvation.maxHoldSeconds), "
+            "Domain reservations ended, by reason: bound (its gang bound), expired (starvation.maxReserveSeconds), "
             "displaced (a more important gang took the level's turn), nodes_gone, deleted, waiting (for members), "
             "invalid, preempting (it makes room by preemption), unresolvable (no room could ever come)",
             ["reason"],

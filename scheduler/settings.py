@@ -74,9 +74,9 @@ class StarvationSettings:
     """How long a gang waits (since its creation) before it may reserve a domain."""
     max_reservations: int = 1
     """Reservations standing at once per topology level (racks, blocks, nodes, the whole cluster)."""
-    max_hold_seconds: float = 1800.0
+    max_reserve_seconds: float = 1800.0
     """A reservation that has not let its gang bind after this long is released, and the next domain
-    is tried."""
+    is tried (its former name, ``maxHoldSeconds``, is still read: a reservation is not a permit's hold)."""
     runtime_history: int = 1000
     """Runtimes kept per kind of pod (namespace, priority, request) to guess when pods without
     ``activeDeadlineSeconds`` end (``scheduler/runtimes.py``); 0 learns nothing (such pods may run forever)."""
@@ -167,6 +167,8 @@ class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     reporting: ReportingSettings = field(default_factory=ReportingSettings)
     informers: InformerSettings = field(default_factory=InformerSettings)
+    renamed: tuple[str, ...] = ()
+    """Keys the configuration gave under a former name, as ``old -> new`` (the command warns of each)."""
 
     def gang_settings(self) -> GangSettings:
         return replace(self.gangs, scheduler_names=frozenset(self.scheduler_names), levels=self.levels)
@@ -189,6 +191,8 @@ SECTIONS: dict[str, type] = {
     "informers": InformerSettings,
 }
 _TOP = ("schedulerNames", "topology", "gangs", *SECTIONS)
+#: Keys that were renamed, by section: a configuration that uses the old name still works, with a warning.
+RENAMED = {"starvation": {"maxHoldSeconds": "maxReserveSeconds"}}
 
 
 def _snake(name: str) -> str:
@@ -262,6 +266,21 @@ def _strings(raw: object, where: str, *, allow_empty: bool = False) -> tuple[str
     return tuple(raw)
 
 
+def _renamed(raw: object, section: str, renamed: list[str]) -> object:
+    """The section with its renamed keys under their new names (each noted in ``renamed``)."""
+    names = RENAMED.get(section, {})
+    if not isinstance(raw, Mapping) or not names.keys() & raw.keys():
+        return raw
+    moved = dict(raw)
+    for old, new in names.items():
+        if old in moved:
+            if new in moved:
+                raise SettingsError(f"{section}.{old}: renamed {new}, and both are given; keep {new}")
+            moved[new] = moved.pop(old)
+            renamed.append(f"{section}.{old} -> {section}.{new}")
+    return moved
+
+
 def parse_settings(raw: object) -> Settings:
     """Settings from a parsed YAML document (a mapping), with every problem named by its key."""
     if raw is None:
@@ -292,10 +311,12 @@ def parse_settings(raw: object) -> Settings:
             values["gangs"] = GangSettings.from_plugin_args(plugin_args)
         except SettingsError as error:
             raise SettingsError(f"gangs.{error}") from None
+    renamed: list[str] = []
     for name, cls in SECTIONS.items():
         if name in raw:
-            values[_snake(name)] = _section(cls, raw[name], f"{name}.")
-    settings = Settings(**values)
+            section = _renamed(raw[name], name, renamed)
+            values[_snake(name)] = _section(cls, section, f"{name}.")
+    settings = Settings(**values, renamed=tuple(renamed))
     _check(settings)
     return settings
 
@@ -315,9 +336,10 @@ def _check(settings: Settings) -> None:
         )
     if settings.starvation.runtime_history < 0 or not 0 < settings.starvation.backfill_confidence <= 1:
         raise SettingsError("starvation: runtimeHistory must be 0 or more and backfillConfidence above 0 and at most 1")
-    if settings.starvation.max_reservations < 1 or settings.starvation.max_hold_seconds <= 0:
+    if settings.starvation.max_reservations < 1 or settings.starvation.max_reserve_seconds <= 0:
         raise SettingsError(
-            "starvation: maxReservations and maxHoldSeconds must be positive (to reserve nothing, set enabled: false)"
+            "starvation: maxReservations and maxReserveSeconds must be positive"
+            " (to reserve nothing, set enabled: false)"
         )
     if settings.queue.initial_backoff_seconds > settings.queue.max_backoff_seconds:
         raise SettingsError("queue.initialBackoffSeconds: must not exceed queue.maxBackoffSeconds")

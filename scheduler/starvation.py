@@ -19,7 +19,7 @@ still does not fit, it may *reserve* a domain (EASY backfilling, with a gang for
   or, where pods set none, by the runtimes learned, with ``starvation.backfillConfidence`` (unknown, so
   never, while nothing was learned). Gangs of higher priority are not held back.
 - **Until.** The gang binds, is deleted or changes into something that does not wait for room, or
-  ``starvation.maxHoldSeconds`` pass without it binding: then the domain is marked tried and the next
+  ``starvation.maxReserveSeconds`` pass without it binding: then the domain is marked tried and the next
   one is reserved at the gang's next attempt. It moves sooner to a domain of its level with at most half
   as much still in use, and at once when some of its nodes are gone. Nothing is written to the API to
   keep a reservation: a new leader rebuilds it from the same state by the same rule at the gang's first
@@ -120,7 +120,7 @@ class Starvation:
         #: Levels from the narrowest to the widest, then the whole cluster.
         self.narrowest_first: tuple[Level, ...] = (*reversed(tuple(levels)), None)
         self._by_gang: dict[GangKey, DomainReservation] = {}
-        #: Domains a gang held without binding (``maxHoldSeconds``), not chosen again until all have been.
+        #: Domains a gang held without binding (``maxReserveSeconds``), not chosen again until all have been.
         self._tried: dict[GangKey, set[tuple[Level, str]]] = {}
         #: Starving gangs refused a reservation because their level had its count: woken in order of rank
         #: when one there ends, so that the next turn goes to the head of the line, not to whoever is next tried.
@@ -394,7 +394,7 @@ class Starvation:
             resource=plan.resource,
             wanted=plan.wanted,
             decided=now,
-            deadline=now + self.settings.max_hold_seconds,
+            deadline=now + self.settings.max_reserve_seconds,
         )
 
     # -- ending ------------------------------------------------------------------------------------
@@ -441,10 +441,10 @@ class Starvation:
         if held is None:
             return failed
         reserving = reserving_note(self, made) if made is not None else ""
-        return replace(failed, message=f"{failed.message} {holding_note(self, held)}", reserving=reserving)
+        return replace(failed, message=f"{failed.message} {reservation_note(self, held)}", reserving=reserving)
 
     def expired(self) -> list[DomainReservation]:
-        """Reservations held ``maxHoldSeconds`` without their gang binding, released; their domains are
+        """Reservations held ``maxReserveSeconds`` without their gang binding, released; their domains are
         marked tried so that the gang's next reservation goes elsewhere."""
         now = self.clock.monotonic()
         late = [held for held in self._by_gang.values() if held.deadline <= now]
@@ -623,20 +623,20 @@ def _still_in_use(starvation: Starvation, held: DomainReservation) -> str:
     return f"{amount_words(held.resource, in_use)} there {verb} still in use"
 
 
-def holds_words(starvation: Starvation, held: DomainReservation) -> str:
-    """``holds rack r3 for its 64 GPUs; 24 GPUs there are still in use``."""
-    return f"holds {held.where} for its {amount_words(held.resource, held.wanted)}; {_still_in_use(starvation, held)}"
+def reserves_words(starvation: Starvation, held: DomainReservation) -> str:
+    """``reserves rack r3 for its 64 GPUs; 24 GPUs there are still in use``."""
+    return f"reserves {held.where} for its {amount_words(held.resource, held.wanted)}; {_still_in_use(starvation, held)}"
 
 
-def holding_note(starvation: Starvation, held: DomainReservation) -> str:
-    """``It ... holds rack r3 for its 64 GPUs; 24 GPUs there are still in use`` and until when."""
+def reservation_note(starvation: Starvation, held: DomainReservation) -> str:
+    """``It ... reserves rack r3 for its 64 GPUs; 24 GPUs there are still in use`` and until when."""
     now = starvation.clock.monotonic()
     left = max(0.0, held.deadline - now)
     # Said the same way by the scheduler that just made it and by `explain`'s fresh pass, which cannot know
     # when the running scheduler made it; later the scheduler counts down.
     until = f"for up to {left:.0f}s" if held.decided >= now else f"for another {left:.0f}s at most"
     return (
-        f"It has waited longer than starvation.reserveAfterSeconds and {holds_words(starvation, held)} (held {until})."
+        f"It has waited longer than starvation.reserveAfterSeconds and {reserves_words(starvation, held)} (reserved {until})."
     )
 
 
@@ -650,12 +650,12 @@ def _room_on(item: ReservedRoom) -> str:
 
 
 def reserving_note(starvation: Starvation, held: DomainReservation) -> str:
-    """The Reserving Event: ``Gang x holds block b3 for its 64 GPUs; 24 GPUs there are still in use. ...``"""
+    """The Reserving Event: ``Gang x reserves block b3 for its 64 GPUs; 24 GPUs there are still in use. ...``"""
     nodes = "it" if held.level == HOSTNAME else f"{len(held.nodes)} node{'s' if len(held.nodes) != 1 else ''} there"
     return (
-        f"Gang {held.gang} {holds_words(starvation, held)}. It has waited longer than "
+        f"Gang {held.gang} {reserves_words(starvation, held)}. It has waited longer than "
         "starvation.reserveAfterSeconds: the room "
-        f"freeing up on {nodes} is kept for it for up to {starvation.settings.max_hold_seconds:.0f}s, and other "
+        f"freeing up on {nodes} is kept for it for up to {starvation.settings.max_reserve_seconds:.0f}s, and other "
         "gangs use it only if they are sure to end first (by their activeDeadlineSeconds, or as pods like theirs "
         "have been seen to)."
     )

@@ -399,3 +399,14 @@ def test_the_phalanx_command_starts_no_blas_threads_unless_the_operator_asks() -
         check=True,
     )
     assert asked.stdout.split()[1] == "2"
+
+
+def test_a_configuration_with_a_renamed_setting_works_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "phalanx.yaml"
+    config.write_text("starvation:\n  maxHoldSeconds: 600\n")
+    assert main(["simulate", "--config", str(config), "--seed", "1"]) == 0
+    warning = capsys.readouterr().err
+    assert "a setting was renamed; its old name still works" in warning
+    assert "starvation.maxHoldSeconds" in warning and "starvation.maxReserveSeconds" in warning

@@ -153,7 +153,7 @@ async def test_dry_run_and_explain_show_the_domain_a_gang_that_waited_too_long_h
         copy = await read_real_cluster(str(kubeconfig(tmp_path / "kubeconfig", where.url)), None)
         report = await dry_run(copy, settings)
         text = await explain(copy, settings, "team/big-0")
-    holds = "holds rack b0-r1 for its 16 GPUs; 4 GPUs there are still in use"
+    holds = "reserves rack b0-r1 for its 16 GPUs; 4 GPUs there are still in use"
     assert f"Reserved: it {holds}. The room freeing up on b0-r1-n0, b0-r1-n1 is kept for it." in text
     rendered = table(report, title="t", levels=SETTINGS.levels, would=True)
     assert f"  pfn:team/big {holds}: b0-r1-n0 b0-r1-n1" in rendered

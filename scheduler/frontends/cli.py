@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
+import structlog
 
 from scheduler.app import Phalanx
 from scheduler.gangs import SettingsError
@@ -300,6 +301,7 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
 
 def _command_run(args: argparse.Namespace, settings: Settings) -> int:
     configure(args.log_level, args.log_format)
+    _warn_renamed(settings)
     try:
         anyio.run(_run, settings, args.kubeconfig, args.context)
     except (ListenError, BaseExceptionGroup) as error:
@@ -421,6 +423,7 @@ def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
     from scheduler.frontends.sandbox import Sandbox, serve  # noqa: PLC0415
 
     configure(args.log_level, "console")
+    _warn_renamed(settings)
     host, _, port = args.address.rpartition(":")
     if not host or not port.isdigit() or int(port) > 65535:
         raise UserError(f"--address {args.address}: give it as HOST:PORT, e.g. 127.0.0.1:8080 (a port up to 65535)")
@@ -562,13 +565,22 @@ def main(argv: list[str] | None = None) -> int:
 def _unwrapped(command: Callable[[argparse.Namespace, Settings], int], args: argparse.Namespace) -> int:
     """Run ``command``; an error a task group wrapped alone is raised as itself, so that it is told as one line
     like any other (a group of several is left as it is: a bug, whose traceback is wanted)."""
+    settings = _settings(args)
+    if args.command not in ("run", "serve"):  # those configure their logging first
+        _warn_renamed(settings)
     try:
-        return command(args, _settings(args))
+        return command(args, settings)
     except BaseExceptionGroup as group:
         leaf = _leaf(group)
         if isinstance(leaf, BaseExceptionGroup):
             raise
         raise leaf from None
+
+
+def _warn_renamed(settings: Settings) -> None:
+    for change in settings.renamed:
+        old, new = change.split(" -> ")
+        structlog.get_logger("phalanx").warning("a setting was renamed; its old name still works", old=old, new=new)
 
 
 def _leaf(error: BaseException) -> BaseException:

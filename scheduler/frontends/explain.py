@@ -260,14 +260,14 @@ def _preemption(gang_key: str, report: Report) -> list[str]:
 
 
 def _reservations(gang_key: str, reason: str, report: Report) -> list[str]:
-    """The domain reservation the gang holds (it waited too long), and the ones that kept room from it."""
+    """The domain reservation the gang has (it waited too long), and the ones that kept room from it."""
     lines = []
     for held in report.reservations:
         nodes = ", ".join(held.nodes[:8]) + (f", ... {len(held.nodes) - 8} more" if len(held.nodes) > 8 else "")
         if held.gang == gang_key:
-            lines.append(f"Reserved: it {held.holds}. The room freeing up on {nodes} is kept for it.")
+            lines.append(f"Reserved: it {held.reserves}. The room freeing up on {nodes} is kept for it.")
         elif f"held for gang {held.gang}," in reason:
-            lines.append(f"Reserved for gang {held.gang}, which waited too long: it {held.holds} ({nodes}).")
+            lines.append(f"Reserved for gang {held.gang}, which waited too long: it {held.reserves} ({nodes}).")
     return lines
 
 

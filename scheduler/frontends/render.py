@@ -71,9 +71,9 @@ def table(report: Report, *, title: str, levels: Iterable[str], would: bool = Fa
             if nodes:
                 lines += _item(f"{gang.key}: {' '.join(nodes)}")
     if report.reservations:
-        lines += ["", "Reserved (gangs that waited too long, and the nodes whose freeing room each holds):"]
+        lines += ["", "Reserved (gangs that waited too long, and the nodes whose freeing room each reserves):"]
         for held in report.reservations:
-            lines += _item(f"{held.gang} {held.holds}: {' '.join(held.nodes)}")
+            lines += _item(f"{held.gang} {held.reserves}: {' '.join(held.nodes)}")
     if report.preempted:
         heading = "Would preempt" if would else "Preempted"
         lines += ["", f"{heading} (pod, and the gang it makes room for):"]

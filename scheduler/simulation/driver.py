@@ -61,7 +61,7 @@ from scheduler.simulation.report import (
     Report,
     ReservationReport,
 )
-from scheduler.starvation import holds_words
+from scheduler.starvation import reserves_words
 from topology import HOSTNAME
 
 #: How far the clock may go when nothing says stop sooner (a Deployment whose pods have deadlines would
@@ -510,7 +510,7 @@ def _waiting(task: asyncio.Task[Any]) -> bool:
 def _reservations(app: Phalanx) -> list[ReservationReport]:
     starvation = app.scheduler.starvation
     return [
-        ReservationReport(str(held.gang), held.level, held.domain, held.nodes, holds_words(starvation, held))
+        ReservationReport(str(held.gang), held.level, held.domain, held.nodes, reserves_words(starvation, held))
         for held in starvation.standing()
     ]
 

@@ -56,12 +56,12 @@ class ReservationReport:
     level: str | None
     domain: str
     nodes: tuple[str, ...]
-    #: In words: ``holds rack b0-r1 for its 32 GPUs; 20 GPUs there are still in use``.
-    holds: str
+    #: In words: ``reserves rack b0-r1 for its 32 GPUs; 20 GPUs there are still in use``.
+    reserves: str
 
     def to_json(self) -> dict[str, Any]:
         return {"gang": self.gang, "level": self.level, "domain": self.domain, "nodes": list(self.nodes),
-                "holds": self.holds}  # fmt: skip
+                "reserves": self.reserves}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

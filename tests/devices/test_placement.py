@@ -283,7 +283,7 @@ def test_a_gang_that_claims_devices_and_waited_too_long_holds_the_rack_whose_dev
     loop.run_until(301)
     held = loop.loop.starvation.get("pfn:ml/big")  # type: ignore[arg-type]
     assert held is not None and held.where == "rack b0-r1"
-    assert "holds rack b0-r1 for its 32 devices of class gpu.nvidia.com; 20 devices of class gpu.nvidia.com there " \
+    assert "reserves rack b0-r1 for its 32 devices of class gpu.nvidia.com; 20 devices of class gpu.nvidia.com there " \
         "are still in use" in loop.told.pending[big[0]]
     first, second = claiming(loop, "four-a", ("four-a", 1), 4), claiming(loop, "four-b", ("four-b", 1), 4)
     loop.settle()

@@ -107,3 +107,15 @@ def test_command_line_overrides_apply_after_the_file(tmp_path: Path) -> None:
     assert not settings.leader_election.enabled
     with pytest.raises(SettingsError, match=r"use key\.path=value"):
         load_settings(None, ["binding.concurrency"])
+
+
+def test_a_renamed_setting_is_still_read_under_its_old_name_and_said_to_be_renamed() -> None:
+    """``starvation.maxHoldSeconds`` became ``maxReserveSeconds`` (a reservation is not a permit's hold):
+    a configuration written before still works, and the command warns of it."""
+    old = parse_settings({"starvation": {"maxHoldSeconds": 600}})
+    assert old.starvation.max_reserve_seconds == 600
+    assert old.renamed == ("starvation.maxHoldSeconds -> starvation.maxReserveSeconds",)
+    new = parse_settings({"starvation": {"maxReserveSeconds": 600}})
+    assert new.starvation.max_reserve_seconds == 600 and new.renamed == ()
+    with pytest.raises(SettingsError, match="maxHoldSeconds: renamed maxReserveSeconds, and both are given"):
+        parse_settings({"starvation": {"maxHoldSeconds": 600, "maxReserveSeconds": 900}})

@@ -85,9 +85,9 @@ def test_a_gang_that_waited_too_long_holds_the_rack_with_least_in_use_and_says_s
     loop.run_until(301)  # its backoff ends when it may reserve, not later
 
     assert reservation(loop) == "rack b0-r1"
-    assert "holds rack b0-r1 for its 32 GPUs; 20 GPUs there are still in use" in loop.told.pending[big[0]]
+    assert "reserves rack b0-r1 for its 32 GPUs; 20 GPUs there are still in use" in loop.told.pending[big[0]]
     (note,) = [note for reason, note in loop.told.events if reason == "Reserving"]
-    assert note.startswith("Gang pfn:ml/big holds rack b0-r1 for its 32 GPUs; 20 GPUs there are still in use.")
+    assert note.startswith("Gang pfn:ml/big reserves rack b0-r1 for its 32 GPUs; 20 GPUs there are still in use.")
     # A 4-GPU job still finds the room the big gang does not need (rack r0); the next one finds none.
     first, second = loop.submit("four-a", 4), loop.submit("four-b", 4)
     loop.settle()
@@ -162,7 +162,7 @@ def test_a_preemptor_below_the_reserved_gang_does_not_evict_pods_on_the_room_it_
 
 
 def test_a_reservation_that_did_not_help_in_time_moves_to_the_next_rack() -> None:
-    loop = Loop(config=settings(max_hold_seconds=600))
+    loop = Loop(config=settings(max_reserve_seconds=600))
     busy_rack(loop, "r0", [8, 8, 8, 8])
     busy_rack(loop, "r1", [4, 4, 6, 6])
     big_gang(loop)
@@ -174,7 +174,7 @@ def test_a_reservation_that_did_not_help_in_time_moves_to_the_next_rack() -> Non
     assert reservation(loop) == "rack b0-r0"
     assert released(loop, "expired") == 1
     where = [note.split(" for its")[0] for reason, note in loop.told.events if reason == "Reserving"]
-    assert where == ["Gang pfn:ml/big holds rack b0-r1", "Gang pfn:ml/big holds rack b0-r0"]
+    assert where == ["Gang pfn:ml/big reserves rack b0-r1", "Gang pfn:ml/big reserves rack b0-r0"]
     loop.run_until(1503)
     assert reservation(loop) == "rack b0-r1"  # every rack has had its turn: the round starts again
 
@@ -247,8 +247,8 @@ def test_a_deleted_gang_releases_its_reservation_and_a_gang_that_can_never_fit_m
 
 def test_starvation_settings_are_checked() -> None:
     configured = parse_settings({"starvation": {"reserveAfterSeconds": 60, "maxReservations": 2}}).starvation
-    assert (configured.reserve_after_seconds, configured.max_reservations, configured.max_hold_seconds) == (60, 2, 1800)
-    with pytest.raises(SettingsError, match="maxReservations and maxHoldSeconds must be positive"):
+    assert (configured.reserve_after_seconds, configured.max_reservations, configured.max_reserve_seconds) == (60, 2, 1800)
+    with pytest.raises(SettingsError, match="maxReservations and maxReserveSeconds must be positive"):
         parse_settings({"starvation": {"maxReservations": 0}})
     with pytest.raises(SettingsError, match="did you mean 'reserveAfterSeconds'"):
         parse_settings({"starvation": {"reserveAfterSecond": 60}})
@@ -419,8 +419,8 @@ def test_a_reservation_moves_to_a_rack_that_drained_faster() -> None:
 
     assert reservation(loop) == "rack b0-r0"
     assert [note.split(";")[0] for reason, note in loop.told.events if reason == "Reserving"] == [
-        "Gang pfn:ml/big holds rack b0-r1 for its 32 GPUs",
-        "Gang pfn:ml/big holds rack b0-r0 for its 32 GPUs",
+        "Gang pfn:ml/big reserves rack b0-r1 for its 32 GPUs",
+        "Gang pfn:ml/big reserves rack b0-r0 for its 32 GPUs",
     ]
     assert long_ones[0] in loop.bound()
 

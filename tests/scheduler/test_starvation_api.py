@@ -54,15 +54,15 @@ async def test_the_gang_that_waited_holds_a_rack_says_so_and_binds_there_when_it
         note = await eventually(
             lambda: next((e["note"] for e in where.events("Reserving")), None), what="a Reserving Event"
         )
-        assert note.startswith("Gang pfn:team/big holds rack r1 for its 16 GPUs; 8 GPUs there are still in use.")
+        assert note.startswith("Gang pfn:team/big reserves rack r1 for its 16 GPUs; 8 GPUs there are still in use.")
         event = where.events("Reserving")[0]
         assert (event["type"], event["regarding"]["name"], event["action"]) == ("Normal", "big-0", "Reserving")
         condition = await eventually(
-            lambda: (c := where.condition(gang[0])) and "holds rack" in c.get("message", "") and c,
+            lambda: (c := where.condition(gang[0])) and "reserves rack" in c.get("message", "") and c,
             what="the reservation in the pods' condition",
         )
         assert condition["reason"] == "Unschedulable"  # cluster-autoscaler still reads what it expects
-        assert "holds rack r1 for its 16 GPUs; 8 GPUs there are still in use" in condition["message"]
+        assert "reserves rack r1 for its 16 GPUs; 8 GPUs there are still in use" in condition["message"]
         assert app.metrics.starvation_reservations.labels(RACK)._value.get() == 1
 
         # Another gang that needs the free GPUs of rack r1 waits, and says for whom.
@@ -99,11 +99,11 @@ async def test_simulate_lists_the_reservation_and_marks_its_nodes_on_the_map(tmp
             "level": RACK,
             "domain": "r1",
             "nodes": ["r1-n0", "r1-n1"],
-            "holds": "holds rack r1 for its 16 GPUs; 8 GPUs there are still in use",
+            "reserves": "reserves rack r1 for its 16 GPUs; 8 GPUs there are still in use",
         }
     ]
     text = table(report, title="test", levels=LEVELS)
-    assert "pfn:team/big holds rack r1 for its 16 GPUs; 8 GPUs there are still in use: r1-n0 r1-n1" in text
+    assert "pfn:team/big reserves rack r1 for its 16 GPUs; 8 GPUs there are still in use: r1-n0 r1-n1" in text
     assert "  r1  [####____] [####____]" in text
     assert "[...] a node held for a gang that waited too long" in text
     plot(report, LEVELS, tmp_path / "racks.png")  # the held nodes outlined, and named in the legend
