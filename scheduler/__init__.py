@@ -7,7 +7,9 @@ served over HTTP). Nothing here imports the engine.
 The engine — everything else at this level. Data flows through it in this order:
 
 1. ``informers``: list and watch each resource through the port;
-2. ``state``: ``ClusterState``, the nodes' arrays, every pod's requests and what is assumed;
+2. ``state``: ``ClusterState``, the nodes' arrays, every pod's requests and what is assumed, beside what it
+   reads with them: ``devices/`` (DRA's slices and claims), ``budgets`` (PodDisruptionBudgets) and
+   ``runtimes`` (how long kinds of pods run);
 3. ``gangs/``: the sources' objects compiled into gang trees (``gangs/sources.py`` lists the sources);
 4. ``queue``: which gang next, and when a failed one is tried again;
 5. ``loop`` folds cluster news into the queue and runs ``cycle``: one scheduling cycle per gang, a
