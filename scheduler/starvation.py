@@ -625,7 +625,8 @@ def _still_in_use(starvation: Starvation, held: DomainReservation) -> str:
 
 def reserves_words(starvation: Starvation, held: DomainReservation) -> str:
     """``reserves rack r3 for its 64 GPUs; 24 GPUs there are still in use``."""
-    return f"reserves {held.where} for its {amount_words(held.resource, held.wanted)}; {_still_in_use(starvation, held)}"
+    wanted = amount_words(held.resource, held.wanted)
+    return f"reserves {held.where} for its {wanted}; {_still_in_use(starvation, held)}"
 
 
 def reservation_note(starvation: Starvation, held: DomainReservation) -> str:
@@ -635,9 +636,8 @@ def reservation_note(starvation: Starvation, held: DomainReservation) -> str:
     # Said the same way by the scheduler that just made it and by `explain`'s fresh pass, which cannot know
     # when the running scheduler made it; later the scheduler counts down.
     until = f"for up to {left:.0f}s" if held.decided >= now else f"for another {left:.0f}s at most"
-    return (
-        f"It has waited longer than starvation.reserveAfterSeconds and {reserves_words(starvation, held)} (reserved {until})."
-    )
+    words = reserves_words(starvation, held)
+    return f"It has waited longer than starvation.reserveAfterSeconds and {words} (reserved {until})."
 
 
 def _room_on(item: ReservedRoom) -> str:

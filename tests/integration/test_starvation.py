@@ -75,7 +75,9 @@ def test_a_gang_that_waited_holds_the_rack_it_would_fit_soonest_and_binds_there(
             "Gang pfn:starve/big reserves rack b0-r1 for its 16 GPUs; 2 GPUs there are still in use."
         )
         condition = eventually(
-            lambda: (c := pod_scheduled(pods(plane, "starve")["starve/big-1"])) and "reserves rack" in c["message"] and c,
+            lambda: (c := pod_scheduled(pods(plane, "starve")["starve/big-1"]))
+            and "reserves rack" in c["message"]
+            and c,
             what="the reservation in the pods' PodScheduled condition",
         )
         assert condition["reason"] == "Unschedulable"

@@ -247,7 +247,8 @@ def test_a_deleted_gang_releases_its_reservation_and_a_gang_that_can_never_fit_m
 
 def test_starvation_settings_are_checked() -> None:
     configured = parse_settings({"starvation": {"reserveAfterSeconds": 60, "maxReservations": 2}}).starvation
-    assert (configured.reserve_after_seconds, configured.max_reservations, configured.max_reserve_seconds) == (60, 2, 1800)
+    kept = (configured.reserve_after_seconds, configured.max_reservations, configured.max_reserve_seconds)
+    assert kept == (60, 2, 1800)
     with pytest.raises(SettingsError, match="maxReservations and maxReserveSeconds must be positive"):
         parse_settings({"starvation": {"maxReservations": 0}})
     with pytest.raises(SettingsError, match="did you mean 'reserveAfterSeconds'"):
