@@ -26,7 +26,7 @@ from scheduler.gangs.common import Context
 from scheduler.gangs.gang_settings import GangSettings
 from scheduler.gangs.groups import GroupObject, Role
 from scheduler.gangs.model import GangKey, ObjectRef, PodKey, Source, gang_key, pod_key
-from scheduler.gangs.pods import DEFAULT_SCHEDULER, PodInfo, read_pod
+from scheduler.gangs.pods import DEFAULT_SCHEDULER, PodInfo, read_bound, read_pod
 from scheduler.gangs.sources import ROOT_SOURCE, read_group
 
 #: Sources whose gangs have no group object: a gang per PFN name, per 1.35 workload replica, per plain pod.
@@ -61,7 +61,9 @@ class MembershipIndex:
         what the pod asks of a node, if the caller read it already (with the index's kinds)."""
         if not self._may_be_ours(raw):
             return  # another scheduler's pod never seen as a member: most of a large cluster's pods
-        info = read_pod(raw, self.settings, demand)
+        key = _key_of(raw)
+        known = self._pods.get(key) if key is not None else None
+        info = (read_bound(raw, known, demand) if known is not None else None) or read_pod(raw, self.settings, demand)
         if info is None:
             return
         old = self._pods.get(info.key)
@@ -348,6 +350,11 @@ class MembershipIndex:
             return self._pods[members[0]].ref
         children = sorted(self._children.get(missing_ref, ()))
         return children[0] if children else missing_ref
+
+
+def _key_of(raw: Mapping[str, Any]) -> PodKey | None:
+    metadata = raw.get("metadata")
+    return pod_key(str(metadata.get("namespace")), str(metadata.get("name"))) if type(metadata) is dict else None
 
 
 def _same_for_gangs(old: PodInfo, new: PodInfo) -> bool:

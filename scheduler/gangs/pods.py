@@ -8,7 +8,7 @@ markers it ignores are kept so that the user can be told (a Warning Event names 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduler.gangs.fields import SpecProblem, child, missing, timestamp
@@ -134,6 +134,31 @@ def read_pod(raw: Mapping[str, Any], settings: GangSettings, demand: Mapping[str
     info.membership = found[0] if found else Membership(Source.POD, name)
     info.ignored_markers = tuple(_describe(marker) for marker in found[1:])
     return info
+
+
+def read_bound(raw: Mapping[str, Any], before: PodInfo, demand: Mapping[str, int] | None = None) -> PodInfo | None:
+    """What :func:`read_pod` reads from a pod's bind event, taken from ``before`` (read from its last event)
+    instead of read again: a bind changes ``nodeName``, the status and the resource version, nothing
+    else a gang is read from. None when the event changed more than that (then read it)."""
+    spec, metadata = raw.get("spec"), raw.get("metadata")
+    spec_before, metadata_before = before.raw.get("spec"), before.raw.get("metadata")
+    if before.node is not None or type(spec) is not dict or type(spec_before) is not dict:
+        return None
+    node = spec.get("nodeName")
+    if type(node) is not str or not node or {**spec_before, "nodeName": node} != spec:
+        return None
+    if type(metadata) is not dict or type(metadata_before) is not dict:
+        return None
+    if {**metadata_before, "resourceVersion": None} != {**metadata, "resourceVersion": None}:
+        return None
+    return replace(
+        before,
+        raw=raw,
+        node=node,
+        gates=(),
+        finished=child(raw.get("status"), "phase") in FINISHED_PHASES,
+        demand=demand if demand is not None and not spec.get("resourceClaims") else None,
+    )
 
 
 def _markers(pod: PodInfo, spec: object, settings: GangSettings) -> list[Membership]:

@@ -3,6 +3,7 @@
 from typing import Any
 
 from scheduler.gangs import GangIndex, GangSettings, GangSpec
+from scheduler.gangs.pods import read_bound, read_pod
 from tests.gangs.support import (
     EXAMPLES,
     EXPANDED_EXAMPLES,
@@ -176,3 +177,32 @@ def test_members_bound_in_batches_update_their_gang_as_a_compile_would_without_o
     fresh.take_changed()
     assert index.results() == fresh.results()
     assert {member.node for result in index.results().values() for member in result.request.members()} > {"node-0"}
+    # what each bound member is known as, taken from its last event, is what reading its bind event gives
+    for document in bound:
+        key = f"{document['metadata']['namespace']}/{document['metadata']['name']}"
+        assert index.pod(key) == read_pod(document, GangSettings(levels=LEVELS))
+
+
+def test_a_bind_event_is_read_from_the_member_s_last_event_only_when_it_changed_no_more_than_a_bind_does() -> None:
+    settings = GangSettings(levels=LEVELS)
+    pending = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": "team", "name": "w0", "uid": "u0", "resourceVersion": "1",
+                     "annotations": {"pod-group.scheduling.sigs.k8s.io/name": "train",
+                                     "pod-group.scheduling.sigs.k8s.io/min-available": "2"}},
+        "spec": {"schedulerName": "phalanx", "containers": [{"name": "main", "image": "pause"}]},
+        "status": {"phase": "Pending"},
+    }  # fmt: skip
+    before = read_pod(pending, settings)
+    assert before is not None
+    bound = {
+        **pending,
+        "metadata": {**pending["metadata"], "resourceVersion": "2"},
+        "spec": {**pending["spec"], "nodeName": "n0"},
+        "status": {"phase": "Running"},
+    }
+    assert read_bound(bound, before) == read_pod(bound, settings)
+    relabelled = {**bound, "metadata": {**bound["metadata"], "labels": {"team": "b"}}}
+    respecced = {**bound, "spec": {**bound["spec"], "priority": 7}}
+    assert read_bound(relabelled, before) is None and read_bound(respecced, before) is None
