@@ -63,7 +63,15 @@ class MembershipIndex:
             return  # another scheduler's pod never seen as a member: most of a large cluster's pods
         key = _key_of(raw)
         known = self._pods.get(key) if key is not None else None
-        info = (read_bound(raw, known, demand) if known is not None else None) or read_pod(raw, self.settings, demand)
+        bound = read_bound(raw, known, demand) if known is not None else None
+        gang = self._gang_of.get(bound.key) if bound is not None else None
+        if known is not None and bound is not None and gang is not None and _only_bound(known, bound):
+            # Bound, and nothing else a gang is compiled from changed: its compiled gang gets the member's node
+            # (GangIndex.take_changed), not a compile; a gang of 8 comes back in several batches of binds.
+            self._pods[bound.key] = bound
+            self._bound.setdefault(gang, {})[bound.key] = str(bound.node)
+            return
+        info = bound or read_pod(raw, self.settings, demand)
         if info is None:
             return
         old = self._pods.get(info.key)
@@ -371,6 +379,18 @@ def _bound_since(old: PodInfo, new: PodInfo) -> bool:
     if not isinstance(spec, dict) or not isinstance(before, dict) or spec.get("resourceClaims"):
         return False
     return {**before, "nodeName": new.node} == spec and _same_but_spec(old, new)
+
+
+def _only_bound(old: PodInfo, new: PodInfo) -> bool:
+    """For ``new`` read from ``old`` by ``read_bound`` (same spec but its node, same metadata): whether what its
+    gang reads of it changed in nothing but its node (not finished with the same event, no claims made
+    meanwhile, no claims, whose demand is read afresh)."""
+    spec = new.raw.get("spec")
+    return (
+        old.counts == new.counts
+        and _claims_made(old) == _claims_made(new)
+        and not (isinstance(spec, Mapping) and spec.get("resourceClaims"))
+    )
 
 
 def _same_but_spec(old: PodInfo, new: PodInfo) -> bool:

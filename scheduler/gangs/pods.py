@@ -136,10 +136,15 @@ def read_pod(raw: Mapping[str, Any], settings: GangSettings, demand: Mapping[str
     return info
 
 
+#: Metadata a bind changes that no gang reads: the resource version, and the server's record of who wrote
+#: which field (a binding may add its entry).
+_WRITTEN_BY_EVERY_UPDATE = {"resourceVersion": None, "managedFields": None}
+
+
 def read_bound(raw: Mapping[str, Any], before: PodInfo, demand: Mapping[str, int] | None = None) -> PodInfo | None:
     """What :func:`read_pod` reads from a pod's bind event, taken from ``before`` (read from its last event)
-    instead of read again: a bind changes ``nodeName``, the status and the resource version, nothing
-    else a gang is read from. None when the event changed more than that (then read it)."""
+    instead of read again: a bind changes ``nodeName``, the status, the resource version and the managed
+    fields, nothing else a gang is read from. None when the event changed more than that (then read it)."""
     spec, metadata = raw.get("spec"), raw.get("metadata")
     spec_before, metadata_before = before.raw.get("spec"), before.raw.get("metadata")
     if before.node is not None or type(spec) is not dict or type(spec_before) is not dict:
@@ -149,7 +154,7 @@ def read_bound(raw: Mapping[str, Any], before: PodInfo, demand: Mapping[str, int
         return None
     if type(metadata) is not dict or type(metadata_before) is not dict:
         return None
-    if {**metadata_before, "resourceVersion": None} != {**metadata, "resourceVersion": None}:
+    if {**metadata_before, **_WRITTEN_BY_EVERY_UPDATE} != {**metadata, **_WRITTEN_BY_EVERY_UPDATE}:
         return None
     return replace(
         before,

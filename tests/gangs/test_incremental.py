@@ -203,6 +203,8 @@ def test_a_bind_event_is_read_from_the_member_s_last_event_only_when_it_changed_
         "status": {"phase": "Running"},
     }
     assert read_bound(bound, before) == read_pod(bound, settings)
+    managed = {**bound, "metadata": {**bound["metadata"], "managedFields": [{"manager": "kube-scheduler"}]}}
+    assert read_bound(managed, before) == read_pod(managed, settings)
     relabelled = {**bound, "metadata": {**bound["metadata"], "labels": {"team": "b"}}}
     respecced = {**bound, "spec": {**bound["spec"], "priority": 7}}
     assert read_bound(relabelled, before) is None and read_bound(respecced, before) is None
