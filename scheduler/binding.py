@@ -125,6 +125,8 @@ class Binder:
             self.reporter.binding(0)
 
     async def _bind_gang(self, job: BindJob) -> None:
+        # Every line logged while the gang binds names it, the tasks binding its pods' included.
+        structlog.contextvars.bind_contextvars(gang=job.gang)
         try:
             await self._bind_gang_steps(job)
         finally:
@@ -209,6 +211,7 @@ class Binder:
                         bound.add(pod)
 
             async def retry(i: int, pod: str, node: str, wait: float) -> None:
+                structlog.contextvars.bind_contextvars(pod=pod)  # a task of its own: its lines name its pod
                 by_index[i] = await self._bind_one(pod, node, wait=wait)
 
             async with anyio.create_task_group() as group:

@@ -147,10 +147,13 @@ class Cycle:
         result = self.state.index.get(key)
         if result is None:
             self.queue.remove(key)
-        elif isinstance(result, GangError):
-            self.record(result, _problem(result))
-        else:
-            self.record(result, self.schedule(result))
+            return True
+        # Every line logged while deciding about the gang names it, whoever logs it (stages, placement's caller).
+        with structlog.contextvars.bound_contextvars(gang=key):
+            if isinstance(result, GangError):
+                self.record(result, _problem(result))
+            else:
+                self.record(result, self.schedule(result))
         return True
 
     def schedule(self, spec: GangSpec) -> Outcome:

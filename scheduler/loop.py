@@ -32,7 +32,7 @@ from scheduler.state import ClusterState
 from topology import Placer, PodShape, place
 from topology.fit import pods_per_node, shape_fit
 
-log = structlog.get_logger("phalanx.cycle")
+log = structlog.get_logger("phalanx.loop")
 
 #: Cycles run back to back before the loop yields to informers and binders.
 BATCH = 64

@@ -1,13 +1,16 @@
 """What the binding cycle does when the API or the cluster does not cooperate."""
 
+import json
 from collections import Counter
 from dataclasses import replace
 from typing import Any
 
 import anyio
 import pytest
+import structlog
 
 from scheduler.binding import PLACE_AGAIN_IN_A_ROW
+from scheduler.logs import configure
 from scheduler.ports.sim import FaultRule, Faults
 from scheduler.settings import BindingSettings, PermitSettings
 from tests.scheduler.checks import check_invariants
@@ -58,6 +61,26 @@ async def test_a_member_refused_among_the_rest_of_its_gang_is_told_and_tried_alo
         faults.bind_failures.clear()
         await eventually(lambda: len(where.bound()) == 4, what="the gang whole once the refusal is lifted")
         await check_invariants(where)
+
+
+async def test_the_lines_logged_while_a_gang_binds_name_the_gang_and_a_pod_retried_alone_names_the_pod(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An operator follows a gang through the log by its key: lines that do not say it themselves carry it."""
+    before = structlog.get_config()
+    configure("info", "json")
+    try:
+        faults = Faults(seed=1)
+        async with cluster("blocks=1,racks=1,nodes=4,gpus=8", faults=faults) as where, phalanx(where):
+            faults.bind_failures["team/w3"] = 403
+            for i in range(4):
+                where.create(gpu_pod(f"w{i}", annotations=pfn("train", 4)))
+            await eventually(lambda: where.events("FailedBinding"), what="the refusal told")
+    finally:
+        structlog.configure(**before)
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+    refused = [line for line in lines if line["event"] == "bind refused"]
+    assert refused and all(line["gang"] == "pfn:team/train" and line["pod"] == "team/w3" for line in refused)
 
 
 async def test_a_member_deleted_while_its_gang_binds_is_dropped_and_the_rest_bound() -> None:
