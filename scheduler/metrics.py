@@ -11,7 +11,12 @@ _FAST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
+        self._scheduling(self.registry)
+        self._preemption(self.registry)
+        self._starvation(self.registry)
+
+    def _scheduling(self, r: CollectorRegistry) -> None:
+        """The cycle, the queue, binding, permit's held room, leadership and the API writes."""
         self.attempts = Counter(
             "phalanx_schedule_attempts",
             "Scheduling attempts by result: scheduled, waiting, unschedulable, preempting, invalid",
@@ -53,6 +58,8 @@ class Metrics:
             registry=r,
         )
 
+    def _preemption(self, r: CollectorRegistry) -> None:
+        """Preemption searches, their victims, and how long a preemptor waited for its room."""
         self.preemption_attempts = Counter(
             "phalanx_preemption_attempts",
             "Preemption searches by result: preempted, no_victims (nothing would help), not_allowed "
@@ -85,6 +92,8 @@ class Metrics:
             registry=r,
         )
 
+    def _starvation(self, r: CollectorRegistry) -> None:
+        """Domain reservations for gangs that waited too long."""
         self.starvation_reservations = Gauge(
             "phalanx_starvation_reservations",
             "Domain reservations standing for gangs that waited too long, by topology level",

@@ -237,58 +237,28 @@ class ClusterState:
         namespace, name = _key(change.object)
         key = f"{namespace}/{name}"
         if change.type == "DELETED":
-            obj = change.object
-        else:  # a member's bind event shares what did not change from its last event: most of the pod
-            known = self.index.pod(key)
-            obj = self._strings.share(change.object, known.raw if known is not None else None)
-        if change.type == "DELETED":
             self._learn_deleted(key)
             self._drop_pod(key)
             self.index.delete_pod(namespace, name)
             self.device_accounting.pod_gone(key)
             return
-        spec = obj.get("spec") or {}
+        known = self.index.pod(key)  # a member's bind event shares what did not change from its last event
+        obj = self._strings.share(change.object, known.raw if known is not None else None)
+        spec, status, metadata = obj.get("spec") or {}, obj.get("status") or {}, obj.get("metadata") or {}
         self.device_accounting.pod_seen(key, obj)
-        status = obj.get("status") or {}
         node = spec.get("nodeName") or None
         finished = status.get("phase") in FINISHED
         previous = self._pods.get(key)
-        counted_before = previous is not None and previous.node is not None and not previous.finished
         requests, read = self._requests_again(key, obj) or self._requests(obj)
-        if finished or node is None:
-            if counted_before and key not in self.assumed:
-                self.snapshot.forget(key)
-                self._freed.add(str(previous.node))  # type: ignore[union-attr]
-            if counted_before and status.get("phase") == "Failed":
-                self._departed(key, previous)  # type: ignore[arg-type]
-            if finished:
-                self.forget(key)
-            elif key in self.assumed and self.assumed[key].requests != requests:
-                # What it asks changed while it binds (its claim got networked devices, which no node offers
-                # any more): its node holds what it asks now, or the binder would find the node crowded.
-                updated = replace(self.assumed[key], requests=requests)
-                self.assumed[key] = updated
-                self.snapshot.assume(key, updated.node, requests)
-        else:
-            assumption = self.assumed.pop(key, None)
-            if assumption is not None and assumption.node != node:
-                self._freed.add(assumption.node)  # bound elsewhere than assumed (by someone else)
-            self.snapshot.assume(key, node, requests)
-        metadata = obj.get("metadata") or {}
+        self._count_room(key, previous, node, status, requests)
         priority = spec.get("priority")
         priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
         deleting = metadata.get("deletionTimestamp") is not None
         limit, ends_at = _lifetime(spec, status, metadata)
+        kind = self.runtimes.kind(namespace, priority, requests)
         if node is not None and not finished:
             self.running.set(
-                key,
-                node,
-                requests,
-                priority,
-                deleting=deleting,
-                ends_at=ends_at,
-                runtime_limit=limit,
-                kind=self.runtimes.kind(namespace, priority, requests),
+                key, node, requests, priority, deleting=deleting, ends_at=ends_at, runtime_limit=limit, kind=kind
             )
         else:
             self.running.remove(key)
@@ -299,14 +269,8 @@ class ClusterState:
             self.nominated.pop(key, None)
         victim_of = _victim_message(status)
         if finished and (previous is None or not previous.finished) and victim_of is None:
-            self._learn_finished(previous, status, self.runtimes.kind(namespace, priority, requests))
-        marked = victim_of if node is not None and not finished and not deleting else None
-        if marked is not None and not marked.startswith(self._victim_prefixes):
-            marked = None  # another scheduler's preemption: its own to finish
-        if marked is not None:
-            self.marked_victims[key] = marked
-        else:
-            self.marked_victims.pop(key, None)
+            self._learn_finished(previous, status, kind)
+        self._mark_victim(key, victim_of if node is not None and not finished and not deleting else None)
         labels = metadata.get("labels")
         uid = str(metadata.get("uid") or "")
         self._pods[key] = RunningPod(
@@ -326,6 +290,47 @@ class ClusterState:
         self.index.upsert_pod(obj, requests if read else None)  # the compile reads the same demand: once
         waiting = node is None and not deleting and not spec.get("schedulingGates")
         self.device_accounting.pod_counted(key, finished=finished, waiting=waiting)
+
+    def _count_room(
+        self,
+        key: str,
+        previous: RunningPod | None,
+        node: str | None,
+        status: Mapping[str, Any],
+        requests: dict[str, int],
+    ) -> None:
+        """The pod's room in the snapshot: counted on the node it is bound to (no longer an assumption); given
+        back when it finished or is not bound (unless Phalanx assumed it: then it binds); what an assumed pod
+        asks kept current."""
+        finished = status.get("phase") in FINISHED
+        if node is not None and not finished:
+            assumption = self.assumed.pop(key, None)
+            if assumption is not None and assumption.node != node:
+                self._freed.add(assumption.node)  # bound elsewhere than assumed (by someone else)
+            self.snapshot.assume(key, node, requests)
+            return
+        if previous is not None and previous.node is not None and not previous.finished:  # counted until now
+            if key not in self.assumed:
+                self.snapshot.forget(key)
+                self._freed.add(previous.node)
+            if status.get("phase") == "Failed":
+                self._departed(key, previous)
+        if finished:
+            self.forget(key)
+        elif key in self.assumed and self.assumed[key].requests != requests:
+            # What it asks changed while it binds (its claim got networked devices, which no node offers any
+            # more): its node holds what it asks now, or the binder would find the node crowded.
+            updated = replace(self.assumed[key], requests=requests)
+            self.assumed[key] = updated
+            self.snapshot.assume(key, updated.node, requests)
+
+    def _mark_victim(self, key: str, victim_of: str | None) -> None:
+        """A running pod Phalanx began to evict (its ``DisruptionTarget`` condition says by whom): kept, so
+        that a new leader finishes the eviction. Another scheduler's preemption is its own to finish."""
+        if victim_of is not None and victim_of.startswith(self._victim_prefixes):
+            self.marked_victims[key] = victim_of
+        else:
+            self.marked_victims.pop(key, None)
 
     def _unfinished(self, pod: str) -> bool:
         known = self._pods.get(pod)

@@ -220,50 +220,10 @@ class _Search:
                 unresolvable=True,
             )
         ok, capacity, pods = self._bounds(part, domains, scope)
-        pinned_domains = np.unique(domains.ids[part.pinned_nodes()])
-        if len(pinned_domains) and (len(pinned_domains) > 1 or pinned_domains[0] < 0):
-            if not required:
-                return _Failure("members already run in several domains")
-            spread = plural(len(pinned_domains), short_name(key))
-            return _Failure(
-                f"{part.label} already runs in {spread} or on nodes without {key}; it cannot be kept in one.",
-                self._first_shape(part),
-                unresolvable=True,
-            )
-        candidates = np.flatnonzero(ok)
-        present = self._present(domains, scope)
-        self.pruned += int(np.count_nonzero(present & ~ok))
-        if len(pinned_domains):
-            candidates = candidates[candidates == pinned_domains[0]]
-        if not len(candidates) and len(pinned_domains):
-            # Its members already run in one domain: only that domain's room matters to the user.
-            domain = int(pinned_domains[0])
-            return _Failure(
-                f"{part.label} needs {what} in {key} {domains.label(domain)}, where its members run; "
-                f"it fits {max(0, int(pods[domain]) - len(part.pinned_nodes()))} more.",
-                self._first_shape(part),
-            )
-        if not len(candidates):
-            never = self._never(part, domains, scope)
-            return _Failure(
-                f"{part.label} needs {what} in one {key}; {self._largest(part, domains, scope, pods)}{never}",
-                self._first_shape(part),
-                unresolvable=bool(never),
-            )
-        # An elastic part goes to the tightest domain that holds all of it (minimums and extras); only when
-        # none does, to the tightest that holds its minimum. Domains whose bound allows the whole part are
-        # tried first, each with a trial of its extras; the first domain after them that holds the minimum
-        # is the tightest of the rest. Inside a trial, nested parts choose by their minimum only, so that
-        # the work stays within max_tries trials per part.
-        elastic = part.elastic and not self._trialling
-        whole = (pods[candidates] >= part.total) if elastic else np.zeros(len(candidates), dtype=np.bool_)
-        may_hold_all = set(candidates[whole].tolist())
-        # Tightest first; between domains with as much room, the most allocated (kube-scheduler's
-        # MostAllocated), which keeps the emptier one whole for a later big gang.
-        room = capacity[candidates] * 2 + whole  # the keys before the tie-break
-        tied = len(np.unique(room)) < len(room)
-        used = self._allocated(part, domains)[candidates] if tied else np.zeros(len(candidates))
-        candidates = candidates[np.lexsort((candidates, -used, capacity[candidates], ~whole))]
+        found = self._candidates(part, domains, scope, key, what=what, ok=ok, pods=pods, required=required)
+        if isinstance(found, _Failure):
+            return found
+        candidates, may_hold_all = self._tightest_first(part, domains, found, capacity=capacity, pods=pods)
         first_failure: _Failure | None = None
         fallback: int | None = None
         tried = 0
@@ -302,6 +262,73 @@ class _Search:
             f"with room holds them together (in {short_name(key)} {tightest}, {first_failure.summary})",
             first_failure.shape,
         )
+
+    def _candidates(
+        self,
+        part: _Part,
+        domains: Domains,
+        scope: Scope,
+        key: str,
+        *,
+        what: str,
+        ok: BoolArray,
+        pods: IntArray,
+        required: bool,
+    ) -> IntArray | _Failure:
+        """The domains of ``key`` whose bounds allow the part (only the one its members run in, if they run),
+        or why none does (``what``: what the part needs, in words; the domains pruned are counted)."""
+        pinned_domains = np.unique(domains.ids[part.pinned_nodes()])
+        if len(pinned_domains) and (len(pinned_domains) > 1 or pinned_domains[0] < 0):
+            if not required:
+                return _Failure("members already run in several domains")
+            spread = plural(len(pinned_domains), short_name(key))
+            return _Failure(
+                f"{part.label} already runs in {spread} or on nodes without {key}; it cannot be kept in one.",
+                self._first_shape(part),
+                unresolvable=True,
+            )
+        candidates = np.flatnonzero(ok)
+        present = self._present(domains, scope)
+        self.pruned += int(np.count_nonzero(present & ~ok))
+        if len(pinned_domains):
+            candidates = candidates[candidates == pinned_domains[0]]
+        if not len(candidates) and len(pinned_domains):
+            # Its members already run in one domain: only that domain's room matters to the user.
+            domain = int(pinned_domains[0])
+            return _Failure(
+                f"{part.label} needs {what} in {key} {domains.label(domain)}, where its members run; "
+                f"it fits {max(0, int(pods[domain]) - len(part.pinned_nodes()))} more.",
+                self._first_shape(part),
+            )
+        if not len(candidates):
+            never = self._never(part, domains, scope)
+            return _Failure(
+                f"{part.label} needs {what} in one {key}; {self._largest(part, domains, scope, pods)}{never}",
+                self._first_shape(part),
+                unresolvable=bool(never),
+            )
+        return candidates
+
+    def _tightest_first(
+        self, part: _Part, domains: Domains, candidates: IntArray, *, capacity: IntArray, pods: IntArray
+    ) -> tuple[IntArray, set[int]]:
+        """The candidates in the order they are tried, and those whose bound allows the whole of an elastic
+        part."""
+        # An elastic part goes to the tightest domain that holds all of it (minimums and extras); only when
+        # none does, to the tightest that holds its minimum. Domains whose bound allows the whole part are
+        # tried first, each with a trial of its extras; the first domain after them that holds the minimum
+        # is the tightest of the rest. Inside a trial, nested parts choose by their minimum only, so that
+        # the work stays within max_tries trials per part.
+        elastic = part.elastic and not self._trialling
+        whole = (pods[candidates] >= part.total) if elastic else np.zeros(len(candidates), dtype=np.bool_)
+        may_hold_all = set(candidates[whole].tolist())
+        # Tightest first; between domains with as much room, the most allocated (kube-scheduler's
+        # MostAllocated), which keeps the emptier one whole for a later big gang.
+        room = capacity[candidates] * 2 + whole  # the keys before the tie-break
+        tied = len(np.unique(room)) < len(room)
+        used = self._allocated(part, domains)[candidates] if tied else np.zeros(len(candidates))
+        candidates = candidates[np.lexsort((candidates, -used, capacity[candidates], ~whole))]
+        return candidates, may_hold_all
 
     def _inside(
         self,

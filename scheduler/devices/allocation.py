@@ -81,28 +81,10 @@ def plan(
     of the devices that serve it, made for it (KEP-5004). A node uses its own devices first, then networked
     ones it reaches (``reaches``: whether a node selector's terms select the node)."""
     share_id = share_id or share_ids
-    users: dict[str, tuple[Claim, list[tuple[dict[str, str], str, str]]]] = {}
-    made: dict[str, tuple[ExtendedRequest, ...]] = {}
-    served = devices.served()
-    for pod, node in pods:
-        metadata = pod.get("metadata") or {}
-        namespace, name, uid = (str(metadata.get(field, "")) for field in ("namespace", "name", "uid"))
-        extended = extended_requests(pod, served, own(node)) if asks_any(pod, served) else ()
-        if extended:
-            key = f"{namespace}/{name}-extended-resources-"  # its generateName: no claim has such a name
-            requests = tuple(ClaimRequest(request.name, (request.request(),)) for request in claim_requests(extended))
-            to_make = Claim(namespace, key.split("/", 1)[1], "", requests, (), (), ())
-            users[key] = (to_make, [({"resource": "pods", "name": name, "uid": uid}, node, f"{namespace}/{name}")])
-            made[key] = extended
-        for named in pod_claims(pod):
-            claim = devices.claims.get(f"{namespace}/{named.claim}") if named.claim else None
-            if claim is None:
-                return f"pod {namespace}/{name}: its ResourceClaim {named.claim or named.template} is not there"
-            group = devices.group_of(pod, named)
-            ref = group.consumer() if group is not None else {"resource": "pods", "name": name, "uid": uid}
-            using = users.setdefault(claim.key, (claim, []))[1]
-            if all(seen_pod != f"{namespace}/{name}" for _, _, seen_pod in using):  # a pod may name one claim twice
-                using.append((ref, node, f"{namespace}/{name}"))
+    named = _claims_named(devices, pods, own)
+    if isinstance(named, str):
+        return named
+    users, made = named
     taken: set[DeviceId] = set()
     choice = _Choice(devices.budget(in_flight=True), {}, set(), devices.spending)
     writes: list[ClaimWrite] = []
@@ -153,53 +135,117 @@ def plan(
             kept = " that satisfy its constraints" if claim.constraints else ""
             short = _partitions_short(devices, ways, choice)
             return f"ResourceClaim {claim.key} needs {wanted} on {node}, and fewer are free there{kept}{short}"
-        results: list[dict[str, Any]] = []
-        classes: dict[str, list[str]] = {}
-        consumed: list[Mapping[str, int]] = []
-        for request in claim.requests:
-            way, _, _ = ways[request.name]
-            chosen = picked[request.name]
-            for device in chosen:
-                result, amounts = _result(way, device, share_id)
-                results.append(result)
-                consumed.append(amounts)
-                choice.spend(device, amounts)
-                if not device.sharing.shared:
-                    taken.add(device.id)
-            classes.setdefault(way.device_class, []).append(way.name)
-        allocation: dict[str, Any] = {"devices": {"results": results}}
-        chosen_all = [device for request in claim.requests for device in picked[request.name]]
-        waits = any(device.sharing.binding_conditions for device in chosen_all)
-        if waits:  # when the wait for the driver began, for the binding timeout (as kube-scheduler writes it)
-            allocation["allocationTimestamp"] = now()
-        if any(device.sharing.binds_to_node for device in chosen_all) or not all(
-            device.node is None and device.reach == ALL_NODES for device in chosen_all
-        ):
-            # Usable on this node only (a device of a node, or reached by some nodes): as kube-scheduler's
-            # allocator names a node. Devices every node reaches leave the claim usable anywhere.
-            allocation["nodeSelector"] = {
-                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
-            }
-        config = _config(devices, classes, claim.config)
-        if config:
-            allocation["devices"]["config"] = config
-        writes.append(
-            ClaimWrite(
-                namespace=claim.namespace,
-                name=claim.name,
-                pods=names,
-                version=claim.version,
-                finalizers=None if DELETE_PROTECTION in claim.finalizers else (*claim.finalizers, DELETE_PROTECTION),
-                status={"allocation": allocation, "reservedFor": reservations},
-                devices=tuple(_ids(results)),
-                extended=made.get(claim.key, ()),
-                consumed=tuple(consumed),
-                waits_for_driver=waits,
-            )
+        allocated = _allocated(
+            devices,
+            claim,
+            node,
+            ways=ways,
+            picked=picked,
+            choice=choice,
+            taken=taken,
+            share_id=share_id,
+            names=names,
+            reservations=reservations,
+            made=made,
         )
+        writes.append(allocated)
     for write in writes:
         devices.hold(f"{write.namespace}/{write.name}", write.devices, write.consumed)
     return writes
+
+
+#: Who uses each claim: the reference written to its ``reservedFor``, the node, and the pod (namespace/name).
+_Users = dict[str, tuple[Claim, list[tuple[dict[str, str], str, str]]]]
+
+
+def _claims_named(
+    devices: Devices, pods: Iterable[tuple[Mapping[str, Any], str]], own: Callable[[str], Mapping[str, int]]
+) -> tuple[_Users, dict[str, tuple[ExtendedRequest, ...]]] | str:
+    """Each claim the pods name, with its users, and the claims to make for extended resources served by
+    devices (by their ``generateName``, with what they serve); or why a named claim cannot be had."""
+    users: _Users = {}
+    made: dict[str, tuple[ExtendedRequest, ...]] = {}
+    served = devices.served()
+    for pod, node in pods:
+        metadata = pod.get("metadata") or {}
+        namespace, name, uid = (str(metadata.get(field, "")) for field in ("namespace", "name", "uid"))
+        extended = extended_requests(pod, served, own(node)) if asks_any(pod, served) else ()
+        if extended:
+            key = f"{namespace}/{name}-extended-resources-"  # its generateName: no claim has such a name
+            requests = tuple(ClaimRequest(request.name, (request.request(),)) for request in claim_requests(extended))
+            to_make = Claim(namespace, key.split("/", 1)[1], "", requests, (), (), ())
+            users[key] = (to_make, [({"resource": "pods", "name": name, "uid": uid}, node, f"{namespace}/{name}")])
+            made[key] = extended
+        for named in pod_claims(pod):
+            claim = devices.claims.get(f"{namespace}/{named.claim}") if named.claim else None
+            if claim is None:
+                return f"pod {namespace}/{name}: its ResourceClaim {named.claim or named.template} is not there"
+            group = devices.group_of(pod, named)
+            ref = group.consumer() if group is not None else {"resource": "pods", "name": name, "uid": uid}
+            using = users.setdefault(claim.key, (claim, []))[1]
+            if all(seen_pod != f"{namespace}/{name}" for _, _, seen_pod in using):  # a pod may name one claim twice
+                using.append((ref, node, f"{namespace}/{name}"))
+    return users, made
+
+
+def _allocated(
+    devices: Devices,
+    claim: Claim,
+    node: str,
+    *,
+    ways: Mapping[str, tuple[Request, list[Device], int]],
+    picked: Mapping[str, list[Device]],
+    choice: _Choice,
+    taken: set[DeviceId],
+    share_id: Callable[[], str],
+    names: tuple[str, ...],
+    reservations: list[Any],
+    made: Mapping[str, tuple[ExtendedRequest, ...]],
+) -> ClaimWrite:
+    """The write that gives ``claim`` the devices picked for it on ``node`` (what kube-scheduler's allocator
+    writes), their counters and shares spent in ``choice``."""
+    results: list[dict[str, Any]] = []
+    classes: dict[str, list[str]] = {}
+    consumed: list[Mapping[str, int]] = []
+    for request in claim.requests:
+        way, _, _ = ways[request.name]
+        chosen = picked[request.name]
+        for device in chosen:
+            result, amounts = _result(way, device, share_id)
+            results.append(result)
+            consumed.append(amounts)
+            choice.spend(device, amounts)
+            if not device.sharing.shared:
+                taken.add(device.id)
+        classes.setdefault(way.device_class, []).append(way.name)
+    allocation: dict[str, Any] = {"devices": {"results": results}}
+    chosen_all = [device for request in claim.requests for device in picked[request.name]]
+    waits = any(device.sharing.binding_conditions for device in chosen_all)
+    if waits:  # when the wait for the driver began, for the binding timeout (as kube-scheduler writes it)
+        allocation["allocationTimestamp"] = now()
+    if any(device.sharing.binds_to_node for device in chosen_all) or not all(
+        device.node is None and device.reach == ALL_NODES for device in chosen_all
+    ):
+        # Usable on this node only (a device of a node, or reached by some nodes): as kube-scheduler's
+        # allocator names a node. Devices every node reaches leave the claim usable anywhere.
+        allocation["nodeSelector"] = {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+        }
+    config = _config(devices, classes, claim.config)
+    if config:
+        allocation["devices"]["config"] = config
+    return ClaimWrite(
+        namespace=claim.namespace,
+        name=claim.name,
+        pods=names,
+        version=claim.version,
+        finalizers=None if DELETE_PROTECTION in claim.finalizers else (*claim.finalizers, DELETE_PROTECTION),
+        status={"allocation": allocation, "reservedFor": reservations},
+        devices=tuple(_ids(results)),
+        extended=made.get(claim.key, ()),
+        consumed=tuple(consumed),
+        waits_for_driver=waits,
+    )
 
 
 @dataclass(slots=True)

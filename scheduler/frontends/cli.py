@@ -121,6 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     parser.commands = commands.choices
 
+    _run_command(commands)
+    _simulate_command(commands)
+    _serve_command(commands)
+    _dry_run_command(commands)
+    _explain_command(commands)
+    return parser
+
+
+def _run_command(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """``phalanx run``: the scheduler against a cluster."""
     run = commands.add_parser(
         "run",
         help="run the scheduler against a cluster (in-cluster credentials unless --kubeconfig is given)",
@@ -140,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", choices=LEVELS, default="info")
     run.add_argument("--log-format", choices=("json", "console"), default="json")
 
+
+def _simulate_command(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """``phalanx simulate``: the real scheduler on an embedded cluster."""
     simulate = commands.add_parser(
         "simulate",
         help="run the scheduler on an embedded cluster until nothing more can be placed",
@@ -178,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _settings_flags(simulate)
 
+
+def _serve_command(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """``phalanx serve``: an emulated cluster for kubectl, Phalanx scheduling in it."""
     serve = commands.add_parser(
         "serve",
         help="an emulated cluster with Phalanx scheduling in it, for kubectl (writes a kubeconfig)",
@@ -200,6 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", choices=LEVELS, default="info")
     _settings_flags(serve)
 
+
+def _dry_run_command(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """``phalanx dry-run``: where a cluster's pending gangs would go, nothing written."""
     dry_run = commands.add_parser(
         "dry-run",
         help="show where a cluster's pending gangs would go, without writing to it",
@@ -218,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _settings_flags(dry_run)
 
+
+def _explain_command(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """``phalanx explain``: why one pod or group is pending."""
     explain = commands.add_parser(
         "explain",
         help="explain why one pod or group is pending, with the numbers",
@@ -228,7 +250,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _cluster_flags(explain)
     _settings_flags(explain)
-    return parser
 
 
 def _workload_flags(command: argparse.ArgumentParser, *, timed: bool = True) -> None:
