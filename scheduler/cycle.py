@@ -54,7 +54,7 @@ from scheduler.permit.holds import Permit, with_placeholders
 from scheduler.permit.missing import absent, gated, split_unknown
 from scheduler.permit.stage import PermitStage
 from scheduler.preemption.evictions import EvictJob
-from scheduler.preemption.nominations import Requests, hiding
+from scheduler.preemption.nominations import hiding
 from scheduler.preemption.planner import preempting_note, victims_by_reason
 from scheduler.preemption.postfilter import Preemption
 from scheduler.queue import GangQueue
@@ -65,7 +65,7 @@ from scheduler.vacancies import Vacancies
 from scheduler.whose_room import WhoseRoom
 from topology import GangRequest, Infeasible, Placement, Placer
 from topology.domains import IntArray
-from topology.quantities import DEVICES
+from topology.quantities import DEVICES, RequestItems
 
 log = structlog.get_logger("phalanx.cycle")
 
@@ -469,8 +469,8 @@ class _Hidden:
     """The room a placement sees taken for others: nominated to preemptors, kept for replacements (vacancies),
     reserved for starving gangs (and each reservation's rows and amounts)."""
 
-    nominated: list[tuple[str, Requests]]
-    kept: list[tuple[str, Requests]]
+    nominated: list[tuple[str, RequestItems]]
+    kept: list[tuple[str, RequestItems]]
     reserved: list[ReservedRoom]
     reserved_rooms: list[tuple[IntArray, IntArray]]
 

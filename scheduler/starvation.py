@@ -56,10 +56,10 @@ from topology import HOSTNAME, GangRequest, PodShape, Snapshot
 from topology.domains import FloatArray, IntArray
 from topology.drain import DrainPlan, Level, choose_drain, choose_parts_drain, minimum_shapes, parts_constrained
 from topology.fit import cumsum_by_group
+from topology.quantities import RequestItems
 from topology.quantities import amount_words as counted
 from topology.reasons import short_name
 
-Requests = tuple[tuple[str, int], ...]
 _NEVER = np.iinfo(np.int64).max
 #: How long a runtime estimate is used before it is made again: what was learned moves slowly, and making
 #: it sorts every kind's runtimes (the ages it is applied to are always the current ones).
@@ -79,7 +79,7 @@ class DomainReservation:
     domain: str
     #: The nodes to drain, and what the gang's minimum takes on each.
     nodes: tuple[str, ...]
-    demand: tuple[Requests, ...]
+    demand: tuple[RequestItems, ...]
     #: The gang's main resource and how much of it the gang asks for (what messages count in).
     resource: str
     wanted: int

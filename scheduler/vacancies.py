@@ -19,10 +19,10 @@ import structlog
 from scheduler.clock import Clock
 from scheduler.gangs import GangKey, GangSpec, Source
 from scheduler.state import ClusterState
+from topology.quantities import RequestItems
 
 log = structlog.get_logger("phalanx.vacancies")
 
-Requests = tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class Vacancy:
     #: The member that left, where it ran, and what it took there.
     pod: str
     node: str
-    requests: Requests
+    requests: RequestItems
     deadline: float  # monotonic
 
 
@@ -45,7 +45,7 @@ class Vacancies:
     def __len__(self) -> int:
         return sum(len(vacancies) for vacancies in self._by_gang.values())
 
-    def left(self, gang: GangKey, priority: int, pod: str, node: str, requests: Requests) -> Vacancy | None:
+    def left(self, gang: GangKey, priority: int, pod: str, node: str, requests: RequestItems) -> Vacancy | None:
         """A member of a gang that still runs left ``node``: keep its room for the replacement."""
         if self.grace_seconds <= 0:
             return None
@@ -95,7 +95,7 @@ class Vacancies:
             if owner != gang and vacancies[0].priority >= priority
         }
 
-    def hidden_from(self, gang: GangKey, priority: int) -> list[tuple[str, Requests]]:
+    def hidden_from(self, gang: GangKey, priority: int) -> list[tuple[str, RequestItems]]:
         """The room of :meth:`kept_from`, as ``nominations.hiding`` takes it."""
         return [(v.node, v.requests) for vacancies in self.kept_from(gang, priority).values() for v in vacancies]
 

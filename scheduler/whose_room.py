@@ -23,12 +23,13 @@ from scheduler.clock import Clock
 from scheduler.gangs import GangKey, GangSpec
 from scheduler.permit.holds import Permit, Placeholder
 from scheduler.permit.missing import absent
-from scheduler.preemption.nominations import Requests, hiding
+from scheduler.preemption.nominations import hiding
 from scheduler.settings import Settings
 from scheduler.state import ClusterState
 from scheduler.vacancies import Vacancies
 from topology import GangRequest, Infeasible, Placer
 from topology.domains import IntArray
+from topology.quantities import RequestItems
 
 Taken = tuple[IntArray, IntArray]
 
@@ -52,7 +53,7 @@ class WhoseRoom:
         self.clock = clock
 
     def note(
-        self, spec: GangSpec, request: GangRequest, nominated: list[tuple[str, Requests]], reserved: list[Taken]
+        self, spec: GangSpec, request: GangRequest, nominated: list[tuple[str, RequestItems]], reserved: list[Taken]
     ) -> str:
         """Sentences naming the gangs whose held room would let ``request`` fit (empty when none would).
         ``nominated`` and ``reserved`` are the other room the failed placement saw taken: taken here too."""
@@ -77,7 +78,9 @@ class WhoseRoom:
         joined = "; ".join(notes)
         return f" {joined[0].upper()}{joined[1:]}."
 
-    def _used(self, request: GangRequest, hidden: list[tuple[str, Requests]], taken: list[Taken]) -> set[str] | None:
+    def _used(
+        self, request: GangRequest, hidden: list[tuple[str, RequestItems]], taken: list[Taken]
+    ) -> set[str] | None:
         """The nodes a placement uses with only ``hidden`` and ``taken`` taken (None when it still fails)."""
         snapshot = self.state.snapshot
         with hiding(snapshot, hidden, taken):
@@ -86,7 +89,7 @@ class WhoseRoom:
             return None
         return {assignment.node for assignment in placed.assignments}
 
-    def _rows(self, room: Iterable[tuple[str, Requests]]) -> Taken | None:
+    def _rows(self, room: Iterable[tuple[str, RequestItems]]) -> Taken | None:
         snapshot = self.state.snapshot
         rows, amounts = [], []
         for node, requests in room:

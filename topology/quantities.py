@@ -34,6 +34,8 @@ DEVICES: Final = "devices/"
 #: (``allocationMode: All``): a node whose count of them is the largest offers one such set.
 WHOLE_NODE: Final = "#all"
 
+#: A pod's requests as ``(resource, amount)`` pairs, sorted: hashable, for room kept or hidden by pod.
+RequestItems = tuple[tuple[str, int], ...]
 #: Largest amount a single quantity is given, in base units (2**62 - 1): a handful of these
 #: still add up inside int64.
 MAX_AMOUNT: Final = (1 << 62) - 1

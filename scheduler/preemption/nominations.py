@@ -20,6 +20,7 @@ from scheduler.gangs import GangKey, GangSpec
 from scheduler.state import ClusterState
 from topology import Placement, Snapshot
 from topology.domains import IntArray
+from topology.quantities import RequestItems
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,10 +149,10 @@ class Nominations:
     def next_deadline(self) -> float | None:
         return min((nomination.deadline for nomination in self._by_gang.values()), default=None)
 
-    def hidden_from(self, state: ClusterState, gang: GangKey, priority: int) -> list[tuple[str, Requests]]:
+    def hidden_from(self, state: ClusterState, gang: GangKey, priority: int) -> list[tuple[str, RequestItems]]:
         """The room ``gang`` may not take: nominated for other gangs of equal or higher priority, as this
         process decided it and as the API shows it (pods' ``status.nominatedNodeName``), each pod once."""
-        room: dict[str, tuple[str, Requests]] = {}
+        room: dict[str, tuple[str, RequestItems]] = {}
         for nomination in self._by_gang.values():
             if nomination.gang != gang and nomination.priority >= priority:
                 for (pod, _), (node, requests) in zip(nomination.nodes, nomination.room, strict=True):
@@ -168,12 +169,11 @@ class Nominations:
         return list(room.values())
 
 
-Requests = tuple[tuple[str, int], ...]
 
 
 @contextmanager
 def hiding(
-    snapshot: Snapshot, room: list[tuple[str, Requests]], held: Iterable[tuple[IntArray, IntArray]] = ()
+    snapshot: Snapshot, room: list[tuple[str, RequestItems]], held: Iterable[tuple[IntArray, IntArray]] = ()
 ) -> Iterator[None]:
     """Count the nominated room (and ``held``: node rows and amounts, what domain reservations keep) as
     taken on ``snapshot.free`` for the duration; restored exactly after."""
