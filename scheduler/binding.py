@@ -199,20 +199,19 @@ class Binder:
 
             async def bind_together(start: int) -> None:
                 pods = rest[start : start + self._slots.total]
-                tried = await self._bind_together(pods)
+                tried = await self._bind_together(pods, bound)
                 async with anyio.create_task_group() as retries:  # what did not end in one go, one by one
                     for i, ((pod, node), outcome) in enumerate(zip(pods, tried, strict=True), start):
                         if isinstance(outcome, BindResult):
                             by_index[i] = outcome
                         else:
                             retries.start_soon(retry, i, pod, node, outcome)
-                for i, (pod, _) in enumerate(pods, start):
-                    if by_index[i] is BindResult.BOUND:
-                        bound.add(pod)
 
             async def retry(i: int, pod: str, node: str, wait: float) -> None:
                 structlog.contextvars.bind_contextvars(pod=pod)  # a task of its own: its lines name its pod
                 by_index[i] = await self._bind_one(pod, node, wait=wait)
+                if by_index[i] is BindResult.BOUND:
+                    bound.add(pod)  # at once: a cancellation meanwhile must not take its claims back
 
             async with anyio.create_task_group() as group:
                 for start in range(0, len(rest), self._slots.total):
@@ -269,9 +268,9 @@ class Binder:
         try together with the rest of its gang failed)."""
         namespace, name = pod.split("/", 1)
         delay = _FIRST_RETRY
-        if wait:
+        if wait:  # its first try failed with the rest of its gang: the backoff goes on from there
             await anyio.sleep(wait)
-            delay = min(wait * 2, _LAST_RETRY)
+            delay = min(_FIRST_RETRY * 2, _LAST_RETRY)
         while True:
             uid = self.state.uid(pod)
             if uid is None or pod not in self.state.assumed:
@@ -292,9 +291,10 @@ class Binder:
             await anyio.sleep(outcome)
             delay = min(delay * 2, _LAST_RETRY)
 
-    async def _bind_together(self, pods: Sequence[tuple[str, str]]) -> list[BindResult | float]:
+    async def _bind_together(self, pods: Sequence[tuple[str, str]], bound: set[str]) -> list[BindResult | float]:
         """The first try of a gang's members (at most :attr:`_slots`'s total), in one ``bind_all``: each pod's
-        end, or how long to wait before it is tried again alone (:meth:`_bind_one`)."""
+        end, or how long to wait before it is tried again alone (:meth:`_bind_one`). Each pod bound is added to
+        ``bound`` as soon as it is known bound."""
         outcomes: list[BindResult | float] = [BindResult.GONE] * len(pods)
         known = [(i, self.state.uid(pod)) for i, (pod, _) in enumerate(pods)]
         tried = [(i, uid) for i, uid in known if uid is not None and pods[i][0] in self.state.assumed]
@@ -311,12 +311,26 @@ class Binder:
             started = self.clock.monotonic()
             errors = await self.port.bind_all(bindings) if bindings else []
             took = self.clock.monotonic() - started
+            conflicts: list[tuple[int, PortError]] = []
             for (i, _), error in zip(tried, errors, strict=True):
                 pod, node = pods[i]
                 if error is None:
                     outcomes[i] = self._bound(pod, took)
+                    bound.add(pod)
+                elif isinstance(error, Conflict):
+                    conflicts.append((i, error))  # each asks the server about its pod: together, below
                 else:
                     outcomes[i] = await self._refusal(pod, node, error, first=False, delay=_FIRST_RETRY)
+
+            async def settle(i: int, error: PortError) -> None:
+                pod, node = pods[i]
+                outcomes[i] = await self._refusal(pod, node, error, first=False, delay=_FIRST_RETRY)
+                if outcomes[i] is BindResult.BOUND:
+                    bound.add(pod)
+
+            async with anyio.create_task_group() as group:
+                for i, error in conflicts:
+                    group.start_soon(settle, i, error)
         return outcomes
 
     def _crowded(self, pods: Sequence[tuple[str, str]]) -> set[str]:

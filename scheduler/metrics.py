@@ -36,7 +36,10 @@ class Metrics:
             registry=r,
         )
         self.bind_duration = Histogram(
-            "phalanx_bind_duration_seconds", "Time of one pods/binding request", buckets=_FAST_BUCKETS, registry=r
+            "phalanx_bind_duration_seconds",
+            "Time of one pods/binding request (of the batch, for a gang's members bound together)",
+            buckets=_FAST_BUCKETS,
+            registry=r,
         )
         self.bind_errors = Counter("phalanx_bind_errors", "Failed binding requests by HTTP code", ["code"], registry=r)
         self.queue_depth = Gauge("phalanx_queue_depth", "Gangs in the queue by state", ["state"], registry=r)

@@ -255,8 +255,8 @@ class ClusterState:
         priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
         deleting = metadata.get("deletionTimestamp") is not None
         limit, ends_at = _lifetime(spec, status, metadata)
-        kind = self.runtimes.kind(namespace, priority, requests)
         if node is not None and not finished:
+            kind = self.runtimes.kind(namespace, priority, requests)  # learned of pods that run, as they end
             self.running.set(
                 key, node, requests, priority, deleting=deleting, ends_at=ends_at, runtime_limit=limit, kind=kind
             )
@@ -269,7 +269,7 @@ class ClusterState:
             self.nominated.pop(key, None)
         victim_of = _victim_message(status)
         if finished and (previous is None or not previous.finished) and victim_of is None:
-            self._learn_finished(previous, status, kind)
+            self._learn_finished(previous, status, self.runtimes.kind(namespace, priority, requests))
         self._mark_victim(key, victim_of if node is not None and not finished and not deleting else None)
         labels = metadata.get("labels")
         uid = str(metadata.get("uid") or "")

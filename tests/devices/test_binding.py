@@ -112,3 +112,24 @@ async def test_a_claim_made_for_extended_resources_is_deleted_when_its_pod_canno
         )
         assert len(made["status"]["allocation"]["devices"]["results"]) == 2
         await check_invariants(where)
+
+
+async def test_a_binder_stopped_while_a_member_retries_keeps_the_claims_of_the_members_it_bound() -> None:
+    """Three of a gang's four members bind; the fourth is refused and retried. The scheduler stops then (a lost
+    lead, a shutdown): the claims of the members bound stay allocated and reserved for them; only the refused
+    member's claim is taken back."""
+    faults = Faults(seed=1)
+    async with cluster("blocks=1,racks=1,nodes=4,gpus=8", faults=faults) as where:
+        where.create(device_class())
+        for node in ("b0-r0-n0", "b0-r0-n1", "b0-r0-n2", "b0-r0-n3"):
+            where.create(node_slice(node))
+        faults.bind_failures["team/w-3"] = 403
+        async with phalanx(where):
+            for i in range(4):
+                where.create({**claim(f"w-{i}-gpus", 8), "metadata": {"name": f"w-{i}-gpus", "namespace": "team"}})
+                resource_claims = [{"name": "gpus", "resourceClaimName": f"w-{i}-gpus"}]
+                where.create(gpu_pod(f"w-{i}", gpus=0, annotations=pfn("w", 4), resourceClaims=resource_claims))
+            await eventually(lambda: len(where.bound()) == 3, what="three members bound")
+            await eventually(lambda: faults.injected["bind 403"] >= 2, what="the fourth retried")
+        allocated = {name for name, obj in claims(where).items() if obj.get("status", {}).get("allocation")}
+        assert allocated == {"w-0-gpus", "w-1-gpus", "w-2-gpus"}

@@ -250,3 +250,28 @@ def test_usable_cores_are_bounded_by_the_container_s_cpu_limit(
     expected = affinity if quota is None else min(affinity, quota)
     assert usable_cores(cgroups(tmp_path, membership, files)) == expected
     assert usable_cores(tmp_path / "absent") == affinity
+
+
+async def test_a_gang_s_binds_with_a_writer_that_stops_answering_fail_each_as_unavailable() -> None:
+    """The batch's failure is each binding's (the binder tries each again alone), never an exception out of
+    bind_all, which would end the binder with half the gang bound."""
+    async with cluster() as where:
+        for name in ("a", "b"):
+            where.create(gpu_pod(name))
+        writers = Writers(KubeCluster(client_for(where.url), request_timeout=0.5), 1, answer_margin_s=0.2)
+        async with anyio.create_task_group() as group:
+            await group.start(functools.partial(writers.run, at_once=True))
+            await eventually(lambda: len(writers.ready) == 1, what="a writer to be ready")
+            os.kill(writers.ready[0], signal.SIGSTOP)
+            uid = {name: where.pods()[f"team/{name}"]["metadata"]["uid"] for name in ("a", "b")}
+            outcomes = await writers.bind_all([Binding("team", name, uid[name], "b0-r0-n0") for name in ("a", "b")])
+            assert [type(outcome) for outcome in outcomes] == [Unavailable, Unavailable]
+            group.cancel_scope.cancel()
+        await writers.close()
+
+
+async def test_a_write_whose_body_cannot_be_sent_is_refused_at_once_and_leaves_no_call_in_flight() -> None:
+    async with cluster() as where, writing(where, 1) as writers:
+        with pytest.raises(TypeError):
+            await writers.patch(PODS, "team", "x", {"metadata": {"labels": {1: "not a string key"}}})
+        assert writers.in_flight == {writers.ready[0]: 0}  # nothing for the watchdog to find unanswered

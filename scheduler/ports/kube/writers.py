@@ -138,8 +138,8 @@ class _Writer:
     outbox: builtins.list[tuple[int, bytes]] = field(default_factory=builtins.list)
     mail: anyio.Event = field(default_factory=anyio.Event)
 
-    def post(self, number: int, message: dict[str, Any]) -> None:
-        self.outbox.append((number, orjson.dumps(message) + b"\n"))
+    def post(self, number: int, line: bytes) -> None:
+        self.outbox.append((number, line))
         self.mail.set()
 
 
@@ -200,9 +200,12 @@ class Writers:
             except PortError as error:
                 return [error]
             return [None]
-        outcomes = await self._write(
-            "bind_all", [bindings], read=_outcomes, wire=[[builtins.list(binding) for binding in bindings]]
-        )
+        try:
+            outcomes = await self._write(
+                "bind_all", [bindings], read=_outcomes, wire=[[builtins.list(binding) for binding in bindings]]
+            )
+        except PortError as error:  # the writer ended or failed with the batch: each pod is tried again alone
+            return [error] * len(bindings)
         return outcomes  # type: ignore[no-any-return]
 
     async def create(self, resource: ApiResource, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -241,10 +244,13 @@ class Writers:
             return await getattr(self.port, call)(*args, **(kwargs or {}))
         writer = min(self._ready, key=lambda candidate: len(candidate.calls))
         number = next(self._ids)
-        pending = writer.calls[number] = _Call(anyio.current_time())
         if wire is None:
             wire = [fields_of(args[0]), *args[1:]] if resource is not None else args
-        writer.post(number, {"id": number, "call": call, "args": wire, "kwargs": kwargs or {}})
+        # Made into a line before the call is counted in flight: a body that cannot be written is refused here,
+        # and leaves no call behind for the watchdog to find unanswered.
+        line = orjson.dumps({"id": number, "call": call, "args": wire, "kwargs": kwargs or {}}) + b"\n"
+        pending = writer.calls[number] = _Call(anyio.current_time())
+        writer.post(number, line)
         self.handed += 1
         try:
             await pending.done.wait()
@@ -275,7 +281,9 @@ class Writers:
             try:
                 await writer.process.stdin.send(b"".join(line for _, line in batch))
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                writer.outbox[:0] = batch
+                # Part of the batch may have reached the writer (and been carried out): its calls fail as
+                # Unavailable, and their callers retry them, as after any writer's death. What was never
+                # handed to the pipe (the outbox) is made here.
                 self._gone(writer)
                 writer.process.kill()  # its reader ends it and it is started again
                 return
@@ -300,7 +308,7 @@ class Writers:
         if writer in self._ready:
             self._ready.remove(writer)
         for number, _ in writer.outbox:
-            if (pending := writer.calls.get(number)) is not None:
+            if (pending := writer.calls.get(number)) is not None and pending.answer is None:
                 pending.answer = _UNSENT
         writer.outbox.clear()
         for pending in writer.calls.values():
