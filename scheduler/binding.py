@@ -328,9 +328,10 @@ class Binder:
                 if outcomes[i] is BindResult.BOUND:
                     bound.add(pod)
 
-            async with anyio.create_task_group() as group:
-                for i, error in conflicts:
-                    group.start_soon(settle, i, error)
+            if conflicts:
+                async with anyio.create_task_group() as group:
+                    for i, error in conflicts:
+                        group.start_soon(settle, i, error)
         return outcomes
 
     def _crowded(self, pods: Sequence[tuple[str, str]]) -> set[str]:
