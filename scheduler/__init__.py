@@ -7,15 +7,17 @@ served over HTTP). Nothing here imports the engine.
 The engine — everything else at this level. Data flows through it in this order:
 
 1. ``informers``: list and watch each resource through the port;
-2. ``state``: ``ClusterState``, the nodes' arrays, every pod's requests and what is assumed, beside what it
-   reads with them: ``devices/`` (DRA's slices and claims), ``budgets`` (PodDisruptionBudgets) and
-   ``runtimes`` (how long kinds of pods run);
+2. ``state/``: ``ClusterState``, an applier per kind of object, what is assumed, and the indexes (the nodes'
+   arrays, every pod's requests), beside what it reads with them: ``devices/`` (DRA's slices and claims),
+   ``budgets`` (PodDisruptionBudgets) and ``runtimes`` (how long kinds of pods run); the cycle and its
+   stages hold it as a ``ClusterView``;
 3. ``gangs/``: the sources' objects compiled into gang trees (``gangs/sources.py`` lists the sources);
 4. ``queue``: which gang next, and when a failed one is tried again;
-5. ``loop`` folds cluster news into the queue and runs ``cycle``: one scheduling cycle per gang, a
-   pipeline of stages that return values (placement by ``topology``; ``permit/`` for gangs that lack
-   members; the post-filters ``preemption/`` and ``starvation``; ``vacancies`` and ``whose_room`` for room
-   kept for others), whose answer, a ``decision.Outcome``, is recorded in one place;
+5. ``loop`` folds cluster news into the queue and runs ``cycle``: one scheduling cycle per gang, calling
+   the stages ``registry`` registers at the extension points of ``stages`` (pre-filters, placement by
+   ``topology``, post-filters, permit): ``permit/`` for gangs that lack members, ``vacancies`` for room
+   kept for replacements, ``preemption/``, ``starvation``; ``whose_room`` says whose room a gang lacks.
+   The answer, a ``decision.Outcome``, is recorded in one place and told to every stage;
 6. ``binding`` binds placed gangs, ``preemption/evictor`` evicts, ``reporting`` writes conditions, Events
    and group status: each a task of its own, off the cycle;
 7. ``leader``, ``health``, ``metrics``, ``settings``, ``app`` (which builds it all).
@@ -51,7 +53,8 @@ ORDER = (
     "runtimes",
     "state",
     "informers",
-    # the stages of a cycle, and what they keep
+    # the stages of a cycle (their extension points first), and what they keep
+    "stages",
     "queue",
     "vacancies",
     "permit.holds",
@@ -64,6 +67,7 @@ ORDER = (
     "preemption.planner",
     "preemption.postfilter",
     "whose_room",
+    "registry",
     # the writers, off the cycle
     "reporting",
     "binding",

@@ -44,7 +44,7 @@ from scheduler.ports.port import PODS, Binding, ClusterPort
 from scheduler.ratelimit import Slots, TokenBucket
 from scheduler.reporting import Reporter
 from scheduler.settings import BindingSettings
-from scheduler.state import ClusterState
+from scheduler.state import ClusterView
 
 log = structlog.get_logger("phalanx.binding")
 
@@ -71,7 +71,7 @@ class Binder:
         self,
         *,
         port: ClusterPort,
-        state: ClusterState,
+        state: ClusterView,
         settings: BindingSettings,
         clock: Clock,
         limiter: TokenBucket,

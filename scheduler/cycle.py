@@ -7,24 +7,23 @@ snapshot), a pipeline of stages that each return a value:
 2. a gang holding room for missing members gives each arrived member a placeholder's place, and is
    permitted once none is missing (``permit/stage.py``);
 3. otherwise its bound or assumed members are pinned where they are, placeholders stand for members not
-   created yet, and ``topology.place`` decides, with the room others hold, reserve or are nominated to
-   hidden from it;
+   created yet, and the placer (``topology.place``) decides, with the room the pre-filters name (others'
+   nominations, vacancies, reservations) hidden from it;
 4. a placement is assumed at once (every later gang sees it), then held for missing members (permit) or
-   handed to the binder; a gang that does not fit goes through the post-filters: preemption
-   (``preemption/postfilter.py``), then a domain reservation if it has waited too long (``starvation.py``).
+   handed to the binder; a gang that does not fit goes through the post-filters (preemption, then a
+   domain reservation if it has waited too long).
 
-The answer is an :class:`Outcome`, and :meth:`Cycle.record` is the one place a decision leaves the cycle:
-queue moves, metrics, the log, pod conditions, Events, group status, and the writes handed to the binder
-and the evictor. (News that is no decision, folded in by the loop's ``sync``, may hand the evictor work
-too: evictions an earlier leader began, nominations that timed out.)
+The stages are registered in ``registry.py`` and called at the extension points of ``stages.py``; the
+cycle names none but permit. The answer is an :class:`Outcome`, and :meth:`Cycle.record` is the one place a
+decision leaves the cycle: every stage is told it (a preemption is carried out by its stage), then the
+queue moves, metrics, the log, pod conditions, Events, group status, and the bind handed to the binder.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
-from typing import Protocol
+from collections.abc import Iterable
+from dataclasses import replace
 
 import structlog
 
@@ -35,16 +34,16 @@ from scheduler.decision import (
     UNSCHEDULABLE,
     BindJob,
     Code,
+    DecisionRecorder,
+    JobSink,
     Outcome,
     Reason,
-    Subject,
     Wake,
 )
 from scheduler.gangs import (
     GangError,
     GangKey,
     GangSpec,
-    ObjectRef,
     Problem,
     beyond_cluster,
     min_resources_problem,
@@ -52,50 +51,15 @@ from scheduler.gangs import (
 from scheduler.metrics import Metrics
 from scheduler.permit.holds import Permit, with_placeholders
 from scheduler.permit.missing import absent, gated, split_unknown
-from scheduler.permit.stage import PermitStage
-from scheduler.preemption.evictions import EvictJob
-from scheduler.preemption.nominations import hiding
-from scheduler.preemption.planner import preempting_note, victims_by_reason
-from scheduler.preemption.postfilter import Preemption
 from scheduler.queue import GangQueue
+from scheduler.registry import Stages
 from scheduler.settings import Settings
-from scheduler.starvation import ReservedRoom, Starvation, held_back_note
-from scheduler.state import ClusterState
-from scheduler.vacancies import Vacancies
-from scheduler.whose_room import WhoseRoom
+from scheduler.stages import GangNews, Hidden, Tried, hidden_by_all, hiding
+from scheduler.state import ClusterView
 from topology import GangRequest, Infeasible, Placement, Placer
-from topology.domains import IntArray
-from topology.quantities import DEVICES, RequestItems
+from topology.quantities import DEVICES
 
 log = structlog.get_logger("phalanx.cycle")
-
-
-class JobSink(Protocol):
-    """Where placed gangs go to be bound (the binding cycle, ``binding.Binder``)."""
-
-    def submit(self, job: BindJob) -> None: ...
-
-
-class EvictionSink(Protocol):
-    """Where preemptions go to be carried out (``preemption.evictor.Evictor``)."""
-
-    def submit(self, job: EvictJob) -> None: ...
-
-
-class DecisionRecorder(Protocol):
-    """Where decisions go to be told (``reporting.Reporter``): recorded at once, written later."""
-
-    def pending(self, pods: Iterable[str], reason: str, message: str) -> None: ...
-
-    def event(
-        self, subject: Subject | None, reason: Reason, note: str, *, type: str = "Warning", action: str = "Scheduling"
-    ) -> None: ...
-
-    def pod_subject(self, pod: str) -> Subject | None: ...
-
-    def gang(self, objects: Sequence[ObjectRef], pods: Sequence[str]) -> Subject | None: ...
-
-    def group(self, spec: GangSpec, *, scheduled: bool, message: str, waiting: bool = False) -> None: ...
 
 
 class Cycle:
@@ -103,7 +67,7 @@ class Cycle:
         self,
         *,
         settings: Settings,
-        state: ClusterState,
+        state: ClusterView,
         queue: GangQueue,
         permit: Permit,
         binder: JobSink,
@@ -111,9 +75,8 @@ class Cycle:
         clock: Clock,
         metrics: Metrics,
         placer: Placer,
-        evictor: EvictionSink | None,
+        stages: Stages,
     ) -> None:
-        """Without an ``evictor`` nothing is preempted (the replay benchmark has no API to evict through)."""
         self.settings = settings
         self.placer = placer
         self.state = state
@@ -123,14 +86,8 @@ class Cycle:
         self.reporter = reporter
         self.clock = clock
         self.metrics = metrics
-        self.evictor = evictor
-        self.vacancies = Vacancies(clock, settings.permit.replacement_grace_seconds)
-        self.preemption = Preemption(state=state, settings=settings, clock=clock, vacancies=self.vacancies)
-        self.permitting = PermitStage(state=state, permit=permit, placer=placer, settings=settings, clock=clock)
-        self.whose_room = WhoseRoom(
-            state=state, permit=permit, vacancies=self.vacancies, placer=placer, settings=settings, clock=clock
-        )
-        self.starvation = Starvation(settings.starvation, state, clock, settings.levels)
+        self.stages = stages
+        self.permitting = stages.permit
         self.count = 0
         #: What each invalid gang was last told (its log line is written once per message, not per pod or pass).
         self._invalid: dict[GangKey, str] = {}
@@ -185,31 +142,21 @@ class Cycle:
         return self._place(spec, request, pods, missing, wake)
 
     def _place(self, spec: GangSpec, request: GangRequest, pods: tuple[str, ...], missing: int, wake: Wake) -> Outcome:
-        """Place the gang with the room others hold, reserve or are nominated to hidden; what does not fit goes
-        through the post-filters."""
-        # A gang that waits for members cannot promise when it ends: it starts when the last one arrives.
-        reserved = []
-        if len(self.starvation):
-            runtime = None if missing else self.starvation.runtime(spec)
-            reserved = self.starvation.reserved_from(spec.key, spec.priority, runtime)
-        seen = _Hidden(
-            nominated=self.preemption.nominations.hidden_from(self.state, spec.key, spec.priority),
-            kept=self.vacancies.hidden_from(spec.key, spec.priority),
-            reserved=reserved,
-            reserved_rooms=[(item.rows, item.amounts) for item in reserved],
-        )
+        """Place the gang with the room the pre-filters name hidden; what does not fit goes through the
+        post-filters."""
+        hidden = [part for stage in self.stages.pre_filters if (part := stage.hide(spec, missing=missing))]
         problem = min_resources_problem(spec.key, spec.min_resources, self.state.snapshot)
         if problem is not None:
             # No search can succeed, but room can still be made: by preemption, or by a reservation for a
             # gang that has waited too long (the training-operator's and LWS's groups all declare minResources).
             failed = Outcome(code=Code.UNSCHEDULABLE, message=problem, pods=pods, each_pod=True, wake=wake)
-            return failed if missing else self._post_filter(spec, request, failed, seen.reserved_rooms)
+            return failed if missing else self._post_filter(Tried(spec, request, failed, hidden))
         started = time.perf_counter()
-        with hiding(self.state.snapshot, seen.nominated + seen.kept, seen.reserved_rooms):
+        with hiding(self.state.snapshot, *hidden_by_all(hidden)):
             placed = self.placer(self.state.snapshot, request, max_tries=self.settings.placement.max_domain_tries)
         placement_ms = round((time.perf_counter() - started) * 1000, 3)
         outcome = self._placed(
-            spec, request, placed, pods=pods, missing=missing, wake=wake, seen=seen, placement_ms=placement_ms
+            spec, request, placed, pods=pods, missing=missing, wake=wake, hidden=hidden, placement_ms=placement_ms
         )
         return replace(outcome, placement_ms=placement_ms)
 
@@ -222,14 +169,14 @@ class Cycle:
         pods: tuple[str, ...],
         missing: int,
         wake: Wake,
-        seen: _Hidden,
+        hidden: list[Hidden],
         placement_ms: float,
     ) -> Outcome:
         """What follows the placement: assume it, or say why it failed and go through the post-filters."""
         if not isinstance(placed, Infeasible):
             assumed = self._assume(spec, placed, pods, wake, placement_ms)
-            if assumed.code is Code.UNSCHEDULABLE and self.evictor is not None and not missing and request.is_leaf:
-                return self.preemption.for_extras(spec, request, assumed, held=seen.reserved_rooms)
+            if assumed.code is Code.UNSCHEDULABLE and not missing:  # extras without room
+                return self._post_filter(Tried(spec, request, assumed, hidden, extras=True))
             return assumed
         if missing:
             waits = self.permitting.existing_fit(spec, request, placed, missing)
@@ -240,20 +187,17 @@ class Cycle:
             message += f" It also waits for {absent(spec, missing)}.{gated(spec)}"
         if placed.unresolvable:
             return Outcome(code=Code.UNRESOLVABLE, message=message, pods=pods, each_pod=True)
-        if seen.reserved:
-            message += held_back_note(seen.reserved)
-        if seen.kept or len(self.permit):
-            message += self.whose_room.note(spec, request, seen.nominated, seen.reserved_rooms)
+        message += "".join(part.note for part in hidden)
+        if any(part.kept for part in hidden) or len(self.permit):
+            message += self.stages.whose_room.note(spec, request, [part for part in hidden if not part.kept])
         failed = Outcome(code=Code.UNSCHEDULABLE, message=message, pods=pods, each_pod=True, wake=wake)
-        return failed if missing else self._post_filter(spec, request, failed, seen.reserved_rooms)
+        return failed if missing else self._post_filter(Tried(spec, request, failed, hidden))
 
-    def _post_filter(
-        self, spec: GangSpec, request: GangRequest, failed: Outcome, reserved: list[tuple[IntArray, IntArray]]
-    ) -> Outcome:
-        """A gang that does not fit preempts if it may; one that cannot and has waited too long reserves."""
-        if self.evictor is not None:
-            failed = self.preemption.post_filter(spec, request, failed, held=reserved)
-        return self.starvation.consider(spec, request, failed)
+    def _post_filter(self, tried: Tried) -> Outcome:
+        """Each post-filter in turn, with the answer so far (preemption, then a reservation)."""
+        for stage in self.stages.post_filters:
+            tried = replace(tried, failed=stage.post_filter(tried))
+        return tried.failed
 
     def _assume(
         self, spec: GangSpec, placed: Placement, pods: tuple[str, ...], wake: Wake, placement_ms: float
@@ -302,29 +246,33 @@ class Cycle:
         """The gang changed (or may have): back in the queue if it needs anything, else done with."""
         result = self.state.index.get(key)
         if result is None:
+            wake = self.tell(key, GangNews.DELETED)
             self.queue.remove(key)
-            self.permitting.release(key)
-            self.permit.forget(key)
-            self.vacancies.filled(key)
-            self.preemption.nominations.drop(key)
-            self.starvation.forget(key, "deleted")
             self._invalid.pop(key, None)
             self.unresolvable.discard(key)
         elif isinstance(result, GangError):
-            self.permitting.release(key)
-            self.preemption.nominations.drop(key)
+            wake = self.tell(key, GangNews.INVALID)
             self.record(result, _problem(result))
         elif self.permit.holds(key) or self.state.unplaced(result.request):
+            wake = []
             self.queue.add(key, result.priority, result.created)
         else:
-            self.preemption.nominations.bound(key)
-            self.starvation.forget(key, "bound")
+            wake = self.tell(key, GangNews.DONE)
             self.queue.done(key)
-        self.reservations_ended()
+        self.wake(wake)
+
+    def tell(self, key: GangKey, news: GangNews) -> list[GangKey]:
+        """Tell every stage what became of the gang; returns the gangs they would try now."""
+        return [woken for stage in self.stages.all for woken in stage.told(key, news)]
+
+    def wake(self, gangs: Iterable[GangKey]) -> None:
+        for gang in gangs:
+            self.queue.wake(gang)
 
     def record(self, gang: GangSpec | GangError, outcome: Outcome) -> None:
-        """The one place a decision leaves the cycle: the queue, metrics, the log, conditions, Events and
-        group status (upstream's FailureHandler, and what follows a successful cycle)."""
+        """The one place a decision leaves the cycle: every stage is told it, then the queue, metrics, the
+        log, conditions, Events and group status (upstream's FailureHandler, and what follows a successful
+        cycle); last, the gangs the stages would try now are woken."""
         key, code = gang.key, outcome.code
         if code is Code.INVALID and self._invalid.get(key) != outcome.message:
             self._invalid[key] = outcome.message
@@ -338,30 +286,20 @@ class Cycle:
             self.metrics.placement_duration.observe(outcome.placement_ms / 1000)
         if outcome.preemption:
             self.metrics.preemption_attempts.labels(outcome.preemption).inc()
-        if code in (Code.PLACED, Code.SCHEDULED):
-            self.permit.forget(key)  # its timeouts in a row end
-            self.vacancies.filled(key)
-        if code in (Code.PLACED, Code.SCHEDULED):
-            self.starvation.forget(key, "bound")
-        elif code is not Code.UNSCHEDULABLE:
-            self.starvation.forget(key, code.value)  # it makes room otherwise, waits for something else, or never fits
+        wake = [woken for stage in self.stages.all for woken in stage.recorded(gang, outcome)]
         if code is Code.PLACED:
-            self.preemption.nominations.bound(key)
             self.queue.done(key)
         elif code is Code.SCHEDULED:
             assert isinstance(gang, GangSpec) and outcome.job is not None
             self._scheduled(gang, outcome, outcome.job)
         elif code is Code.PREEMPTING:
-            assert isinstance(gang, GangSpec) and outcome.victims is not None
-            self._preempting(gang, outcome)
+            self.queue.failed(key, outcome.wake)  # tried again once its victims are gone, or sooner
+            self.reporter.pending(outcome.pods, UNSCHEDULABLE, outcome.message)
         else:
             self._failed(gang, outcome)
-        self.reservations_ended()
+        self.wake(wake)
 
     def _scheduled(self, spec: GangSpec, outcome: Outcome, job: BindJob) -> None:
-        nomination = self.preemption.nominations.binding(spec.key)
-        if nomination is not None:
-            self.metrics.preemption_to_bind.observe(max(0.0, self.clock.monotonic() - nomination.decided))
         self.binder.submit(job)
         self.reporter.group(spec, scheduled=True, message=outcome.message)
         if outcome.extras_wait:  # extras that did not fit wait, inside the gang's domains, for room
@@ -369,23 +307,9 @@ class Cycle:
         else:
             self.queue.binding(spec.key)
 
-    def _preempting(self, spec: GangSpec, outcome: Outcome) -> None:
-        assert self.evictor is not None and outcome.victims is not None
-        victims = outcome.victims
-        subject = self.reporter.gang(spec.objects, spec.pods)
-        self.evictor.submit(replace(self.preemption.begin(spec, victims), subject=subject))
-        for reason, count in victims_by_reason(victims).items():
-            if count:
-                self.metrics.preemption_victims.labels(reason).inc(count)
-        note = preempting_note(victims)
-        self.queue.failed(spec.key, outcome.wake)
-        self.reporter.pending(outcome.pods, UNSCHEDULABLE, f"{outcome.message} {note}")
-        self.reporter.event(subject, Reason.PREEMPTING, note, type="Normal", action="Preempting")
-
     def _failed(self, gang: GangSpec | GangError, outcome: Outcome) -> None:
         """Waiting, invalid, or no room: the queue's move, then the pods' condition and the Events."""
         key, code, pods = gang.key, outcome.code, outcome.pods
-        self.clear_stale(key, gang.pods)
         if code in (Code.WAIT, Code.INVALID):
             self.queue.remove(key)  # a change of the gang (a member arrives, an object is fixed) brings it back
             if code is Code.WAIT:
@@ -398,8 +322,7 @@ class Cycle:
                 # like any gang that found no room.
                 self.queue.add(key, gang.priority, gang.created)
             wake = outcome.wake if code is Code.UNSCHEDULABLE else Wake(nodes=True)
-            # Not backed off past the moment it may reserve room (it has waited long enough by then).
-            at_most = self.starvation.until_starving(gang) if isinstance(gang, GangSpec) else None
+            at_most = self._retry_within(gang) if isinstance(gang, GangSpec) else None
             backoff = self.queue.failed(key, wake, at_most=at_most)
             log.info(
                 "unschedulable",
@@ -413,13 +336,6 @@ class Cycle:
         if outcome.reported:
             self.reporter.pending(pods, condition, outcome.message)
             return
-        if outcome.reserving and isinstance(gang, GangSpec):
-            self.metrics.starvation_reserved.inc()
-            log.info("domain reserved", gang=key, why=outcome.reserving)
-            # On its group object, else on a pod still waiting: a running member's Events are about that member.
-            waiting = [member.key for member in self.state.unplaced(gang.request)] or list(gang.pods)
-            subject = self.reporter.gang(gang.objects, waiting)
-            self.reporter.event(subject, Reason.RESERVING, outcome.reserving, type="Normal", action="Reserving")
         reason = outcome.reason or _REASONS[code]
         if reason is Reason.GANG_WAITING:
             event_type = "Normal"
@@ -439,40 +355,11 @@ class Cycle:
             scheduled = self.state.meets_minimum(gang.request)
             self.reporter.group(gang, scheduled=scheduled, message=outcome.message, waiting=condition == GANG_WAITING)
 
-    def clear_stale(self, gang: GangKey, pods: Iterable[str]) -> None:
-        """Clear ``nominatedNodeName`` on pending pods of a gang that holds no nomination (any more)."""
-        if self.evictor is None:
-            return
-        stale = self.preemption.stale(gang, pods)
-        if stale:
-            self.evictor.submit(EvictJob(gang, (), tuple((pod, "") for pod in stale), ""))
-
-    def reservations_ended(self) -> None:
-        """Count, log and follow up each domain reservation that ended: the gang next in line at its level is
-        tried now, to take its place; a gang whose reservation expired or was displaced is tried again."""
-        for ended in self.starvation.take_ended():
-            held, why = ended.reservation, ended.why
-            self.metrics.starvation_released.labels(why).inc()
-            if why == "bound":
-                self.metrics.starvation_to_bind.observe(max(0.0, self.clock.monotonic() - held.decided))
-            log.info("domain reservation released", gang=held.gang, domain=held.where, reason=why)
-            if why in ("expired", "displaced"):
-                self.queue.wake(held.gang)  # it reserves the next domain if it still does not fit, or waits in line
-            if why not in ("displaced", "nodes_gone"):  # those were taken by a gang at once
-                following = self.starvation.next_in_line(held.level)
-                if following is not None:
-                    self.queue.wake(following)
-
-
-@dataclass(frozen=True, slots=True)
-class _Hidden:
-    """The room a placement sees taken for others: nominated to preemptors, kept for replacements (vacancies),
-    reserved for starving gangs (and each reservation's rows and amounts)."""
-
-    nominated: list[tuple[str, RequestItems]]
-    kept: list[tuple[str, RequestItems]]
-    reserved: list[ReservedRoom]
-    reserved_rooms: list[tuple[IntArray, IntArray]]
+    def _retry_within(self, spec: GangSpec) -> float | None:
+        """The longest the gang may back off: until the first stage that will have something for it (a
+        reservation, once it has waited long enough)."""
+        limits = [limit for stage in self.stages.all if (limit := stage.retry_within(spec)) is not None]
+        return min(limits, default=None)
 
 
 #: The Event reason of each code, unless the outcome names another.

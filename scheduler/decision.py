@@ -8,10 +8,12 @@ a value the stages return and the writers read, so this module sits at the botto
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
+from typing import Protocol
 
-from scheduler.gangs import GangKey
+from scheduler.gangs import GangKey, GangSpec, ObjectRef
 from topology import PodShape
 from topology.preemption import Victims
 
@@ -123,3 +125,25 @@ class Outcome:
     #: Whether it counts as a scheduling attempt (``phalanx_schedule_attempts_total``): a waiting gang
     #: whose members arrive one by one, or whose hold times out, has made no new attempt.
     attempt: bool = True
+
+
+class JobSink(Protocol):
+    """Where placed gangs go to be bound (the binding cycle, ``binding.Binder``)."""
+
+    def submit(self, job: BindJob) -> None: ...
+
+
+class DecisionRecorder(Protocol):
+    """Where decisions go to be told (``reporting.Reporter``): recorded at once, written later."""
+
+    def pending(self, pods: Iterable[str], reason: str, message: str) -> None: ...
+
+    def event(
+        self, subject: Subject | None, reason: Reason, note: str, *, type: str = "Warning", action: str = "Scheduling"
+    ) -> None: ...
+
+    def pod_subject(self, pod: str) -> Subject | None: ...
+
+    def gang(self, objects: Sequence[ObjectRef], pods: Sequence[str]) -> Subject | None: ...
+
+    def group(self, spec: GangSpec, *, scheduled: bool, message: str, waiting: bool = False) -> None: ...

@@ -1,18 +1,18 @@
 """The scheduling loop: cluster news folded into the queue, then cycles, then a wait for the next news.
 
 :meth:`SchedulingLoop.run` interleaves cycles (``cycle.py``) with the informers and the binder: it folds
-cluster news into the queue (gangs changed, capacity freed, nodes changed), expires what must expire
-(holds, nominations, vacancies, domain reservations), runs a batch of cycles, and yields.
+cluster news into the queue (gangs changed, capacity freed, nodes changed), asks every stage what ran out
+(holds, nominations, vacancies, domain reservations: ``Stage.due``), runs a batch of cycles, and yields.
 
-:func:`scheduling_loop` builds it; the process (``app.py``), the tests and the replay benchmark all build
-it here, each with its own binder, evictor and recorder (``NullRecorder`` tells nobody anything).
+:func:`scheduling_loop` builds it, with the stages ``registry.py`` registers; the process (``app.py``),
+the tests and the replay benchmark all build it here, each with its own binder, evictor and recorder
+(``NullRecorder`` tells nobody anything).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 
 import anyio
 import numpy as np
@@ -20,14 +20,19 @@ import structlog
 from anyio.abc import TaskStatus
 
 from scheduler.clock import Clock
-from scheduler.cycle import Cycle, DecisionRecorder, EvictionSink, JobSink
-from scheduler.decision import Code, Outcome, Reason, Subject, Wake
+from scheduler.cycle import Cycle
+from scheduler.decision import Code, DecisionRecorder, JobSink, Outcome, Reason, Subject, Wake
 from scheduler.gangs import GangKey, GangSpec, ObjectRef
 from scheduler.metrics import Metrics
 from scheduler.permit.holds import Permit
-from scheduler.preemption.nominations import hiding
+from scheduler.preemption.evictions import EvictionSink
+from scheduler.preemption.nominations import Nominations
+from scheduler.preemption.postfilter import Preemption
 from scheduler.queue import GangQueue
+from scheduler.registry import Stages, register
 from scheduler.settings import Settings
+from scheduler.stages import GangNews, hiding
+from scheduler.starvation import Starvation
 from scheduler.state import ClusterState
 from topology import Placer, PodShape, place
 from topology.fit import pods_per_node, shape_fit
@@ -39,17 +44,14 @@ BATCH = 64
 
 
 class SchedulingLoop:
-    def __init__(self, cycle: Cycle) -> None:
+    def __init__(self, cycle: Cycle, state: ClusterState) -> None:
+        """``state`` is the cycle's, whole: the loop alone folds its news and expiries into the queue."""
         self.cycle = cycle
-        self.state = cycle.state
+        self.state = state
         self.queue = cycle.queue
         self.permit = cycle.permit
         self.metrics = cycle.metrics
         self.clock = cycle.clock
-        self.vacancies = cycle.vacancies
-        self.starvation = cycle.starvation
-        self.preemption = cycle.preemption
-        self.nominations = cycle.preemption.nominations
         self._poke = anyio.Event()
         self._held_labels: set[str] = set()
         self._reservation_levels: set[str] = set()
@@ -59,6 +61,21 @@ class SchedulingLoop:
     @property
     def cycles(self) -> int:
         return self.cycle.count
+
+    @property
+    def stages(self) -> Stages:
+        return self.cycle.stages
+
+    @property
+    def starvation(self) -> Starvation:
+        """The reservations standing (what the gauges show, and what ``explain`` and the tests read)."""
+        return self.stages.one(Starvation)
+
+    @property
+    def nominations(self) -> Nominations | None:
+        """The preemption stage's nominations (None where nothing is preempted)."""
+        preemption = self.stages.find(Preemption)
+        return preemption.nominations if preemption is not None else None
 
     def poke(self) -> None:
         """Something changed (informers call this after applying events): run soon."""
@@ -70,7 +87,7 @@ class SchedulingLoop:
 
     def place_again(self, gang: GangKey, why: str) -> None:
         """The binder gives a gang back because the cluster changed under it: place it again now."""
-        self.nominations.resume(gang)
+        self.cycle.wake(self.cycle.tell(gang, GangNews.GIVEN_BACK))
         self.cycle.requeue(gang)
         self.poke()
 
@@ -78,7 +95,7 @@ class SchedulingLoop:
         """The API server refused to bind the gang's members: a failed attempt like any other. The gang backs
         off (a change to its pods or to the nodes wakes it sooner), never placed again at once."""
         spec = self.state.index.get(gang)
-        self.nominations.resume(gang)
+        self.cycle.wake(self.cycle.tell(gang, GangNews.GIVEN_BACK))
         self.cycle.requeue(gang)
         if isinstance(spec, GangSpec) and gang in self.queue:
             refused = f"binding refused: {why}"
@@ -98,51 +115,41 @@ class SchedulingLoop:
         """Another replica schedules now: everything decided but not written is dropped. A new leader
         evaluates every gang afresh from what the API says; victims already terminating are not chosen
         again, and the marks tell it which evictions were begun."""
-        self.preemption.clear()
-        self.vacancies.clear()  # a new leader keeps no room it did not see left
-        self.starvation.clear()  # a new leader rebuilds reservations from the same state
-        self.permit.release_all()
+        for stage in self.stages.all:
+            stage.lost_lead()
         self.state.forget_assumptions()
 
     # -- folding cluster news into the queue ------------------------------------------------------
 
     def sync(self) -> None:
         state, queue, cycle = self.state, self.queue, self.cycle
-        self.starvation.refresh()
         state.refresh_devices()  # before the gangs changed are taken: what a pod asks may change with it
         for key in state.index.take_changed():
             cycle.requeue(key)
         state.expire()
-        for hold in self.permit.expired():
-            timed_out = cycle.permitting.timed_out(hold)
-            spec = state.index.get(hold.gang)
-            if timed_out is not None and isinstance(spec, GangSpec):
-                cycle.record(spec, timed_out)
-        for gang in self.permit.cooled():
-            cycle.requeue(gang)
-        self.vacancies.keep(state)
-        for nomination in self.nominations.expired():
-            log.info("nomination timed out; the gang is evaluated again", gang=nomination.gang)
-            spec = state.index.get(nomination.gang)
-            if isinstance(spec, GangSpec):
-                cycle.clear_stale(spec.key, spec.pods)
+        given_back: set[str] = set()  # room a stage kept and keeps no more (a vacancy never filled)
+        for stage in self.stages.all:
+            due = stage.due()
+            for spec, outcome in due.decided:
+                cycle.record(spec, outcome)
+            for key in due.requeue:
+                cycle.requeue(key)
+            for spec in due.again:
                 queue.add(spec.key, spec.priority, spec.created)
-        self._finish_evictions()
-        self.starvation.expired()
-        cycle.reservations_ended()
+            cycle.wake(due.wake)
+            given_back |= due.freed
         freed, nodes_changed = state.take_signals()
-        freed |= {vacancy.node for vacancy in self.vacancies.expired()}  # kept for a replacement that never came
+        freed |= given_back
         if nodes_changed:
             queue.wake_nodes()
         self._tell_unresolvable_again(bool(freed))
         if freed:
-            for gang in self.starvation.touching(freed):
-                queue.wake(gang)
-            held = self.starvation.reserved_from_wakes()
-            with hiding(state.snapshot, [], [(item.rows, item.amounts) for item in held]):
+            cycle.wake(gang for stage in self.stages.all for gang in stage.room_freed(freed))
+            kept = [item for stage in self.stages.all for item in stage.kept_from_wakes()]
+            with hiding(state.snapshot, [], [room for room, _ in kept]):
                 queue.wake_capacity(lambda shape: self._room(shape, freed))
-            if held:  # gangs of higher priority than a reservation are not held back by it
-                above = min(item.reservation.priority for item in held)
+            if kept:  # gangs of higher priority than the room is kept for are not held back by it
+                above = min(priority for _, priority in kept)
                 queue.wake_capacity(lambda shape: self._room(shape, freed), above=above)
         self._gauges()
 
@@ -158,17 +165,6 @@ class SchedulingLoop:
         self._tell_again_at = now + self.cycle.settings.reporting.event_interval_seconds
         for key in sorted(self.cycle.unresolvable):
             self.cycle.requeue(key)
-
-    def _finish_evictions(self) -> None:
-        """Hand the evictor the evictions an earlier leader began and did not finish."""
-        evictor = self.cycle.evictor
-        if evictor is None:
-            return
-        for job in self.preemption.unfinished():
-            self.metrics.preemption_resumed.inc(len(job.victims))
-            spec = self.state.index.get(job.preemptor)
-            subject = self.cycle.reporter.gang(spec.objects, spec.pods) if isinstance(spec, GangSpec) else None
-            evictor.submit(replace(job, subject=subject))
 
     def _room(self, shape: PodShape, nodes: Iterable[str]) -> int:
         """Pods of ``shape`` the given nodes can take now."""
@@ -215,11 +211,8 @@ class SchedulingLoop:
         """Wait for a poke, or for the next moment something is due (a backoff, a permit timeout)."""
         due = (
             self.queue.next_ready(),
-            self.permit.next_deadline(),
             self.state.next_expiry(),
-            self.nominations.next_deadline(),
-            self.starvation.next_deadline(),
-            self.vacancies.next_deadline(),
+            *(stage.next_deadline() for stage in self.stages.all),
         )
         deadlines = [d for d in due if d is not None]
         timeout = max(0.0, min(deadlines) - self.clock.monotonic()) if deadlines else 5.0
@@ -248,6 +241,16 @@ def scheduling_loop(
     ``evictor`` nothing is preempted (the replay has no API to evict through)."""
     queue = GangQueue(settings.queue, clock, queue_rng)
     permit = Permit(settings.permit, clock, permit_rng)
+    stages = register(
+        settings=settings,
+        state=state,
+        clock=clock,
+        permit=permit,
+        placer=placer,
+        reporter=reporter,
+        metrics=metrics,
+        evictor=evictor,
+    )
     cycle = Cycle(
         settings=settings,
         state=state,
@@ -258,9 +261,9 @@ def scheduling_loop(
         clock=clock,
         metrics=metrics,
         placer=placer,
-        evictor=evictor,
+        stages=stages,
     )
-    return SchedulingLoop(cycle)
+    return SchedulingLoop(cycle, state)
 
 
 class NullRecorder:

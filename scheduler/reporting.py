@@ -51,7 +51,7 @@ from scheduler.ports.errors import Conflict, NotFound, PortError, Throttled
 from scheduler.ports.port import CORE_EVENTS, PODS, ApiResource, ClusterPort
 from scheduler.ratelimit import TokenBucket
 from scheduler.settings import ReportingSettings
-from scheduler.state import ClusterState
+from scheduler.state import ClusterView
 
 log = structlog.get_logger("phalanx.reporting")
 
@@ -116,7 +116,7 @@ class Reporter:
         self,
         *,
         port: ClusterPort,
-        state: ClusterState,
+        state: ClusterView,
         settings: ReportingSettings,
         clock: Clock,
         limiter: TokenBucket,

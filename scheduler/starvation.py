@@ -11,10 +11,10 @@ still does not fit, it may *reserve* a domain (EASY backfilling, with a gang for
   resource still in use, lowest priority first. A composite whose parts require domains of their own
   drains part by part inside its own domain (:func:`topology.drain.choose_parts_drain`).
 - **Who.** At most ``starvation.maxReservations`` per level. A gang ranked ahead of the least important
-  holder in the queue's order (priority, then age) takes its place; anyone else waits its turn.
-- **What it holds.** On each of those nodes, the free room the gang will take there (never more): gangs
+  reserving gang in the queue's order (priority, then age) takes its place; anyone else waits its turn.
+- **What it reserves.** On each of those nodes, the free room the gang will take there (never more): gangs
   of its priority or lower do not see it. Room it does not need stays everyone's. A gang may still use
-  the held room if it is sure to have finished before the reserved gang could start (the *shadow time*):
+  the reserved room if it is sure to have finished before the reserved gang could start (the *shadow time*):
   by its pods' ``activeDeadlineSeconds`` against the deadlines of the pods that must leave those nodes,
   or, where pods set none, by the runtimes learned, with ``starvation.backfillConfidence`` (unknown, so
   never, while nothing was learned). Gangs of higher priority are not held back.
@@ -29,11 +29,13 @@ still does not fit, it may *reserve* a domain (EASY backfilling, with a gang for
   parts' drain does not follow).
 
 Not to be confused with the room a gang *holds* for members that do not exist yet (``permit/``), nor with
-room the cycle *assumes* for a placement (``state.py``).
+room the cycle *assumes* for a placement (``state/assumptions.py``).
 
-Every reservation that ends, and why, is kept in :meth:`Starvation.take_ended`, whichever rule ended it;
-the cycle counts and logs each (``Cycle.reservations_ended``), wakes a gang whose reservation expired or
-was displaced, and wakes the gang next in line at the level of one that ended for any other reason.
+As a stage of the cycle (``stages.py``) it is a pre-filter (the reserved room hidden from the gangs it
+holds back) and the last post-filter (a reservation for a gang that has waited too long). Every
+reservation that ends, and why, whichever rule ended it, is followed up where it ended (:meth:`Starvation.recorded`,
+``told``, ``due``): counted, logged, the gang whose reservation expired or was displaced tried again, and
+the gang next in line at the level of one that ended for any other reason tried now.
 """
 
 from __future__ import annotations
@@ -43,15 +45,18 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 
 import numpy as np
+import structlog
 
 from scheduler.clock import Clock
-from scheduler.decision import Code, Outcome
-from scheduler.gangs import GangKey, GangSpec
+from scheduler.decision import Code, DecisionRecorder, Outcome, Reason
+from scheduler.gangs import GangError, GangKey, GangSpec
 from scheduler.gangs.fields import timestamp
+from scheduler.metrics import Metrics
 from scheduler.queue import order
 from scheduler.runtimes import Estimate
 from scheduler.settings import StarvationSettings
-from scheduler.state import ClusterState, RunningPod
+from scheduler.stages import Due, GangNews, Hidden, Rooms, Stage, Tried
+from scheduler.state import ClusterView, RunningPod
 from topology import HOSTNAME, GangRequest, PodShape, Snapshot
 from topology.domains import FloatArray, IntArray
 from topology.drain import DrainPlan, Level, choose_drain, choose_parts_drain, minimum_shapes, parts_constrained
@@ -59,6 +64,8 @@ from topology.fit import cumsum_by_group
 from topology.quantities import RequestItems
 from topology.quantities import amount_words as counted
 from topology.reasons import short_name
+
+log = structlog.get_logger("phalanx.starvation")
 
 _NEVER = np.iinfo(np.int64).max
 #: How long a runtime estimate is used before it is made again: what was learned moves slowly, and making
@@ -110,13 +117,24 @@ class ReservedRoom:
     amounts: IntArray
 
 
-class Starvation:
-    """The standing domain reservations and the rules above; the scheduling cycle asks and applies."""
+class Starvation(Stage):
+    """The standing domain reservations and the rules above, and the stage that makes them."""
 
-    def __init__(self, settings: StarvationSettings, state: ClusterState, clock: Clock, levels: Iterable[str]) -> None:
+    def __init__(
+        self,
+        settings: StarvationSettings,
+        state: ClusterView,
+        clock: Clock,
+        levels: Iterable[str],
+        *,
+        metrics: Metrics,
+        reporter: DecisionRecorder,
+    ) -> None:
         self.settings = settings
         self.state = state
         self.clock = clock
+        self.metrics = metrics
+        self.reporter = reporter
         #: Levels from the narrowest to the widest, then the whole cluster.
         self.narrowest_first: tuple[Level, ...] = (*reversed(tuple(levels)), None)
         self._by_gang: dict[GangKey, DomainReservation] = {}
@@ -190,6 +208,87 @@ class Starvation:
             longest = max(longest, limit)
         return longest
 
+    # -- the stage -------------------------------------------------------------------------------
+
+    def hide(self, spec: GangSpec, *, missing: int) -> Hidden | None:
+        """The room reservations keep from ``spec`` (:meth:`reserved_from`). A gang that waits for members
+        cannot promise when it ends: it starts when the last one arrives."""
+        if not self._by_gang:
+            return None
+        reserved = self.reserved_from(spec.key, spec.priority, None if missing else self.runtime(spec))
+        if not reserved:
+            return None
+        return Hidden(rooms=[(item.rows, item.amounts) for item in reserved], note=held_back_note(reserved))
+
+    def post_filter(self, tried: Tried) -> Outcome:
+        """The last post-filter: a gang that found no room (and no victims) may reserve (:meth:`consider`);
+        extras that find no room never do."""
+        return tried.failed if tried.extras else self.consider(tried.spec, tried.request, tried.failed)
+
+    def recorded(self, gang: GangSpec | GangError, outcome: Outcome) -> list[GangKey]:
+        """A gang placed needs its reservation no more, nor does one that makes room otherwise, waits for
+        something else or never fits; a reservation made is told (a Reserving Event)."""
+        code = outcome.code
+        if code in (Code.PLACED, Code.SCHEDULED):
+            self.forget(gang.key, "bound")
+        elif code is not Code.UNSCHEDULABLE:
+            self.forget(gang.key, code.value)
+        if outcome.reserving and isinstance(gang, GangSpec):
+            self.metrics.starvation_reserved.inc()
+            log.info("domain reserved", gang=gang.key, why=outcome.reserving)
+            # On its group object, else on a pod still waiting: a running member's Events are about that member.
+            waiting = [member.key for member in self.state.unplaced(gang.request)] or list(gang.pods)
+            subject = self.reporter.gang(gang.objects, waiting)
+            self.reporter.event(subject, Reason.RESERVING, outcome.reserving, type="Normal", action="Reserving")
+        return self._follow_ended()
+
+    def told(self, gang: GangKey, news: GangNews) -> list[GangKey]:
+        if news is GangNews.DELETED:
+            self.forget(gang, "deleted")
+        elif news is GangNews.DONE:
+            self.forget(gang, "bound")
+        return self._follow_ended()
+
+    def due(self) -> Due:
+        """Shadow times are worked out again when next asked (the cluster changed); reservations held too
+        long end."""
+        self.refresh()
+        self.expired()
+        return Due(wake=self._follow_ended())
+
+    def retry_within(self, spec: GangSpec) -> float | None:
+        """Not backed off past the moment it may reserve room (it has waited long enough by then)."""
+        return self.until_starving(spec)
+
+    def room_freed(self, nodes: set[str]) -> list[GangKey]:
+        """Room freed on a reservation's nodes may be what its gang waits for."""
+        return self.touching(nodes)
+
+    def kept_from_wakes(self) -> list[tuple[Rooms, int]]:
+        return [((item.rows, item.amounts), item.reservation.priority) for item in self.reserved_from_wakes()]
+
+    def lost_lead(self) -> None:
+        self.clear()  # a new leader rebuilds reservations from the same state
+
+    def _follow_ended(self) -> list[GangKey]:
+        """Count and log each reservation that ended; returns the gangs to try now: one whose reservation
+        expired or was displaced (it reserves the next domain if it still does not fit, or waits in line),
+        and the gang next in line at its level (to take its place)."""
+        wake = []
+        for ended in self.take_ended():
+            held, why = ended.reservation, ended.why
+            self.metrics.starvation_released.labels(why).inc()
+            if why == "bound":
+                self.metrics.starvation_to_bind.observe(max(0.0, self.clock.monotonic() - held.decided))
+            log.info("domain reservation released", gang=held.gang, domain=held.where, reason=why)
+            if why in ("expired", "displaced"):
+                wake.append(held.gang)
+            if why not in ("displaced", "nodes_gone"):  # those were taken by a gang at once
+                following = self.next_in_line(held.level)
+                if following is not None:
+                    wake.append(following)
+        return wake
+
     # -- who reserves what -------------------------------------------------------------------------
 
     def starving(self, spec: GangSpec) -> bool:
@@ -215,7 +314,7 @@ class Starvation:
 
     def claim(self, spec: GangSpec, request: GangRequest) -> tuple[DomainReservation | None, DomainReservation | None]:
         """Reserve a domain for a starving gang that did not fit, if it may have one now: returns the new
-        reservation (or None) and the one it displaced (or None). A gang holding one keeps it."""
+        reservation (or None) and the one it displaced (or None). A gang that has one keeps it."""
         if spec.key in self._by_gang:
             return self._closer(spec, request), None
         if parts_constrained(request) and _any_placed(request):
@@ -432,7 +531,7 @@ class Starvation:
 
     def consider(self, spec: GangSpec, request: GangRequest, failed: Outcome) -> Outcome:
         """A gang that found no room (and no victims) and has waited too long may reserve a domain; one that
-        holds a reservation says so. ``failed`` is the cycle's answer so far; returned as it is otherwise."""
+        has a reservation says so. ``failed`` is the cycle's answer so far; returned as it is otherwise."""
         if failed.code is not Code.UNSCHEDULABLE or not failed.attempt or not self.starving(spec):
             return failed
         self.lost_nodes(spec.key)
@@ -663,7 +762,9 @@ def reserving_note(starvation: Starvation, held: DomainReservation) -> str:
 
 def held_back_note(held: list[ReservedRoom]) -> str:
     """Why room the gang could otherwise use is not its: the reservations that keep it, in words."""
-    parts = [f"{_room_on(item)} is held for gang {item.reservation.gang}, which has waited too long" for item in held]
+    parts = [
+        f"{_room_on(item)} is reserved for gang {item.reservation.gang}, which has waited too long" for item in held
+    ]
     joined = "; ".join(parts)
     return (
         f" {joined[0].upper()}{joined[1:]} (a gang may use it if it is sure to end before that gang could start: "

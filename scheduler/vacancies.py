@@ -5,7 +5,7 @@ the preemptor), its controller makes a replacement, often after a backoff (the J
 then 20 s, ...). Until then the freed node would go to the first pod that fits, and a rack-bound gang
 would be left below its minimum with idle GPUs around it. So the room is a *vacancy* for
 ``permit.replacementGraceSeconds``: every placement of a gang of equal or lower priority sees it taken
-(as nominated room, through ``nominations.hiding``), higher priorities may take it, and the gang itself
+(as nominated room, through ``stages.hiding``), higher priorities may take it, and the gang itself
 fills it. It ends when the gang is placed again, when it no longer runs (the whole gang went), or at its
 deadline. Nothing is written to the API: a new leader simply does not know of vacancies made before it.
 """
@@ -16,13 +16,13 @@ from dataclasses import dataclass
 
 import structlog
 
-from scheduler.clock import Clock
-from scheduler.gangs import GangKey, GangSpec, Source
-from scheduler.state import ClusterState
+from scheduler.decision import Code, Outcome
+from scheduler.gangs import GangError, GangKey, GangSpec, Source
+from scheduler.stages import Due, GangNews, Hidden, Stage
+from scheduler.state import ClusterView
 from topology.quantities import RequestItems
 
 log = structlog.get_logger("phalanx.vacancies")
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,11 +36,37 @@ class Vacancy:
     deadline: float  # monotonic
 
 
-class Vacancies:
-    def __init__(self, clock: Clock, grace_seconds: float) -> None:
-        self.clock = clock
+class Vacancies(Stage):
+    """The vacancies standing, and the stage that keeps them: a pre-filter (the room hidden) told when a gang
+    is placed again or deleted."""
+
+    def __init__(self, state: ClusterView, grace_seconds: float) -> None:
+        self.state = state
+        self.clock = state.clock
         self.grace_seconds = grace_seconds
         self._by_gang: dict[GangKey, list[Vacancy]] = {}
+
+    def hide(self, spec: GangSpec, *, missing: int) -> Hidden | None:
+        room = self.hidden_from(spec.key, spec.priority)
+        return Hidden(nodes=room, kept=True) if room else None
+
+    def recorded(self, gang: GangSpec | GangError, outcome: Outcome) -> tuple[GangKey, ...]:
+        if outcome.code in (Code.PLACED, Code.SCHEDULED):
+            self.filled(gang.key)
+        return ()
+
+    def told(self, gang: GangKey, news: GangNews) -> tuple[GangKey, ...]:
+        if news is GangNews.DELETED:
+            self.filled(gang)
+        return ()
+
+    def due(self) -> Due:
+        """Keep the room of members that left since the last sync; give back what was kept too long."""
+        self.keep()
+        return Due(freed=frozenset(vacancy.node for vacancy in self.expired()))
+
+    def lost_lead(self) -> None:
+        self._by_gang.clear()  # a new leader keeps no room it did not see left
 
     def __len__(self) -> int:
         return sum(len(vacancies) for vacancies in self._by_gang.values())
@@ -53,9 +79,10 @@ class Vacancies:
         self._by_gang.setdefault(gang, []).append(vacancy)
         return vacancy
 
-    def keep(self, state: ClusterState) -> None:
+    def keep(self) -> None:
         """Keep the room of each member of a running gang that left since last asked
-        (``ClusterState.take_departures``) for its replacement."""
+        (``ClusterView.take_departures``) for its replacement."""
+        state = self.state
         for departure in state.take_departures():
             gang = departure.gang
             spec = state.index.get(gang) if gang is not None else None
@@ -96,8 +123,5 @@ class Vacancies:
         }
 
     def hidden_from(self, gang: GangKey, priority: int) -> list[tuple[str, RequestItems]]:
-        """The room of :meth:`kept_from`, as ``nominations.hiding`` takes it."""
+        """The room of :meth:`kept_from`, as ``stages.hiding`` takes it."""
         return [(v.node, v.requests) for vacancies in self.kept_from(gang, priority).values() for v in vacancies]
-
-    def clear(self) -> None:
-        self._by_gang.clear()

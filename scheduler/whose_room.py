@@ -2,8 +2,8 @@
 
 A placement that fails is told why by the placement engine ("the largest rack fits 1"). When the room it
 lacks is there but held for another gang, the pods must say whose it is, or an operator sees idle GPUs and
-a message that says there are none. Two kinds of holding are explained here (domain reservations of
-starving gangs say so themselves, ``starvation.held_back_note``):
+a message that says there are none. Two kinds are explained here (domain reservations of starving gangs
+say so themselves, ``starvation.held_back_note``):
 
 - room a waiting gang holds for members that do not exist yet (``permit``): "held for gang x, which waits
   for 1 member(s) that do not exist yet (until they arrive, or 25 s more)";
@@ -15,7 +15,7 @@ some such room stands.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -23,22 +23,19 @@ from scheduler.clock import Clock
 from scheduler.gangs import GangKey, GangSpec
 from scheduler.permit.holds import Permit, Placeholder
 from scheduler.permit.missing import absent
-from scheduler.preemption.nominations import hiding
 from scheduler.settings import Settings
-from scheduler.state import ClusterState
+from scheduler.stages import Hidden, Rooms, hidden_by_all, hiding
+from scheduler.state import ClusterView
 from scheduler.vacancies import Vacancies
 from topology import GangRequest, Infeasible, Placer
-from topology.domains import IntArray
 from topology.quantities import RequestItems
-
-Taken = tuple[IntArray, IntArray]
 
 
 class WhoseRoom:
     def __init__(
         self,
         *,
-        state: ClusterState,
+        state: ClusterView,
         permit: Permit,
         vacancies: Vacancies,
         placer: Placer,
@@ -52,11 +49,10 @@ class WhoseRoom:
         self.settings = settings
         self.clock = clock
 
-    def note(
-        self, spec: GangSpec, request: GangRequest, nominated: list[tuple[str, RequestItems]], reserved: list[Taken]
-    ) -> str:
-        """Sentences naming the gangs whose held room would let ``request`` fit (empty when none would).
-        ``nominated`` and ``reserved`` are the other room the failed placement saw taken: taken here too."""
+    def note(self, spec: GangSpec, request: GangRequest, others: Sequence[Hidden]) -> str:
+        """Sentences naming the gangs whose held or kept room would let ``request`` fit (empty when none
+        would). ``others`` is the other room the failed placement saw taken: taken here too."""
+        nominated, reserved = hidden_by_all(others)
         notes = []
         vacant = self.vacancies.hidden_from(spec.key, spec.priority)
         if vacant:
@@ -79,7 +75,7 @@ class WhoseRoom:
         return f" {joined[0].upper()}{joined[1:]}."
 
     def _used(
-        self, request: GangRequest, hidden: list[tuple[str, RequestItems]], taken: list[Taken]
+        self, request: GangRequest, hidden: list[tuple[str, RequestItems]], taken: list[Rooms]
     ) -> set[str] | None:
         """The nodes a placement uses with only ``hidden`` and ``taken`` taken (None when it still fails)."""
         snapshot = self.state.snapshot
@@ -89,7 +85,7 @@ class WhoseRoom:
             return None
         return {assignment.node for assignment in placed.assignments}
 
-    def _rows(self, room: Iterable[tuple[str, RequestItems]]) -> Taken | None:
+    def _rows(self, room: Iterable[tuple[str, RequestItems]]) -> Rooms | None:
         snapshot = self.state.snapshot
         rows, amounts = [], []
         for node, requests in room:

@@ -230,7 +230,7 @@ def decision(repeat: int, n_nodes: int = 5120, n_gangs: int = 4000) -> dict[str,
     spec = state.index.get(next(key for key in state.index.results() if str(key).endswith("prod/prod")))
     assert isinstance(spec, GangSpec)
     planner = PreemptionPlanner(
-        state, settings, Nominations(state.clock, 300), Evictions(state), Vacancies(state.clock, 0)
+        state, settings, Nominations(state.clock, 300), Evictions(state), Vacancies(state, 0)
     )
     times, found = [], None
     for _ in range(repeat):

@@ -119,7 +119,7 @@ def one_size(n_nodes: int, repeat: int) -> dict[str, Any]:
         state.apply(PODS, Change("ADDED", pod))
     prod = spec_of(state, "prod")
     planner = PreemptionPlanner(
-        state, settings, Nominations(state.clock, 300), Evictions(state), Vacancies(state.clock, 0)
+        state, settings, Nominations(state.clock, 300), Evictions(state), Vacancies(state, 0)
     )
     preempt_ms, victims = timed(repeat, lambda: planner.plan(prod, prod.request))
     assert isinstance(victims, Victims), victims

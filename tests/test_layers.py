@@ -6,12 +6,13 @@
 - the engine (the rest of ``scheduler``) never imports the front-ends (``scheduler/frontends``), and
   inside it each module imports only modules below it in ``scheduler.ORDER``;
 - inside each package with an order of its own (``ORDER`` in its ``__init__``: ``topology``, ``gangs``,
-  ``devices``, ``ports/kube``, ``ports/sim``, ``simulation``), each module imports only modules before it,
+  ``devices``, ``state``, ``ports/kube``, ``ports/sim``, ``simulation``), each module imports only modules before it,
   never a name its package's ``__init__`` re-exports, and every module is in the order.
 """
 
 import ast
 import importlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -177,7 +178,7 @@ def test_the_engine_imports_only_down_its_order() -> None:
 
 
 def test_the_order_check_finds_an_upward_import_and_allows_a_downward_one() -> None:
-    state, cycle = SCHEDULER / "state.py", SCHEDULER / "cycle.py"
+    state, cycle = SCHEDULER / "state" / "cluster_state.py", SCHEDULER / "cycle.py"
     assert upward("state", imports_in("from scheduler.cycle import Cycle\n", state)) == ["cycle", "cycle.Cycle"]
     assert upward("cycle", imports_in("from scheduler.state import ClusterState\n", cycle)) == []
     assert upward("gangs.index", imports_in("from scheduler.gangs.model import GangKey\n", state)) == []
@@ -188,6 +189,7 @@ ORDERED = (
     "topology",
     "scheduler.gangs",
     "scheduler.devices",
+    "scheduler.state",
     "scheduler.ports.kube",
     "scheduler.ports.sim",
     "scheduler.simulation",
@@ -254,3 +256,77 @@ def test_the_package_order_check_finds_upward_imports_and_names_of_the_package_s
     ]
     submodule = imports_in("from scheduler.gangs import model\n", path)
     assert out_of_order("scheduler.gangs", order, "pods", submodule) == []
+
+
+def project_module(name: str, modules: set[str]) -> str | None:
+    """The module of the project ``name`` (an imported dotted name) is, or is in: ``x.y.Name`` is ``x.y``."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def fan(
+    paths: list[Path], imports: Callable[[Path], set[str]] = imported_modules
+) -> dict[str, tuple[set[str], set[str]]]:
+    """For each module: the project's modules it imports, and those that import it (a package's ``__init__``
+    is the package: its names are imported from it)."""
+    names = {".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): path for path in paths}
+    modules = set(names)
+    out = {name: set() for name in names}
+    into: dict[str, set[str]] = {name: set() for name in names}
+    for name, path in names.items():
+        for imported in imports(path):
+            target = project_module(imported, modules)
+            if target is not None and target != name and not name.startswith(target + "."):
+                out[name].add(target)
+                into[target].add(name)
+    return {name: (out[name], into[name]) for name in names}
+
+
+#: Past this many modules both ways a module is a hub: every change to it touches a dozen others.
+HUB = 12
+
+
+def test_no_module_both_imports_and_is_imported_by_a_dozen_others() -> None:
+    paths = [*SCHEDULER.rglob("*.py"), *(ROOT / "topology").rglob("*.py")]
+    found = fan(paths)
+    assert len(found) > 100, "no modules found: the layout changed"
+    hubs = {name: (len(out), len(into)) for name, (out, into) in found.items() if min(len(out), len(into)) >= HUB}
+    assert hubs == {}
+
+
+def test_the_hub_check_finds_a_module_that_imports_and_is_imported_by_a_dozen() -> None:
+    hub, others = "scheduler.hub", [f"scheduler.m{i}" for i in range(HUB)]
+    # A module importing ``HUB`` modules that each import it back is the hub; the spokes are not.
+    source = {hub: "".join(f"import {other}\n" for other in others), **{other: f"import {hub}\n" for other in others}}
+    paths = [ROOT / (name.replace(".", "/") + ".py") for name in [hub, *others]]
+    found = fan(paths, lambda path: imports_in(source[_dotted(path)], path))
+    assert min(len(found[hub][0]), len(found[hub][1])) >= HUB
+    assert all(len(found[other][0]) == 1 for other in others)
+
+
+def _dotted(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def test_only_the_builders_and_the_informers_hold_the_whole_cluster_state() -> None:
+    """The cycle, its stages, the binder and the reporter read ``ClusterView``; the appliers and the informers'
+    side of ``ClusterState`` are the informers' (and the loop's, which folds their news, and the process's,
+    which builds it)."""
+    engine = [path for path in SCHEDULER.rglob("*.py") if room(path) == "engine"]
+    holders = sorted(
+        engine_name(path)
+        for path in engine
+        if {"scheduler.state.ClusterState", "scheduler.state.cluster_state"} & imported_modules(path)
+        and path.parent != SCHEDULER / "state"
+    )
+    assert holders == ["app", "informers", "loop"]
+
+
+def test_the_cycle_calls_extension_points_never_a_stage_by_its_module() -> None:
+    """The cycle reaches the stages through ``registry.Stages`` and ``stages.py``'s points; only the permit
+    stage's helpers (``permit.holds``, ``permit.missing``) are its own to call."""
+    imported = {name.removeprefix("scheduler.") for name in imported_modules(SCHEDULER / "cycle.py")}
+    stage_modules = ("preemption", "starvation", "vacancies", "whose_room", "permit.stage")
+    assert sorted(name for name in imported if name.startswith(stage_modules)) == []
+    assert "registry.Stages" in imported and "stages" in imported

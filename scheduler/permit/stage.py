@@ -1,7 +1,7 @@
 """The permit stage of the cycle: what a gang that lacks members is told, and the room it holds for them.
 
 Each method answers with an :class:`Outcome` (or None: nothing to say, go on) and changes only what it
-owns: the holds (``holds.py``) and their assumptions in ClusterState. The cycle records the answer.
+owns: the holds (``holds.py``) and their assumptions in ClusterView. The cycle records the answer.
 
 - :meth:`PermitStage.arrivals`: a gang that holds room gives each arrived member a placeholder's place,
   and is permitted once none is missing;
@@ -21,20 +21,19 @@ import structlog
 
 from scheduler.clock import Clock
 from scheduler.decision import GANG_WAITING, BindJob, Code, Outcome, Reason, Wake
-from scheduler.gangs import GangKey, GangSpec
+from scheduler.gangs import GangError, GangKey, GangSpec
 from scheduler.permit.holds import Hold, Permit, placeholder_requests
 from scheduler.permit.missing import Shortfall, absent, describe, gated
 from scheduler.settings import Settings
-from scheduler.state import ClusterState
+from scheduler.stages import Due, GangNews, Stage
+from scheduler.state import ClusterView
 from topology import Assignment, GangRequest, Infeasible, NodeConstraints, Placement, Placer, PodShape
 
 log = structlog.get_logger("phalanx.permit")
 
 
-class PermitStage:
-    def __init__(
-        self, *, state: ClusterState, permit: Permit, placer: Placer, settings: Settings, clock: Clock
-    ) -> None:
+class PermitStage(Stage):
+    def __init__(self, *, state: ClusterView, permit: Permit, placer: Placer, settings: Settings, clock: Clock) -> None:
         self.state = state
         self.permit = permit
         self.placer = placer
@@ -142,6 +141,37 @@ class PermitStage:
             wake=Wake(nodes=True),
             attempt=False,
         )
+
+    # -- what the stage is told ----------------------------------------------------------------------
+
+    def recorded(self, gang: GangSpec | GangError, outcome: Outcome) -> tuple[GangKey, ...]:
+        if outcome.code in (Code.PLACED, Code.SCHEDULED):
+            self.permit.forget(gang.key)  # its timeouts in a row end
+        return ()
+
+    def told(self, gang: GangKey, news: GangNews) -> tuple[GangKey, ...]:
+        if news in (GangNews.DELETED, GangNews.INVALID):
+            self.release(gang)
+        if news is GangNews.DELETED:
+            self.permit.forget(gang)
+        return ()
+
+    def due(self) -> Due:
+        """Holds whose timeout passed, each released and told (:meth:`timed_out`); gangs whose cooldown
+        ended, to be looked at again."""
+        decided = []
+        for hold in self.permit.expired():
+            timed_out = self.timed_out(hold)
+            spec = self.state.index.get(hold.gang)
+            if timed_out is not None and isinstance(spec, GangSpec):
+                decided.append((spec, timed_out))
+        return Due(decided=decided, requeue=self.permit.cooled())
+
+    def next_deadline(self) -> float | None:
+        return self.permit.next_deadline()
+
+    def lost_lead(self) -> None:
+        self.permit.release_all()
 
     def release(self, key: GangKey) -> None:
         """Drop a gang's hold and whatever it assumed that is not bound."""

@@ -10,9 +10,9 @@ decision (PodDisruptionBudgets are read beside the state, ``scheduler/budgets.py
 - ``evictions``: the victims whose eviction has begun (never chosen again until the API shows them
   going), and the evictions an earlier leader began that this one must finish;
 - ``planner``: whether a gang may preempt, and whom (the victim search, with the room others hold taken);
-- ``postfilter``: the post-filter the cycle calls when a gang does not fit, answering with an ``Outcome``,
-  and the start of an eviction once the cycle records it (the cycle also reads ``nominations``, to hide
-  a preemptor's room from gangs below it, and ``planner``'s words for its messages);
+- ``postfilter``: the stage (``stages.py``): the pre-filter that hides nominated room, the post-filter the
+  cycle calls when a gang does not fit, answering with an ``Outcome``, and what follows once the cycle
+  recorded it (the nomination, the ledger, the evictor's job, the Event); the cycle imports none of it;
 - ``evictor``: the API writes (``DisruptionTarget`` condition, DELETE with the pod's grace period,
   ``status.nominatedNodeName``) and the Events, off the scheduling cycle, retried until they pass.
 """

@@ -7,7 +7,7 @@ Two things keep that promise beside the evictor's retries:
   becomes of the nomination that chose it. Without it, the pod of a unit whose DELETE is still being
   retried looked like a gang running below its minimum, and a later preemptor took it as a unit of its own;
 - :meth:`Evictions.unfinished`: pods the API shows marked as victims of ours (``DisruptionTarget``,
-  ``ClusterState.marked_victims``) that no eviction here is deleting, because the leader that began it
+  ``ClusterView.marked_victims``) that no eviction here is deleting, because the leader that began it
   lost its lease. The evictor marks every victim of a job before it deletes any, so a mark is always
   there while a unit is half gone; the unit is finished with the rest of its gang when what would be left
   running is below the gang's minimum, or the gang is evicted only whole (``disruptionMode``), else alone
@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from scheduler.decision import Subject
 from scheduler.gangs import GangError, GangKey, GangSpec, ObjectRef, Source
 from scheduler.preemption.units import evicted_whole
-from scheduler.state import ClusterState
+from scheduler.state import ClusterView
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,12 @@ class EvictJob:
     subject: Subject | None = None
 
 
+class EvictionSink(Protocol):
+    """Where preemptions go to be carried out (``preemption.evictor.Evictor``)."""
+
+    def submit(self, job: EvictJob) -> None: ...
+
+
 def victim_message(scheduler_name: str, preemptor: GangKey | str, domain: str) -> str:
     """The victim condition's message; it starts with the scheduler's name, as kube-scheduler's does."""
     return f"{scheduler_name}: preempted by gang {preemptor} to make room in {domain}"
@@ -59,7 +66,7 @@ def read_victim_message(message: str) -> tuple[str, str]:
 
 
 class Evictions:
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterView) -> None:
         self.state = state
         self._begun: dict[str, str] = {}  # pod -> its uid when its eviction was decided
 

@@ -2,24 +2,19 @@
 
 A nomination says: gang G (priority p) evicted these pods and will go to these nodes once they are gone.
 Until then, and until its deadline, placements of gangs with priority ``<= p`` other than G see that room
-as taken (:func:`hiding`), as kube-scheduler adds nominated pods of equal or higher priority when it
+as taken (``stages.hiding``), as kube-scheduler adds nominated pods of equal or higher priority when it
 filters a node; gangs of higher priority see it free and may take it. Its victims are never chosen again
 by anyone, even after the nomination ends (``evictions.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-
-import numpy as np
 
 from scheduler.clock import Clock
 from scheduler.gangs import GangKey, GangSpec
-from scheduler.state import ClusterState
-from topology import Placement, Snapshot
-from topology.domains import IntArray
+from scheduler.state import ClusterView
+from topology import Placement
 from topology.quantities import RequestItems
 
 
@@ -149,7 +144,7 @@ class Nominations:
     def next_deadline(self) -> float | None:
         return min((nomination.deadline for nomination in self._by_gang.values()), default=None)
 
-    def hidden_from(self, state: ClusterState, gang: GangKey, priority: int) -> list[tuple[str, RequestItems]]:
+    def hidden_from(self, state: ClusterView, gang: GangKey, priority: int) -> list[tuple[str, RequestItems]]:
         """The room ``gang`` may not take: nominated for other gangs of equal or higher priority, as this
         process decided it and as the API shows it (pods' ``status.nominatedNodeName``), each pod once."""
         room: dict[str, tuple[str, RequestItems]] = {}
@@ -167,34 +162,3 @@ class Nominations:
             if (spec.priority if isinstance(spec, GangSpec) else pod_priority) >= priority:  # the gang's priority
                 room[pod] = (node, tuple(sorted(wanted.items())))
         return list(room.values())
-
-
-
-
-@contextmanager
-def hiding(
-    snapshot: Snapshot, room: list[tuple[str, RequestItems]], held: Iterable[tuple[IntArray, IntArray]] = ()
-) -> Iterator[None]:
-    """Count the nominated room (and ``held``: node rows and amounts, what domain reservations keep) as
-    taken on ``snapshot.free`` for the duration; restored exactly after."""
-    rows: list[IntArray] = []
-    amounts: list[IntArray] = []
-    for node, requests in room:
-        row = snapshot.index_of(node)
-        if row is not None:
-            rows.append(np.array([row], dtype=np.int64))
-            amounts.append(snapshot.request_vector(requests).vector[None, :])
-    for held_rows, held_amounts in held:
-        rows.append(held_rows)
-        amounts.append(held_amounts)
-    if not rows:
-        yield
-        return
-    at = np.concatenate(rows)
-    taken = np.concatenate(amounts)
-    free = snapshot.free
-    np.subtract.at(free, at, taken)
-    try:
-        yield
-    finally:
-        np.add.at(free, at, taken)

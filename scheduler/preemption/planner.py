@@ -1,4 +1,4 @@
-"""Whether a gang that does not fit may preempt, and whom: the cycle's one call into preemption."""
+"""Whether a gang that does not fit may preempt, and whom: the victim search of the post-filter."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from dataclasses import replace
 
 from scheduler.gangs import GangSpec
 from scheduler.preemption.evictions import Evictions
-from scheduler.preemption.nominations import Nominations, hiding
+from scheduler.preemption.nominations import Nominations
 from scheduler.preemption.units import UnitSource, never_preempts
 from scheduler.settings import Settings
-from scheduler.state import ClusterState
+from scheduler.stages import hiding
+from scheduler.state import ClusterView
 from scheduler.vacancies import Vacancies
 from topology import GangRequest
 from topology.domains import IntArray
@@ -20,7 +21,7 @@ from topology.preemption import NoVictims, Victims, choose_victims
 class PreemptionPlanner:
     def __init__(
         self,
-        state: ClusterState,
+        state: ClusterView,
         settings: Settings,
         nominations: Nominations,
         evictions: Evictions,
@@ -78,7 +79,7 @@ class PreemptionPlanner:
 Room = tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
 
 
-def terminating_for(spec: GangSpec, state: ClusterState) -> tuple[frozenset[str], tuple[tuple[str, str], ...], Room]:
+def terminating_for(spec: GangSpec, state: ClusterView) -> tuple[frozenset[str], tuple[tuple[str, str], ...], Room]:
     """Pods of lower priority still terminating on the nodes the gang's pods are nominated to: a
     preemption already under way (perhaps decided by an earlier leader), which is waited for, never
     repeated with new victims (kube-scheduler's rule for a nominated pod)."""
@@ -102,7 +103,7 @@ def terminating_for(spec: GangSpec, state: ClusterState) -> tuple[frozenset[str]
     return frozenset(going), tuple(named), tuple(room)
 
 
-def longest_grace(state: ClusterState, pods: frozenset[str]) -> float:
+def longest_grace(state: ClusterView, pods: frozenset[str]) -> float:
     """The longest grace period among pods about to terminate (what their nomination must wait)."""
     return max((record.grace for pod in pods if (record := state.pod(pod)) is not None), default=0.0)
 

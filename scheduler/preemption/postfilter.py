@@ -1,10 +1,12 @@
-"""Preemption as the cycle's post-filter: for a gang that found no room, victims (or why none), as a value.
+"""Preemption as a stage of the cycle: for a gang that found no room, victims (or why none), as a value.
 
 As kube-scheduler's ``defaultpreemption`` returns its nomination, :meth:`Preemption.post_filter` returns
 an :class:`Outcome`: PREEMPTING with the victims, or the placement's own UNSCHEDULABLE with what
-preemption says. Carrying it out is :meth:`Preemption.begin` (the nomination and the ledger, at once) and
-the evictor's (the API writes, off the cycle), which the cycle's ``record`` starts. The stage owns the
-nominations (``nominations.py``) and the ledger of evictions begun (``evictions.py``).
+preemption says. Once the cycle recorded it, :meth:`Preemption.recorded` carries it out: the nomination
+and the ledger at once (:meth:`Preemption.begin`), the API writes handed to the evictor (off the cycle),
+the preemptor's Event. The stage owns the nominations (``nominations.py``, hidden from gangs below the
+preemptor: its pre-filter) and the ledger of evictions begun (``evictions.py``); it is registered only
+where there is an evictor (the replay has no API to evict through).
 """
 
 from __future__ import annotations
@@ -15,39 +17,64 @@ from dataclasses import replace
 import structlog
 
 from scheduler.clock import Clock
-from scheduler.decision import Code, Outcome
-from scheduler.gangs import GangKey, GangSpec
-from scheduler.preemption.evictions import Evictions, EvictJob
+from scheduler.decision import Code, DecisionRecorder, Outcome, Reason
+from scheduler.gangs import GangError, GangKey, GangSpec
+from scheduler.metrics import Metrics
+from scheduler.preemption.evictions import Evictions, EvictionSink, EvictJob
 from scheduler.preemption.nominations import Nominations
-from scheduler.preemption.planner import PreemptionPlanner, longest_grace, terminating_for
+from scheduler.preemption.planner import (
+    PreemptionPlanner,
+    longest_grace,
+    preempting_note,
+    terminating_for,
+    victims_by_reason,
+)
 from scheduler.settings import Settings
-from scheduler.state import ClusterState
+from scheduler.stages import Due, GangNews, Hidden, Stage, Tried
+from scheduler.state import ClusterView
 from scheduler.vacancies import Vacancies
 from topology import GangRequest
-from topology.domains import IntArray
 from topology.preemption import NoVictims, Victims
 
 log = structlog.get_logger("phalanx.preemption")
 
 
-class Preemption:
-    def __init__(self, *, state: ClusterState, settings: Settings, clock: Clock, vacancies: Vacancies) -> None:
+class Preemption(Stage):
+    def __init__(
+        self,
+        *,
+        state: ClusterView,
+        settings: Settings,
+        clock: Clock,
+        vacancies: Vacancies,
+        evictor: EvictionSink,
+        reporter: DecisionRecorder,
+        metrics: Metrics,
+    ) -> None:
         self.state = state
+        self.evictor = evictor
+        self.reporter = reporter
+        self.metrics = metrics
         self.nominations = Nominations(clock, settings.preemption.nomination_timeout_seconds)
         self.evictions = Evictions(state)
         self.planner = PreemptionPlanner(state, settings, self.nominations, self.evictions, vacancies)
         self._clearing: set[str] = set()  # pods whose nominatedNodeName is being cleared
 
-    def post_filter(
-        self,
-        spec: GangSpec,
-        request: GangRequest,
-        failed: Outcome,
-        *,
-        held: list[tuple[IntArray, IntArray]],
-    ) -> Outcome:
-        """The gang does not fit (``failed`` says why): wait for victims already going, or choose new ones, or
-        say why not."""
+    def hide(self, spec: GangSpec, *, missing: int) -> Hidden | None:
+        """The room nominated to other preemptors of equal or higher priority (``Nominations.hidden_from``)."""
+        room = self.nominations.hidden_from(self.state, spec.key, spec.priority)
+        return Hidden(nodes=room) if room else None
+
+    def post_filter(self, tried: Tried) -> Outcome:
+        """The gang does not fit (``tried.failed`` says why): wait for victims already going, or choose new
+        ones, or say why not. A gang whose minimum runs and whose extras find no room preempts lower
+        priorities for them as any pod would, one more at a time (its own minimum is never a victim of it,
+        equal priorities never are)."""
+        spec, request, failed = tried.spec, tried.request, tried.failed
+        if tried.extras:
+            if not request.is_leaf:
+                return failed
+            request = _one_more(request)
         message, pods, wake = failed.message, failed.pods, failed.wake
         nomination = self.nominations.get(spec.key)
         if nomination is None and spec.key not in self.nominations.given_up:
@@ -66,8 +93,8 @@ class Preemption:
                 )
                 return Outcome(code=Code.UNSCHEDULABLE, message=message, pods=pods, wake=wake, attempt=False)
             log.info("nomination dropped: the room its victims freed is not enough any more", gang=spec.key)
-            self.nominations.drop(spec.key)  # its pods' nominatedNodeName is cleared by record, or by begin
-        found = self.planner.plan(spec, request, held)
+            self.nominations.drop(spec.key)  # its pods' nominatedNodeName is cleared by recorded, or by begin
+        found = self.planner.plan(spec, request, tried.rooms)
         if isinstance(found, NoVictims):
             result = ""
             if found.considered:
@@ -76,20 +103,14 @@ class Preemption:
             return Outcome(
                 code=Code.UNSCHEDULABLE, message=message, pods=pods, each_pod=True, wake=wake, preemption=result
             )
+        message = f"{message} {preempting_note(found)}"
         return Outcome(
             code=Code.PREEMPTING, message=message, pods=pods, wake=wake, victims=found, preemption="preempted"
         )
 
-    def for_extras(
-        self, spec: GangSpec, request: GangRequest, failed: Outcome, *, held: list[tuple[IntArray, IntArray]]
-    ) -> Outcome:
-        """A gang whose minimum runs and whose extras find no room preempts lower priorities for them as any
-        pod would, one more at a time (its own minimum is never a victim of it, equal priorities never are)."""
-        return self.post_filter(spec, _one_more(request), failed, held=held)
-
     def begin(self, spec: GangSpec, victims: Victims) -> EvictJob:
         """The gang preempts: it is nominated to the room, and its victims are in the ledger, from now on.
-        Returns the evictor's job (its Events' subject left to the cycle): the victims, and each pending
+        Returns the evictor's job (its Events' subject left to :meth:`_preempt`): the victims, and each pending
         pod's ``nominatedNodeName``, the new node or cleared for a pod an earlier nomination named that this
         one does not (one job, so the two writes cannot cross)."""
         pods = victims.pods
@@ -110,6 +131,72 @@ class Preemption:
         self._clearing.difference_update(nominated)  # named again: not being cleared
         cleared = tuple((pod, "") for pod in leftover if pod not in nominated)
         return EvictJob(spec.key, evict, (*nominated.items(), *cleared), victims.domain)
+
+    def recorded(self, gang: GangSpec | GangError, outcome: Outcome) -> tuple[GangKey, ...]:
+        """A preemption recorded is carried out; a gang placed is no longer nominated (once bound); a gang
+        that failed otherwise has its pods' stale nominations cleared."""
+        code = outcome.code
+        if code is Code.PLACED:
+            self.nominations.bound(gang.key)
+        elif code is Code.SCHEDULED:
+            nomination = self.nominations.binding(gang.key)
+            if nomination is not None:
+                self.metrics.preemption_to_bind.observe(max(0.0, self.state.clock.monotonic() - nomination.decided))
+        elif code is Code.PREEMPTING:
+            assert isinstance(gang, GangSpec) and outcome.victims is not None
+            self._preempt(gang, outcome.victims)
+        else:
+            self.clear_stale(gang.key, gang.pods)
+        return ()
+
+    def told(self, gang: GangKey, news: GangNews) -> tuple[GangKey, ...]:
+        if news in (GangNews.DELETED, GangNews.INVALID):
+            self.nominations.drop(gang)
+        elif news is GangNews.DONE:
+            self.nominations.bound(gang)
+        elif news is GangNews.GIVEN_BACK:
+            self.nominations.resume(gang)
+        return ()
+
+    def due(self) -> Due:
+        """Nominations that timed out (their gangs are tried again, their pods' nominations cleared), and the
+        evictions an earlier leader began and did not finish, handed to the evictor."""
+        again = []
+        for nomination in self.nominations.expired():
+            log.info("nomination timed out; the gang is evaluated again", gang=nomination.gang)
+            spec = self.state.index.get(nomination.gang)
+            if isinstance(spec, GangSpec):
+                self.clear_stale(spec.key, spec.pods)
+                again.append(spec)
+        for job in self.unfinished():
+            self.metrics.preemption_resumed.inc(len(job.victims))
+            spec = self.state.index.get(job.preemptor)
+            subject = self.reporter.gang(spec.objects, spec.pods) if isinstance(spec, GangSpec) else None
+            self.evictor.submit(replace(job, subject=subject))
+        return Due(again=again)
+
+    def next_deadline(self) -> float | None:
+        return self.nominations.next_deadline()
+
+    def lost_lead(self) -> None:
+        """A new leader evaluates every gang afresh, and reads what was begun from the marks."""
+        self.nominations.clear()
+        self.evictions.clear()
+
+    def clear_stale(self, gang: GangKey, pods: Iterable[str]) -> None:
+        """Clear ``nominatedNodeName`` on pending pods of a gang that holds no nomination (any more)."""
+        stale = self.stale(gang, pods)
+        if stale:
+            self.evictor.submit(EvictJob(gang, (), tuple((pod, "") for pod in stale), ""))
+
+    def _preempt(self, spec: GangSpec, victims: Victims) -> None:
+        """Begin the preemption the cycle recorded: the evictor's job, the victims counted, the Event."""
+        subject = self.reporter.gang(spec.objects, spec.pods)
+        self.evictor.submit(replace(self.begin(spec, victims), subject=subject))
+        for reason, count in victims_by_reason(victims).items():
+            if count:
+                self.metrics.preemption_victims.labels(reason).inc(count)
+        self.reporter.event(subject, Reason.PREEMPTING, preempting_note(victims), type="Normal", action="Preempting")
 
     def stale(self, gang: GangKey, pods: Iterable[str]) -> tuple[str, ...]:
         """Pending pods of a gang that holds no nomination (any more) whose ``nominatedNodeName`` must be
@@ -135,11 +222,6 @@ class Preemption:
         for preemptor, domain, victims in self.evictions.unfinished():
             log.info("finishing an eviction begun earlier", preemptor=preemptor, pods=[v.pod for v in victims])
             yield EvictJob(preemptor, victims, (), domain)
-
-    def clear(self) -> None:
-        """The lead is lost: a new leader evaluates every gang afresh, and reads what was begun from the marks."""
-        self.nominations.clear()
-        self.evictions.clear()
 
 
 def _one_more(leaf: GangRequest) -> GangRequest:

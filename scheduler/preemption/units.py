@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Set
 
 from scheduler.gangs import GangError, GangKey, GangSpec, Source
 from scheduler.gangs.pods import PHALANX_GROUP, UPSTREAM_GROUP
-from scheduler.state import ClusterState
+from scheduler.state import ClusterView
 from topology import GangRequest
 from topology.domains import IntArray
 from topology.preemption import Unit, VictimPod
@@ -34,7 +34,7 @@ def whole_only(mode: object) -> bool:
     return isinstance(mode, str) and mode in WHOLE_GROUP_MODES
 
 
-def evicted_whole(spec: GangSpec, state: ClusterState) -> bool:
+def evicted_whole(spec: GangSpec, state: ClusterView) -> bool:
     """Whether one of the gang's upstream (or Phalanx's) group objects lets it be evicted only whole."""
     for ref in spec.objects:
         if ref.group not in (UPSTREAM_GROUP, PHALANX_GROUP):
@@ -45,7 +45,7 @@ def evicted_whole(spec: GangSpec, state: ClusterState) -> bool:
     return False
 
 
-def never_preempts(spec: GangSpec, state: ClusterState) -> str | None:
+def never_preempts(spec: GangSpec, state: ClusterView) -> str | None:
     """Why the gang may not preempt (``preemptionPolicy: Never`` on a pod or its group's PriorityClass)."""
     for member in spec.request.members():
         info = state.index.pod(member.key)
@@ -63,13 +63,13 @@ def never_preempts(spec: GangSpec, state: ClusterState) -> str | None:
 class UnitSource:
     """The units a preemptor of ``priority`` may evict, on given node rows (``topology.UnitSource``)."""
 
-    def __init__(self, state: ClusterState, preemptor: GangKey, priority: int, in_flight: Set[str]) -> None:
+    def __init__(self, state: ClusterView, preemptor: GangKey, priority: int, in_flight: Set[str]) -> None:
         self.state = state
         self.preemptor = preemptor
         self.priority = priority
         self.in_flight = in_flight
         self._gangs: dict[GangKey, list[Unit]] = {}
-        self._requests: dict[int, tuple[tuple[str, int], ...]] = {}  # ClusterState shares one dict per request
+        self._requests: dict[int, tuple[tuple[str, int], ...]] = {}  # ClusterView shares one dict per request
 
     def __call__(self, rows: IntArray) -> list[Unit]:
         state = self.state

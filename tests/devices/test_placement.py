@@ -289,4 +289,4 @@ def test_a_gang_that_claims_devices_and_waited_too_long_holds_the_rack_whose_dev
     loop.settle()
     assert loop.bound().get(first) == "b0-r0-n3"
     assert second not in loop.bound()
-    assert "held for gang pfn:ml/big" in loop.told.pending[second].lower()
+    assert "reserved for gang pfn:ml/big" in loop.told.pending[second].lower()

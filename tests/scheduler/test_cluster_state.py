@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-import scheduler.state as state_module
+import scheduler.state.pod_applier as state_module
 from scheduler.clock import ManualClock
 from scheduler.gangs import GangError, GangIndex, GangKey, GangSpec
 from scheduler.ports.port import NODES, PODS, Change

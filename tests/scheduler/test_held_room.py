@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from scheduler.ports.port import PODS, Change
 from scheduler.settings import PermitSettings, SettingsError, parse_settings
+from scheduler.vacancies import Vacancies
 from tests.scheduler.loop import Loop, settings
 
 
@@ -124,7 +125,7 @@ def test_the_room_of_a_member_that_failed_is_kept_for_its_replacement_and_told_t
     loop.settle()
     assert loop.bound()[replacement] == freed
     assert deployment not in loop.bound()  # no room anywhere else; it waits for some, as before
-    assert len(loop.loop.vacancies) == 0
+    assert len(loop.loop.stages.one(Vacancies)) == 0
 
 
 def test_room_kept_for_a_replacement_that_never_comes_is_free_again_after_the_grace_period() -> None:
@@ -154,7 +155,7 @@ def test_no_room_is_kept_when_the_whole_gang_goes_or_when_the_member_was_preempt
     members = rack_gang(loop)
     loop.finish(*members)  # the Job was deleted: every pod goes
     loop.settle()
-    assert len(loop.loop.vacancies) == 0
+    assert len(loop.loop.stages.one(Vacancies)) == 0
     deployment = loop.submit("web-0", 8)
     loop.settle()
     assert deployment in loop.bound()
@@ -169,7 +170,7 @@ def test_no_room_is_kept_when_the_whole_gang_goes_or_when_the_member_was_preempt
     loop.state.apply(PODS, Change("MODIFIED", victim))
     loop.finish(members[3])
     loop.settle()
-    assert len(loop.loop.vacancies) == 0  # that room was made for its preemptor
+    assert len(loop.loop.stages.one(Vacancies)) == 0  # that room was made for its preemptor
 
 
 def test_the_replacement_grace_is_a_setting_and_zero_keeps_nothing() -> None:

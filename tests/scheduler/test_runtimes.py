@@ -142,7 +142,7 @@ def test_a_job_without_deadline_backfills_reserved_room_only_if_its_kind_ends_in
 
     assert loop.bound().get(three, "").startswith("b0-r1-")
     assert two not in loop.bound()
-    assert "is held for gang pfn:ml/big" in loop.told.pending[two]
+    assert "is reserved for gang pfn:ml/big" in loop.told.pending[two]
 
 
 @pytest.mark.parametrize(("confidence", "backfills"), [(None, False), (0.9, True)], ids=["default", "0.9"])
@@ -164,7 +164,7 @@ def test_a_kind_seen_to_run_long_once_in_21_runs_does_not_backfill_at_the_defaul
 
     assert loop.bound().get(three, "").startswith("b0-r1-") is backfills
     if not backfills:
-        assert "is held for gang pfn:ml/big" in loop.told.pending[three]
+        assert "is reserved for gang pfn:ml/big" in loop.told.pending[three]
 
 
 def test_the_early_end_is_a_quantile_of_the_time_left_at_the_pod_s_age() -> None:

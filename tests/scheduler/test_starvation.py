@@ -93,7 +93,7 @@ def test_a_gang_that_waited_too_long_holds_the_rack_with_least_in_use_and_says_s
     loop.settle()
     assert loop.bound().get(first) == "b0-r0-n3"
     assert second not in loop.bound()
-    assert "room on 4 nodes of rack b0-r1 is held for gang pfn:ml/big" in loop.told.pending[second].lower()
+    assert "room on 4 nodes of rack b0-r1 is reserved for gang pfn:ml/big" in loop.told.pending[second].lower()
 
     loop.finish(*busy[4:])  # what ran on rack r1 ends
     loop.settle()

@@ -70,7 +70,7 @@ async def test_the_gang_that_waited_holds_a_rack_says_so_and_binds_there_when_it
         message = await eventually(
             lambda: (where.condition("team/small") or {}).get("message", ""), what="small's condition"
         )
-        assert "Room on 2 nodes of rack r1 is held for gang pfn:team/big" in message
+        assert "Room on 2 nodes of rack r1 is reserved for gang pfn:team/big" in message
         assert "team/small" not in where.bound()
 
         for pod in running[2:]:  # what ran on rack r1 ends
