@@ -67,6 +67,7 @@ ORDER = (
     "preemption.planner",
     "preemption.postfilter",
     "whose_room",
+    "journal",
     "registry",
     # the writers, off the cycle
     "reporting",
@@ -75,6 +76,8 @@ ORDER = (
     # the cycle, and the loop that runs it
     "cycle",
     "loop",
+    # what the live view shows
+    "picture",
     # the process
     "leader",
     "health",

@@ -37,6 +37,7 @@ from scheduler.leader import LeaderElector
 from scheduler.logs import since_start
 from scheduler.loop import scheduling_loop
 from scheduler.metrics import Metrics
+from scheduler.picture import Pictures
 from scheduler.ports.errors import Forbidden, PortError
 from scheduler.ports.port import DISRUPTION_BUDGETS, DRA, NODES, PODS, ApiResource, ClusterPort
 from scheduler.preemption.evictor import Evictor
@@ -140,6 +141,16 @@ class Phalanx:
         )
         self.queue = self.scheduler.queue
         self.permit = self.scheduler.permit
+        self.pictures = Pictures(
+            state=self.state,
+            queue=self.queue,
+            stages=self.scheduler.stages,
+            reasons=self.reporter,
+            levels=settings.levels,
+            clock=self.clock,
+            interval_seconds=settings.server.view_interval_seconds,
+            leading=lambda: self.leading,
+        )
         self.elector = LeaderElector(port, settings.leader_election, settings.identity, self.clock, self.metrics)
         self.informers: list[Informer] = []
         self.health: HealthServer | None = None
@@ -185,7 +196,8 @@ class Phalanx:
         """Run until cancelled; ``task_status.started()`` once every informer has listed."""
         async with anyio.create_task_group() as group:
             if self.serve:
-                self.health = HealthServer(self.settings.server.address, self.metrics, self.ready)
+                pictures = self.pictures if self.settings.server.view else None
+                self.health = HealthServer(self.settings.server.address, self.metrics, self.ready, pictures)
                 await group.start(self.health.run)
             if self.freeze_heap:
                 gc.disable()  # until the first lists are in: collections there would only walk what stays

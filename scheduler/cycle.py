@@ -188,8 +188,9 @@ class Cycle:
         if placed.unresolvable:
             return Outcome(code=Code.UNRESOLVABLE, message=message, pods=pods, each_pod=True)
         message += "".join(part.note for part in hidden)
-        if any(part.kept for part in hidden) or len(self.permit):
-            message += self.stages.whose_room.note(spec, request, [part for part in hidden if not part.kept])
+        if any(part.named_by_whose_room for part in hidden) or len(self.permit):
+            others = [part for part in hidden if not part.named_by_whose_room]
+            message += self.stages.whose_room.note(spec, request, others)
         failed = Outcome(code=Code.UNSCHEDULABLE, message=message, pods=pods, each_pod=True, wake=wake)
         return failed if missing else self._post_filter(Tried(spec, request, failed, hidden))
 
@@ -286,6 +287,8 @@ class Cycle:
             self.metrics.placement_duration.observe(outcome.placement_ms / 1000)
         if outcome.preemption:
             self.metrics.preemption_attempts.labels(outcome.preemption).inc()
+        if outcome.reason is Reason.GANG_TIMEOUT:
+            self.metrics.gang_timeouts.inc()
         wake = [woken for stage in self.stages.all for woken in stage.recorded(gang, outcome)]
         if code is Code.PLACED:
             self.queue.done(key)

@@ -1,10 +1,17 @@
 """``/metrics`` (Prometheus text), ``/healthz`` (the process is alive) and ``/readyz`` (every informer has
-listed once and is currently talking to the API server)."""
+listed once and is currently talking to the API server); and, unless ``server.view`` is off, the live view:
+the page at ``/`` (``web/``: HTML, CSS and JavaScript served from the package, nothing from elsewhere) and
+the pictures it draws, ``/api/cluster`` and ``/api/gang?key=`` (``picture.py``).
+
+Everything here answers GET (and HEAD) only and changes nothing; every answer says it may not be framed by
+another origin nor run anything but this server's own files.
+"""
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from importlib import resources
 
 import anyio
 from aiohttp import web
@@ -12,6 +19,17 @@ from anyio.abc import TaskStatus
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from scheduler.metrics import Metrics
+from scheduler.picture import Pictures
+
+#: The view's own files, and their types: nothing else is served from the package.
+ASSETS = {"index.html": "text/html", "view.js": "text/javascript", "view.css": "text/css"}
+#: Said on every answer: no framing by other origins, no script, style or connection but this server's.
+SAFETY = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 
 
 class ListenError(Exception):
@@ -23,11 +41,20 @@ class ListenError(Exception):
 
 
 class HealthServer:
-    def __init__(self, address: str, metrics: Metrics, ready: Callable[[], tuple[bool, str]]) -> None:
+    def __init__(
+        self,
+        address: str,
+        metrics: Metrics,
+        ready: Callable[[], tuple[bool, str]],
+        pictures: Pictures | None = None,
+    ) -> None:
+        """Without ``pictures`` the live view is off: ``/`` and ``/api/`` answer 404."""
         self.address = address
         self.metrics = metrics
         self.ready = ready
+        self.pictures = pictures
         self.url = ""
+        self._assets = {name: (resources.files("scheduler") / "web" / name).read_bytes() for name in ASSETS}
 
     async def _metrics(self, _: web.Request) -> web.Response:
         response = web.Response(body=self.metrics.exposition())
@@ -41,11 +68,42 @@ class HealthServer:
         ready, why = self.ready()
         return web.Response(text=f"{why}\n", status=200 if ready else 503)
 
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        app = web.Application()
+    async def _page(self, request: web.Request) -> web.Response:
+        name = request.match_info.get("name", "index.html")
+        if name not in ASSETS:
+            raise web.HTTPNotFound()
+        return web.Response(body=self._assets[name], content_type=ASSETS[name], charset="utf-8")
+
+    async def _cluster(self, request: web.Request) -> web.Response:
+        assert self.pictures is not None
+        etag, body = self.pictures.latest()
+        if request.headers.get("If-None-Match") == etag:
+            return web.Response(status=304, headers={"ETag": etag, "Cache-Control": "no-store"})
+        return web.Response(
+            body=body, content_type="application/json", headers={"ETag": etag, "Cache-Control": "no-store"}
+        )
+
+    async def _gang(self, request: web.Request) -> web.Response:
+        assert self.pictures is not None
+        body = self.pictures.gang(request.query.get("key", ""))
+        if body is None:
+            raise web.HTTPNotFound(text="no such gang\n")
+        return web.Response(body=body, content_type="application/json", headers={"Cache-Control": "no-store"})
+
+    def application(self) -> web.Application:
+        app = web.Application(middlewares=[_safe])
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        if self.pictures is not None:
+            app.router.add_get("/", self._page)
+            app.router.add_get("/view/{name}", self._page)
+            app.router.add_get("/api/cluster", self._cluster)
+            app.router.add_get("/api/gang", self._gang)
+        return app
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        app = self.application()
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         host, _, port = self.address.rpartition(":")
@@ -66,3 +124,17 @@ class HealthServer:
         finally:
             with anyio.CancelScope(shield=True):
                 await runner.cleanup()
+
+
+@web.middleware
+async def _safe(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Every answer, errors included, carries :data:`SAFETY`."""
+    try:
+        response = await handler(request)
+    except web.HTTPException as error:
+        error.headers.update(SAFETY)
+        raise
+    response.headers.update(SAFETY)
+    return response

@@ -43,6 +43,11 @@ class Metrics:
         )
         self.bind_errors = Counter("phalanx_bind_errors", "Failed binding requests by HTTP code", ["code"], registry=r)
         self.queue_depth = Gauge("phalanx_queue_depth", "Gangs in the queue by state", ["state"], registry=r)
+        self.gang_timeouts = Counter(
+            "phalanx_gang_timeouts",
+            "Gangs whose permit timeout passed before their members arrived (the room they held released)",
+            registry=r,
+        )
         self.reserved = Gauge(
             "phalanx_reserved",
             "Requests held for members of waiting gangs, by resource (base units)",

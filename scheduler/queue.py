@@ -203,6 +203,12 @@ class GangQueue:
             heapq.heappop(self._backoff)
         return None
 
+    def lineup(self) -> list[tuple[GangKey, State, float]]:
+        """Every gang in the queue in the order it is tried (each with where it is, and the end of its
+        backoff, monotonic): what the live view shows as queue positions. O(n log n)."""
+        entries = sorted(self._entries.values(), key=lambda entry: order(entry.priority, entry.created, entry.key))
+        return [(entry.key, entry.state, entry.until) for entry in entries]
+
     def depth(self) -> dict[str, int]:
         counts = self._counts
         return {

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from scheduler.clock import Clock
 from scheduler.decision import DecisionRecorder
+from scheduler.journal import Journal
 from scheduler.metrics import Metrics
 from scheduler.permit.holds import Permit
 from scheduler.permit.stage import PermitStage
@@ -77,6 +78,7 @@ def register(
         vacancies,
         preemption,
         Starvation(settings.starvation, state, clock, settings.levels, metrics=metrics, reporter=reporter),
+        Journal(clock),  # last: told each decision once the policies acted on it
     )
     whose_room = WhoseRoom(
         state=state, permit=permit, vacancies=vacancies, placer=placer, settings=settings, clock=clock

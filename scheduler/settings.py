@@ -127,7 +127,11 @@ class LeaderSettings:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerSettings:
     address: str = "0.0.0.0:10251"
-    """Where /metrics, /healthz and /readyz are served."""
+    """Where /metrics, /healthz and /readyz are served, and the live view (``kubectl port-forward`` reaches it)."""
+    view: bool = True
+    """The live view: a read-only page at / showing the cluster as Phalanx sees it, and its JSON at /api/."""
+    view_interval_seconds: float = 2.0
+    """A picture for the view is taken at most this often, and only while someone looks."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -361,6 +365,8 @@ def _check(settings: Settings) -> None:
     _, _, port = settings.server.address.rpartition(":")
     if not port.isdigit() or int(port) > 65535:
         raise SettingsError(f"server.address: must be host:port, got {settings.server.address!r}")
+    if settings.server.view_interval_seconds <= 0:
+        raise SettingsError("server.viewIntervalSeconds: must be positive")
 
 
 def load_settings(path: str | Path | None = None, overrides: list[str] | None = None) -> Settings:

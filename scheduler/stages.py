@@ -48,9 +48,9 @@ class Hidden:
     nodes: Sequence[tuple[str, RequestItems]] = ()
     #: Room on node rows (a domain reservation's nodes).
     rooms: Sequence[Rooms] = ()
-    #: Kept for a gang that may give it back (a replacement, members that do not exist yet): when a placement
-    #: fails, ``whose_room.py`` gives it back once more to name whose it is.
-    kept: bool = False
+    #: Room whose owner may not need it after all (a vacancy, kept for a replacement that may never come):
+    #: when a placement fails, ``whose_room.py`` gives it back once more, to name whose room the gang lacks.
+    named_by_whose_room: bool = False
     #: What the gang's failure message says of it (empty: nothing, or ``whose_room`` says it).
     note: str = ""
 

@@ -230,9 +230,9 @@ class Starvation(Stage):
         something else or never fits; a reservation made is told (a Reserving Event)."""
         code = outcome.code
         if code in (Code.PLACED, Code.SCHEDULED):
-            self.forget(gang.key, "bound")
+            self.drop(gang.key, "bound")
         elif code is not Code.UNSCHEDULABLE:
-            self.forget(gang.key, code.value)
+            self.drop(gang.key, code.value)
         if outcome.reserving and isinstance(gang, GangSpec):
             self.metrics.starvation_reserved.inc()
             log.info("domain reserved", gang=gang.key, why=outcome.reserving)
@@ -244,9 +244,9 @@ class Starvation(Stage):
 
     def told(self, gang: GangKey, news: GangNews) -> list[GangKey]:
         if news is GangNews.DELETED:
-            self.forget(gang, "deleted")
+            self.drop(gang, "deleted")
         elif news is GangNews.DONE:
-            self.forget(gang, "bound")
+            self.drop(gang, "bound")
         return self._follow_ended()
 
     def due(self) -> Due:
@@ -344,7 +344,7 @@ class Starvation(Stage):
         if plan is None:
             return None, None
         if displaced is not None:
-            self.release(displaced.gang)
+            self.end(displaced.gang)
             self._ended.append(Ended(displaced, "displaced"))
         self._in_line.get(level, {}).pop(spec.key, None)
         reservation = self._reservation(spec, rank, plan, snapshot)
@@ -373,7 +373,7 @@ class Starvation(Stage):
         )
         if plan is None or plan.domain == held.domain or 2 * plan.in_use > in_use:
             return None
-        self.release(spec.key)
+        self.end(spec.key)
         moved = replace(self._reservation(spec, held.rank, plan, snapshot), deadline=held.deadline)
         self._by_gang[spec.key] = moved
         self._layouts[spec.key] = (snapshot.generation, plan.rows, plan.demand)
@@ -498,21 +498,21 @@ class Starvation(Stage):
 
     # -- ending ------------------------------------------------------------------------------------
 
-    def release(self, gang: GangKey) -> DomainReservation | None:
+    def end(self, gang: GangKey) -> DomainReservation | None:
         """The gang's reservation ends (it bound, was deleted, or was displaced); the domains it tried are
-        forgotten only when the gang is (see :meth:`forget`)."""
+        forgotten only when the gang is (see :meth:`drop`)."""
         self._layouts.pop(gang, None)
         self._shadows.pop(gang, None)
         return self._by_gang.pop(gang, None)
 
-    def forget(self, gang: GangKey, why: str) -> None:
+    def drop(self, gang: GangKey, why: str) -> None:
         """The gang needs no reservation any more (``why``: bound, deleted, or the code of a decision that
         needs none)."""
         self._tried.pop(gang, None)
         self._levels.pop(gang, None)
         for line in self._in_line.values():
             line.pop(gang, None)
-        held = self.release(gang)
+        held = self.end(gang)
         if held is not None:
             self._ended.append(Ended(held, why))
 
@@ -526,7 +526,7 @@ class Starvation(Stage):
         held = self._by_gang.get(gang)
         snapshot = self.state.snapshot
         if held is not None and any(snapshot.index_of(node) is None for node in held.nodes):
-            self.release(gang)
+            self.end(gang)
             self._ended.append(Ended(held, "nodes_gone"))
 
     def consider(self, spec: GangSpec, request: GangRequest, failed: Outcome) -> Outcome:
@@ -548,7 +548,7 @@ class Starvation(Stage):
         now = self.clock.monotonic()
         late = [held for held in self._by_gang.values() if held.deadline <= now]
         for held in late:
-            self.release(held.gang)
+            self.end(held.gang)
             self._tried.setdefault(held.gang, set()).add((held.level, held.domain))
             self._ended.append(Ended(held, "expired"))
         return late

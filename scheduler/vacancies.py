@@ -48,7 +48,7 @@ class Vacancies(Stage):
 
     def hide(self, spec: GangSpec, *, missing: int) -> Hidden | None:
         room = self.hidden_from(spec.key, spec.priority)
-        return Hidden(nodes=room, kept=True) if room else None
+        return Hidden(nodes=room, named_by_whose_room=True) if room else None
 
     def recorded(self, gang: GangSpec | GangError, outcome: Outcome) -> tuple[GangKey, ...]:
         if outcome.code in (Code.PLACED, Code.SCHEDULED):

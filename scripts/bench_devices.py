@@ -118,7 +118,7 @@ def run(repeat: int, shape: str, *selectors: str) -> dict[str, Any]:
             prebind_times.append(time.perf_counter() - started)
             assert not isinstance(writes, str), writes
             for write in writes:
-                state.devices.release(write.devices, f"{write.namespace}/{write.name}")
+                state.devices.put_back(write.devices, f"{write.namespace}/{write.name}")
     decision = statistics.median(decision_times) * 1000
     nodes = [obj for obj in objects if obj["kind"] == "Node"]
     return {

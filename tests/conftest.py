@@ -1,6 +1,7 @@
 """Suite-wide settings: deterministic hypothesis, so that a run on CI is the run you can repeat; the real
-kube-apiserver of ``KUBEBUILDER_ASSETS`` for the suites that need one; and, printed at the end, the tally of
-invariant checks the clusters' monitors made and how many tests ran against the real server."""
+kube-apiserver of ``KUBEBUILDER_ASSETS`` for the suites that need one; Chromium for the browser test; and,
+printed at the end, the tally of invariant checks the clusters' monitors made, how many tests ran against the
+real server, and whether the browser test ran."""
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from scripts.controlplane import HOW_TO_GET, ControlPlane, assets_dir
+from tests.browser.devtools import chromium
 from tests.integration.support import install
 
 settings.register_profile(
@@ -24,6 +26,11 @@ settings.load_profile("phalanx")
 #: The envtest binaries, or None: without them the real-server suite is not collected (and the summary says so).
 ASSETS: Path | None = assets_dir()
 collect_ignore = [] if ASSETS else ["integration"]
+#: Chromium, or None: without it the browser test is not collected (and the summary says so). ``scripts/test``
+#: installs Debian's package where it can (as root, with apt-get), so CI runs it.
+BROWSER = chromium()
+if BROWSER is None:
+    collect_ignore.append("browser")
 REAL = "real kube-apiserver"
 #: The kube-controller-manager's controllers the suite runs: what makes and replaces pods and claims, as in a cluster
 #: (the node lifecycle and pod GC controllers are left out: there is no kubelet to keep nodes Ready).
@@ -61,6 +68,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
     if TALLY.checks:
         terminalreporter.write_line(TALLY.line())
+    if BROWSER is None:
+        terminalreporter.write_line("browser test not run: Chromium is not installed (apt-get install chromium)")
     if ASSETS is None:
         terminalreporter.write_line(f"{REAL} suite not run: KUBEBUILDER_ASSETS is not set; to run it, {HOW_TO_GET}")
         return

@@ -231,7 +231,18 @@ async def test_rbac_allows_exactly_the_calls_the_scheduler_makes() -> None:
         assert set(where.server.audit) == expected, sorted(set(where.server.audit) ^ expected)
 
 
-@pytest.mark.parametrize("path", sorted(MANIFESTS.glob("optional/*.yaml")), ids=lambda path: path.name)
+#: The optional CRDs (``<plural>.<group>.yaml``); the Grafana dashboard and the alerts beside them are
+#: checked in ``tests/test_dashboards.py``.
+OPTIONAL_CRDS = sorted(path for path in MANIFESTS.glob("optional/*.yaml") if path.name.count(".") > 1)
+
+
+def test_the_optional_manifests_are_crds_a_dashboard_and_alerts() -> None:
+    names = sorted(path.name for path in MANIFESTS.glob("optional/*.yaml"))
+    assert names == sorted([*(path.name for path in OPTIONAL_CRDS), "grafana-dashboard.yaml", "prometheus-rules.yaml"])
+    assert OPTIONAL_CRDS
+
+
+@pytest.mark.parametrize("path", OPTIONAL_CRDS, ids=lambda path: path.name)
 def test_optional_crds_define_a_served_storage_version_with_a_status_subresource(path: Path) -> None:
     (crd,) = documents(path)
     assert crd["kind"] == "CustomResourceDefinition"

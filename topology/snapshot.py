@@ -24,7 +24,7 @@ Everything derived from labels (label columns, nested domains, eligibility masks
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -178,6 +178,11 @@ class Snapshot:
     def pods_on(self, node: str) -> frozenset[str]:
         """The pods counted on a node (bound or assumed)."""
         return frozenset(self._pods_by_node.get(node, ()))
+
+    def counted(self) -> Iterator[tuple[str, str, Mapping[str, int]]]:
+        """Every pod (or other key) counted: its node, and what it takes there."""
+        for pod, (node, requests) in self._pods.items():
+            yield pod, node, requests
 
     def node_of(self, pod: str) -> str | None:
         entry = self._pods.get(pod)

@@ -89,34 +89,17 @@ def plan(
     choice = _Choice(devices.budget(in_flight=True), {}, set(), devices.spending)
     writes: list[ClaimWrite] = []
     for claim, using in users.values():
-        if claim.key in devices.releasing:
-            return f"ResourceClaim {claim.key} is being released by an earlier attempt; the gang is tried again soon"
-        nodes = sorted({node for _, node, _ in using})
-        if len(nodes) > 1:
-            return f"ResourceClaim {claim.key} is shared by pods placed on {' and '.join(nodes)}: its devices serve one"
-        node = nodes[0]
-        reserved = {str(ref.get("uid", "")) for ref in claim.reservations}
-        joining = list({ref["uid"]: ref for ref, _, _ in using if ref["uid"] not in reserved}.values())
+        place = _where(devices, claim, using)
+        if isinstance(place, str):
+            return place
+        node, joining = place
         reservations = [*claim.reservations, *joining]
-        if len(reservations) > MAX_RESERVED:
-            return f"ResourceClaim {claim.key} would be reserved for {len(reservations)} pods, more than {MAX_RESERVED}"
         names = tuple(pod for _, _, pod in using)
         if claim.allocated:
             if claim.node not in (None, node):
                 return f"ResourceClaim {claim.key} is allocated on {claim.node}, not on {node}"
             if joining:
-                writes.append(
-                    ClaimWrite(
-                        namespace=claim.namespace,
-                        name=claim.name,
-                        pods=names,
-                        version=claim.version,
-                        finalizers=None,
-                        status={"reservedFor": reservations},
-                        devices=(),
-                        reserved_before=claim.reservations,
-                    )
-                )
+                writes.append(_reserved_for_more(claim, names, reservations))
             continue
         try:
             ways = {
@@ -128,13 +111,7 @@ def plan(
         free = {name: found for name, (_, found, _) in ways.items()}
         picked = _pick(claim, free, {name: count for name, (_, _, count) in ways.items()}, claim.constraints, choice)
         if picked is None:
-            wanted = ", ".join(
-                f"{'every device' if way.mode == ALL else way.count} of class {way.device_class}"
-                for way, _, _ in ways.values()
-            )
-            kept = " that satisfy its constraints" if claim.constraints else ""
-            short = _partitions_short(devices, ways, choice)
-            return f"ResourceClaim {claim.key} needs {wanted} on {node}, and fewer are free there{kept}{short}"
+            return _too_few(devices, claim, node, ways, choice)
         allocated = _allocated(
             devices,
             claim,
@@ -150,8 +127,50 @@ def plan(
         )
         writes.append(allocated)
     for write in writes:
-        devices.hold(f"{write.namespace}/{write.name}", write.devices, write.consumed)
+        devices.set_aside(f"{write.namespace}/{write.name}", write.devices, write.consumed)
     return writes
+
+
+def _where(
+    devices: Devices, claim: Claim, using: list[tuple[dict[str, str], str, str]]
+) -> tuple[str, list[dict[str, str]]] | str:
+    """The one node the claim's pods are placed on, and the pods it is not reserved for yet; or why the
+    claim cannot serve them."""
+    if claim.key in devices.releasing:
+        return f"ResourceClaim {claim.key} is being released by an earlier attempt; the gang is tried again soon"
+    nodes = sorted({node for _, node, _ in using})
+    if len(nodes) > 1:
+        return f"ResourceClaim {claim.key} is shared by pods placed on {' and '.join(nodes)}: its devices serve one"
+    reserved = {str(ref.get("uid", "")) for ref in claim.reservations}
+    joining = list({ref["uid"]: ref for ref, _, _ in using if ref["uid"] not in reserved}.values())
+    if len(claim.reservations) + len(joining) > MAX_RESERVED:
+        count = len(claim.reservations) + len(joining)
+        return f"ResourceClaim {claim.key} would be reserved for {count} pods, more than {MAX_RESERVED}"
+    return nodes[0], joining
+
+
+def _reserved_for_more(claim: Claim, names: tuple[str, ...], reservations: list[Any]) -> ClaimWrite:
+    """The write that reserves a claim allocated already for more pods (no device changes hands)."""
+    return ClaimWrite(
+        namespace=claim.namespace,
+        name=claim.name,
+        pods=names,
+        version=claim.version,
+        finalizers=None,
+        status={"reservedFor": reservations},
+        devices=(),
+        reserved_before=claim.reservations,
+    )
+
+
+def _too_few(devices: Devices, claim: Claim, node: str, ways: Mapping[str, Any], choice: _Choice) -> str:
+    """Why the claim's requests find too few free devices on ``node``."""
+    wanted = ", ".join(
+        f"{'every device' if way.mode == ALL else way.count} of class {way.device_class}" for way, _, _ in ways.values()
+    )
+    kept = " that satisfy its constraints" if claim.constraints else ""
+    short = _partitions_short(devices, ways, choice)
+    return f"ResourceClaim {claim.key} needs {wanted} on {node}, and fewer are free there{kept}{short}"
 
 
 #: Who uses each claim: the reference written to its ``reservedFor``, the node, and the pod (namespace/name).

@@ -169,7 +169,7 @@ class Selectors:
             raise SelectorError(cached)
         return cached
 
-    def forget(self, keys: Iterable[object]) -> None:
+    def invalidate(self, keys: Iterable[object]) -> None:
         """The devices ``keys`` changed or are gone: their results are worked out again when asked."""
         gone = set(keys)
         if gone:

@@ -133,7 +133,7 @@ class Devices:
         try:
             if resource.plural == RESOURCE_SLICES.plural:
                 self._node_attributes = self._by_id = self._on_node = self._counters = None
-                self.selectors.forget(self.pools.apply(change_type, obj))
+                self.selectors.invalidate(self.pools.apply(change_type, obj))
                 for slice_name, problem in self.pools.problems.items():
                     self.problems[(resource.kind, slice_name)] = problem
             elif resource.plural == DEVICE_CLASSES.plural:
@@ -646,9 +646,9 @@ class Devices:
         device = self.device(device_id)
         return device is not None and (bool(device.sharing.consumes) or device.sharing.shared)
 
-    def hold(self, claim: str, devices: Iterable[DeviceId], consumed: Iterable[Mapping[str, int]] = ()) -> None:
+    def set_aside(self, claim: str, devices: Iterable[DeviceId], consumed: Iterable[Mapping[str, int]] = ()) -> None:
         """PreBind chose ``devices`` for ``claim`` (consuming ``consumed`` of each shared one): nobody else gets
-        them until the watch shows them given, or :meth:`release`."""
+        them until the watch shows them given, or :meth:`put_back`."""
         amounts = list(consumed)
         for i, device in enumerate(devices):
             if i < len(amounts) and amounts[i]:
@@ -656,7 +656,7 @@ class Devices:
             else:
                 self.in_flight[device] = claim
 
-    def release(self, devices: Iterable[DeviceId], claim: str | None = None) -> None:
+    def put_back(self, devices: Iterable[DeviceId], claim: str | None = None) -> None:
         for device in devices:
             self.in_flight.pop(device, None)
             shares = self.in_flight_shares.get(device)

@@ -120,13 +120,13 @@ class PreBind:
                                                  {"status": pod_claim_status(write.name, write.extended)})  # fmt: skip
             except PortError as error:
                 for unwritten in writes[i:]:
-                    self.devices.release(unwritten.devices, f"{unwritten.namespace}/{unwritten.name}")
+                    self.devices.put_back(unwritten.devices, f"{unwritten.namespace}/{unwritten.name}")
                 with anyio.CancelScope(shield=True), anyio.move_on_after(TAKE_BACK_SECONDS):
                     await self.take_back(written)
                 return f"allocating ResourceClaim {write.namespace}/{write.name} was refused: {error}"
             except BaseException:
                 for unwritten in writes[i:]:
-                    self.devices.release(unwritten.devices, f"{unwritten.namespace}/{unwritten.name}")
+                    self.devices.put_back(unwritten.devices, f"{unwritten.namespace}/{unwritten.name}")
                 with anyio.CancelScope(shield=True), anyio.move_on_after(TAKE_BACK_SECONDS):
                     await self.take_back(written)
                 raise
@@ -205,8 +205,8 @@ class PreBind:
         named = replace(write, name=str(metadata.get("name", "")), version=str(metadata.get("resourceVersion", "")),
                         finalizers=None)  # fmt: skip
         # Held under its name from now on: the watch's DELETED of it lets them go, whatever happens here.
-        self.devices.release(write.devices, f"{write.namespace}/{write.name}")
-        self.devices.hold(f"{named.namespace}/{named.name}", named.devices, named.consumed)
+        self.devices.put_back(write.devices, f"{write.namespace}/{write.name}")
+        self.devices.set_aside(f"{named.namespace}/{named.name}", named.devices, named.consumed)
         return named
 
     async def _read(self, write: ClaimWrite) -> Mapping[str, Any] | None:
@@ -257,7 +257,7 @@ class PreBind:
             key = f"{write.namespace}/{write.name}"
             if write.extended:
                 if await self.delete_made(key):
-                    devices.release(write.devices, key)  # free again once the watch shows the claim gone
+                    devices.put_back(write.devices, key)  # free again once the watch shows the claim gone
                 continue
             taken, version = False, written_version
             for attempt in range(4):
@@ -287,7 +287,7 @@ class PreBind:
                     log.warning("claim allocation not taken back yet", claim=write.name, error=str(error)[:200])
                     await anyio.sleep(0.2 * (attempt + 1))
             if taken:
-                devices.release(write.devices, key)  # free again once the watch shows the claim without them
+                devices.put_back(write.devices, key)  # free again once the watch shows the claim without them
             else:  # still allocated as written: what is known of it will be true once the watch shows it
                 devices.releasing.pop(key, None)
 

@@ -66,7 +66,7 @@ class Context:
             raise result
         return result
 
-    def forget(self, pod: str) -> None:
+    def drop(self, pod: str) -> None:
         self._members.pop(pod, None)
 
     def knows(self, pod: str) -> bool:

@@ -94,7 +94,7 @@ class MembershipIndex:
             # Other schedulers' pods and finished ones belong to no gang: keep nothing of them (a large
             # cluster has far more of those than gang members).
             self._pods.pop(info.key, None)
-            self._context.forget(info.key)
+            self._context.drop(info.key)
             if info.held_by_gates and info.scheduler in self.settings.scheduler_names:
                 self._gate(info)
             else:
@@ -118,7 +118,7 @@ class MembershipIndex:
         self._detach(key)
         self._ungate(key)
         self._pods.pop(key, None)
-        self._context.forget(key)
+        self._context.drop(key)
 
     def upsert_group(self, raw: Mapping[str, Any]) -> bool:
         """Apply an event of any group object; False when the object is no gang source's."""

@@ -248,7 +248,7 @@ class Permit:
             del self._cooling[gang]
         return done
 
-    def forget(self, gang: GangKey) -> None:
+    def clear_timeouts(self, gang: GangKey) -> None:
         """The gang bound, or is gone: its timeouts no longer count."""
         self.timeouts.pop(gang, None)
         self._cooling.pop(gang, None)

@@ -146,14 +146,14 @@ class PermitStage(Stage):
 
     def recorded(self, gang: GangSpec | GangError, outcome: Outcome) -> tuple[GangKey, ...]:
         if outcome.code in (Code.PLACED, Code.SCHEDULED):
-            self.permit.forget(gang.key)  # its timeouts in a row end
+            self.permit.clear_timeouts(gang.key)  # its timeouts in a row end
         return ()
 
     def told(self, gang: GangKey, news: GangNews) -> tuple[GangKey, ...]:
         if news in (GangNews.DELETED, GangNews.INVALID):
             self.release(gang)
         if news is GangNews.DELETED:
-            self.permit.forget(gang)
+            self.permit.clear_timeouts(gang)
         return ()
 
     def due(self) -> Due:

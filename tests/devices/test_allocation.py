@@ -52,7 +52,7 @@ def test_each_claim_gets_its_count_on_its_pod_s_node_and_no_device_twice() -> No
     refused = plan(devices, [(pod("s", "d"), "n0")])
     assert refused == "ResourceClaim ml/d needs 3 of class gpu.nvidia.com on n0, and fewer are free there"
     for write in writes:  # taken back (a bind failed): free again
-        devices.release(write.devices)
+        devices.put_back(write.devices)
     again = plan(devices, [(pod("s", "d"), "n0")])
     assert not isinstance(again, str) and [device for *_, device in again[0].devices] == ["gpu-0", "gpu-1", "gpu-2"]
 
@@ -177,7 +177,7 @@ def test_every_device_takes_all_of_the_node_s_own_and_is_refused_while_one_is_ta
                            (RESOURCE_CLAIMS, whole))  # fmt: skip
     (write,) = plan(devices, [(pod("p", "whole"), "n0")])  # type: ignore[misc]
     assert sorted(device for _, _, device in write.devices) == [f"gpu-{i}" for i in range(4)]
-    devices.release(write.devices)
+    devices.put_back(write.devices)
     devices.apply(RESOURCE_CLAIMS, "ADDED", claim("one", 1, allocated=[("n0", "gpu-2")]))
     assert plan(devices, [(pod("p", "whole"), "n0")]) == (
         "ResourceClaim ml/whole needs every device of class gpu.nvidia.com on n0, and fewer are free there"
@@ -193,7 +193,7 @@ def test_partitions_are_chosen_smallest_first_and_together_never_beyond_their_gp
     devices.apply(RESOURCE_CLAIMS, "ADDED", claim("any-two", 2))
     (write,) = plan(devices, [(pod("p", "any-two"), "n0")])  # type: ignore[misc]
     assert [device for _, _, device in write.devices] == ["gpu-0-1g-0", "gpu-0-1g-1"]
-    devices.release(write.devices, "ml/any-two")
+    devices.put_back(write.devices, "ml/any-two")
     devices.apply(RESOURCE_CLAIMS, "ADDED", claim("eight", 8))
     refused = plan(devices, [(pod("q", "eight"), "n0")])
     assert isinstance(refused, str), refused

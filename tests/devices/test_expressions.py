@@ -49,7 +49,7 @@ def test_each_expression_is_compiled_once_and_evaluated_once_per_device_until_th
         assert selectors.matches(expression, ("pool", "gpu-3", "v1"), H100)
         assert selectors.matches("device.driver != ''", ("pool", "gpu-3", "v1"), H100)
     assert (selectors.compilations, selectors.evaluations) == (2, 2)
-    selectors.forget([("pool", "gpu-3", "v1")])
+    selectors.invalidate([("pool", "gpu-3", "v1")])
     assert selectors.matches(expression, ("pool", "gpu-3", "v1"), H100)
     assert (selectors.compilations, selectors.evaluations) == (2, 3)
 

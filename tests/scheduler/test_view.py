@@ -1,0 +1,166 @@
+"""The live view as an operator reaches it (``kubectl port-forward`` to the server's address): the picture
+of the cluster at ``/api/cluster``, a gang's page at ``/api/gang``, the page itself, taken at a bounded rate,
+read-only, not frameable, and showing nothing of a pod but what it requests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+import anyio
+import pytest
+
+from scheduler.app import Phalanx
+from scheduler.settings import ServerSettings, SettingsError, load_settings
+from tests.scheduler.support import FAST, Cluster, cluster, eventually, gpu_pod, pfn, phalanx
+
+RACK = "example.com/rack"
+#: A picture may be taken at every ask: the tests wait on what it shows, not on the interval.
+OFTEN = replace(FAST, server=ServerSettings(address="127.0.0.1:0", view_interval_seconds=0.01))
+
+
+@asynccontextmanager
+async def viewer(app: Phalanx) -> AsyncIterator[aiohttp.ClientSession]:
+    assert app.health is not None
+    async with aiohttp.ClientSession(base_url=app.health.url) as http:
+        yield http
+
+
+async def picture(http: aiohttp.ClientSession) -> dict[str, Any]:
+    async with http.get("/api/cluster") as response:
+        assert response.status == 200 and response.content_type == "application/json"
+        found: dict[str, Any] = await response.json()
+        return found
+
+
+def cells_of(shown: dict[str, Any], node: str) -> list[int]:
+    return next(n["cells"] for domain in shown["domains"] for n in domain["nodes"] if n["name"] == node)
+
+
+def gang_in(shown: dict[str, Any], key: str) -> dict[str, Any] | None:
+    return next((gang for gang in shown["gangs"] if gang["key"] == key), None)
+
+
+def scene(where: Cluster) -> None:
+    """A gang of two 8-GPU pods (it binds), another scheduler's 4-GPU pod, and a gang that never fits (nine
+    8-GPU pods in one rack of four nodes)."""
+    for i in range(2):
+        where.create(gpu_pod(f"train-{i}", annotations=pfn("train", 2)))
+    where.create(gpu_pod("other", gpus=4, scheduler="default-scheduler", nodeName="b0-r1-n3"))
+    huge = {**pfn("huge", 9), "scheduling.phalanx.dev/topology-required": RACK}
+    for i in range(9):
+        where.create(gpu_pod(f"huge-{i}", annotations=huge, env=[{"name": "TOKEN", "value": "hunter2"}]))
+
+
+async def test_the_picture_shows_each_gang_on_its_nodes_others_pods_free_room_and_why_a_gang_waits() -> None:
+    async with cluster() as where, phalanx(where, OFTEN) as app, viewer(app) as http:
+        scene(where)
+        await eventually(lambda: {"team/train-0", "team/train-1"} <= where.bound().keys(), what="train bound")
+        await eventually(lambda: where.condition("team/huge-0"), what="huge told why it waits")
+
+        async def shown_settled() -> dict[str, Any]:
+            """Train shown running, and huge's reason the one its pod's condition says (written by then)."""
+            shown = await picture(http)
+            huge = gang_in(shown, "pfn:team/huge")
+            train = gang_in(shown, "pfn:team/train")
+            condition = where.condition("team/huge-0") or {}
+            said = huge is not None and huge["reason"] == condition.get("message")
+            return shown if said and train and train["state"] == "running" else {}
+
+        shown = await eventually_async(shown_settled)
+        train = 2 + shown["owners"].index("pfn:team/train")
+        for pod in ("team/train-0", "team/train-1"):
+            assert cells_of(shown, where.bound()[pod]) == [train] * 8
+        assert sorted(cells_of(shown, "b0-r1-n3")) == [0] * 4 + [1] * 4  # another scheduler's 4 GPUs, 4 free
+        assert shown["totals"] == {"nodes": 8, "cells": 64, "free": 64 - 16 - 4, "gangs": 2, "waiting": 1}
+        huge = gang_in(shown, "pfn:team/huge")
+        assert huge is not None and huge["reason"].startswith("5/8 nodes are available")  # the condition's words
+        assert (huge["bound"], huge["pods"], huge["minimum"]) == (0, 9, 9)
+        assert [d["name"] for d in shown["domains"]] == ["block b0 / rack b0-r0", "block b0 / rack b0-r1"]
+        placed = [c["what"] for c in shown["changes"] if c["gang"] == "pfn:team/train"]
+        assert placed == ["done", "placed"]  # newest first
+
+
+async def eventually_async(ask: Any, timeout: float = 30.0) -> dict[str, Any]:
+    """Ask until the answer is not empty (an async ``eventually``)."""
+    with anyio.move_on_after(timeout):
+        while not (found := await ask()):
+            await anyio.sleep(0.02)
+        return found  # type: ignore[no-any-return]
+    raise AssertionError(f"timed out after {timeout}s waiting for the picture")
+
+
+async def test_a_gang_s_page_lists_its_pods_and_where_its_waiting_pods_would_fit() -> None:
+    async with cluster() as where, phalanx(where, OFTEN) as app, viewer(app) as http:
+        scene(where)
+        await eventually(lambda: {"team/train-0", "team/train-1"} <= where.bound().keys(), what="train bound")
+        await eventually(lambda: where.condition("team/huge-0"), what="huge told why it waits")
+        async with http.get("/api/gang", params={"key": "pfn:team/huge"}) as response:
+            assert response.status == 200
+            page = await response.json()
+        assert [pod["name"] for pod in page["pods"]] == [f"team/huge-{i}" for i in range(9)]
+        assert {pod["state"] for pod in page["pods"]} == {"pending"}
+        rows = page["domains"]
+        assert sorted(row["domain"] for row in rows) == ["rack b0-r0", "rack b0-r1"]
+        # 8 nodes of 8 GPUs: train takes two whole nodes, another scheduler's pod half of one; five are whole.
+        assert sum(row["free"] for row in rows) == 64 - 16 - 4 and sum(row["fits"] for row in rows) == 5
+        assert [row["wanted"] for row in rows] == [9, 9] and rows[0]["fits"] >= rows[1]["fits"]
+        async with http.get("/api/gang", params={"key": "pfn:team/nobody"}) as response:
+            assert response.status == 404
+
+
+async def test_a_picture_is_taken_at_most_once_per_interval_however_many_ask() -> None:
+    slow = replace(FAST, server=ServerSettings(address="127.0.0.1:0", view_interval_seconds=3600))
+    async with cluster() as where, phalanx(where, slow) as app, viewer(app) as http:
+        scene(where)
+        first = await picture(http)
+        for _ in range(20):
+            async with http.get("/api/cluster") as response:
+                assert response.status == 200
+                assert response.headers["ETag"] == '"1"'
+        assert app.pictures.taken == 1 and first["totals"]["gangs"] <= 2
+        async with http.get("/api/cluster", headers={"If-None-Match": '"1"'}) as response:
+            assert response.status == 304  # the page polls cheaply: unchanged pictures are not sent again
+
+
+async def test_the_view_answers_reads_only_refuses_framing_and_shows_no_pod_spec() -> None:
+    async with cluster() as where, phalanx(where, OFTEN) as app, viewer(app) as http:
+        scene(where)
+        await eventually(lambda: where.condition("team/huge-0"), what="huge told why it waits")
+        paths = ["/", "/view/view.js", "/view/view.css", "/api/cluster", "/api/gang?key=pfn:team/huge", "/metrics"]
+        for path in paths:
+            async with http.get(path) as response:
+                assert response.status == 200, path
+                assert response.headers["X-Frame-Options"] == "DENY"
+                assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
+                body = await response.text()
+                assert "hunter2" not in body and "TOKEN" not in body
+            for method in ("POST", "PUT", "PATCH", "DELETE"):
+                async with http.request(method, path) as response:
+                    assert response.status == 405, (method, path)
+        for missing in ("/view/index.py", "/view/..%2fpicture.py", "/view/", "/api/nothing"):
+            async with http.get(missing) as response:
+                assert response.status == 404, missing
+                assert response.headers["X-Frame-Options"] == "DENY"
+        async with http.get("/") as response:
+            page = await response.text()
+        assert 'src="view/view.js"' in page and "http" not in page.replace("http-equiv", "")  # nothing from elsewhere
+
+
+async def test_the_view_turned_off_leaves_metrics_and_health() -> None:
+    off = replace(FAST, server=ServerSettings(address="127.0.0.1:0", view=False))
+    async with cluster() as where, phalanx(where, off) as app, viewer(app) as http:
+        for path in ("/", "/api/cluster", "/view/view.js"):
+            async with http.get(path) as response:
+                assert response.status == 404, path
+        async with http.get("/metrics") as response:
+            assert response.status == 200
+        assert app.pictures.taken == 0
+
+
+def test_the_view_s_interval_must_be_positive() -> None:
+    with pytest.raises(SettingsError, match=r"server\.viewIntervalSeconds: must be positive"):
+        load_settings(None, ["server.viewIntervalSeconds=0"])
