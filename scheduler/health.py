@@ -54,7 +54,7 @@ class HealthServer:
         self.ready = ready
         self.pictures = pictures
         self.url = ""
-        self._assets = {name: (resources.files("scheduler") / "web" / name).read_bytes() for name in ASSETS}
+        self._assets = assets()
 
     async def _metrics(self, _: web.Request) -> web.Response:
         response = web.Response(body=self.metrics.exposition())
@@ -91,7 +91,7 @@ class HealthServer:
         return web.Response(body=body, content_type="application/json", headers={"Cache-Control": "no-store"})
 
     def application(self) -> web.Application:
-        app = web.Application(middlewares=[_safe])
+        app = web.Application(middlewares=[safety])
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
@@ -127,7 +127,7 @@ class HealthServer:
 
 
 @web.middleware
-async def _safe(
+async def safety(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
     """Every answer, errors included, carries :data:`SAFETY`."""
@@ -138,3 +138,8 @@ async def _safe(
         raise
     response.headers.update(SAFETY)
     return response
+
+
+def assets() -> dict[str, bytes]:
+    """The view's files, read from the package."""
+    return {name: (resources.files("scheduler") / "web" / name).read_bytes() for name in ASSETS}

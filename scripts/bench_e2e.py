@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ from scheduler.logs import configure
 from scheduler.ports.kube import KubeCluster, client_for
 from scheduler.ports.sim import ClusterShape, Store, load
 from scheduler.ports.sim.adapter import SimCluster
-from scheduler.settings import BindingSettings, LeaderSettings, ReportingSettings, Settings
+from scheduler.settings import BindingSettings, LeaderSettings, ReportingSettings, ServerSettings, Settings
 from scheduler.simulation.oracle import InvariantMonitor
 
 LEVELS = ("example.com/block", "example.com/rack", "kubernetes.io/hostname")
@@ -107,15 +108,40 @@ async def wait_for(check: Any, timeout: float) -> None:
 async def running(app: Phalanx):  # type: ignore[no-untyped-def]
     async with anyio.create_task_group() as group:
         await group.start(app.run)
+        if OPTIONS.watched:
+            group.start_soon(watch, app)
         yield app
         group.cancel_scope.cancel()
+
+
+#: ``--watched``: a browser's worth of polling of the live view during every run (each Phalanx serves it).
+OPTIONS = argparse.Namespace(watched=False)
+
+
+def built(settings: Settings, port: Any) -> Phalanx:
+    """The Phalanx a run measures: without its server, unless the live view is watched."""
+    if not OPTIONS.watched:
+        return Phalanx(settings, port, serve=False)
+    return Phalanx(replace(settings, server=ServerSettings(address="127.0.0.1:0")), port)
+
+
+async def watch(app: Phalanx) -> None:
+    """Ask the live view for the cluster every second, as its page does every two (the picture is taken at
+    most every ``server.viewIntervalSeconds``, 2 s, whoever asks)."""
+    while app.health is None or not app.health.url:
+        await anyio.sleep(0.05)
+    async with aiohttp.ClientSession(base_url=app.health.url) as http:
+        while True:
+            async with http.get("/api/cluster") as answer:
+                await answer.read()
+            await anyio.sleep(1.0)
 
 
 async def sim_8pod(n_nodes: int, n_gangs: int) -> dict[str, float]:
     store = Store(history=max(50_000, n_gangs * 40))
     load(store, shape(n_nodes).node_manifests())
     store.ensure_namespace("bench")
-    app = Phalanx(SETTINGS, SimCluster(store), serve=False)
+    app = built(SETTINGS, SimCluster(store))
     pods = resource = store.resource("v1", "Pod")
     async with running(app):
         start = time.perf_counter()
@@ -195,7 +221,7 @@ async def http_8pod(n_nodes: int, n_gangs: int) -> dict[str, float]:
         try:
             if (await anyio.to_thread.run_sync(creator.stdout.readline)).strip() != "ready":
                 raise RuntimeError("the pod creator did not start")
-            app = Phalanx(SETTINGS, KubeCluster(client_for(url)), serve=False)
+            app = built(SETTINGS, KubeCluster(client_for(url)))
             async with running(app):
                 start = time.perf_counter()
                 creator.stdin.write("go\n")
@@ -213,7 +239,7 @@ async def bind_fanout(n_nodes: int) -> dict[str, float]:
         manifest = Path(folder) / "gang.yaml"
         manifest.write_text(yaml.safe_dump_all([gang_pod(0, i, n_nodes, 8) for i in range(n_nodes)]))
         async with sim_server("--shape", shape_arg(n_nodes), "--manifests", str(manifest)) as (url, _):
-            app = Phalanx(SETTINGS, KubeCluster(client_for(url)), serve=False)
+            app = built(SETTINGS, KubeCluster(client_for(url)))
             async with running(app):
                 start = time.perf_counter()
                 await wait_for(lambda: bound_count(app) >= n_nodes, timeout=600)
@@ -344,8 +370,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", action="store_true", help=clients_help)
     scale_help = "65,536 nodes and 500,000 running pods (and 5,120, 20,480): memory and time to ready"
     parser.add_argument("--scale", action="store_true", help=scale_help)
+    watched_help = "the live view served and asked for the cluster every second during each run"
+    parser.add_argument("--watched", action="store_true", help=watched_help)
     parser.add_argument("--create-gangs", nargs=2, metavar=("URL", "GANGS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    OPTIONS.watched = args.watched
     if args.create_gangs:
         asyncio.run(create_gangs(args.create_gangs[0], int(args.create_gangs[1])))
         return 0

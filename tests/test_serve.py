@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -216,3 +217,35 @@ def test_the_readme_s_sandbox_steps_do_not_create_a_namespace_a_file_they_apply_
             documents = yaml.safe_load_all((root / words[3]).read_text())
             names = {doc["metadata"]["name"] for doc in documents if doc and doc.get("kind") == "Namespace"}
             assert not names & created, f"README creates namespace {names & created} that {words[3]} creates too"
+
+
+async def test_serve_with_view_shows_the_sandbox_s_cluster_live(tmp_path: Path) -> None:
+    shape = "blocks=1,racks=2,nodes=4,gpus=8"
+    address = f"127.0.0.1:{free_port()}"
+    workload = str(ROOT / "examples" / "pfn" / "training-gang.yaml")
+    argv = ("--address", address, "--write-kubeconfig", str(tmp_path / "k"), "--cluster", shape, "--workload", workload)
+    async with sandbox(*argv, "--view", "127.0.0.1:0") as text:
+        view = text.split("Phalanx's live view: open ", 1)[1].split("\n", 1)[0]
+
+        async def running() -> bool:
+            shown = json.loads((await send(view.rstrip("/"), "GET", "/api/cluster")).body)
+            return any(gang["state"] == "running" for gang in shown["gangs"]) and shown["totals"]["nodes"] == 8
+
+        with anyio.fail_after(60):
+            while not await running():
+                await anyio.sleep(0.1)
+        page = await send(view.rstrip("/"), "GET", "/")
+        assert page.status == 200 and "view/view.js" in page.body.decode()
+
+
+def test_serve_refuses_a_view_address_it_cannot_listen_on_in_one_line(tmp_path: Path) -> None:
+    taken = free_port()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", taken))
+        held.listen()
+        result = subprocess.run(
+            [sys.executable, "-m", "scheduler.frontends.cli", "serve", "--address", f"127.0.0.1:{free_port()}",
+             "--view", f"127.0.0.1:{taken}", "--write-kubeconfig", str(tmp_path / "k"), "--log-level", "warning"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    assert (result.returncode, result.stderr) == (1, f"phalanx: --view 127.0.0.1:{taken}: Address already in use\n")

@@ -168,6 +168,13 @@ def _simulate_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     simulate.add_argument(
         "--plot", metavar="FILE.png", help="draw the racks with each GPU coloured by gang, and GPUs in use over time"
     )
+    simulate.add_argument(
+        "--serve",
+        nargs="?",
+        const="127.0.0.1:10251",
+        metavar="HOST:PORT",
+        help="then serve the live view's page over the run's timeline until Ctrl-C (default 127.0.0.1:10251)",
+    )
     simulate.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
     simulate.add_argument(
         "--timeout",
@@ -206,6 +213,11 @@ def _serve_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     _workload_flags(serve, timed=False)
     serve.add_argument(
         "--address", default="127.0.0.1:8080", metavar="HOST:PORT", help="where the API listens (default %(default)s)"
+    )
+    serve.add_argument(
+        "--view",
+        metavar="HOST:PORT",
+        help="also serve Phalanx's live view (and /metrics) there, e.g. 127.0.0.1:10251 (default: not served)",
     )
     serve.add_argument(
         "--write-kubeconfig",
@@ -384,7 +396,11 @@ def _command_simulate(args: argparse.Namespace, settings: Settings) -> int:
     if not args.workload:
         workloads = [(Scheduled("the embedded sample"), default_workload())]
     nodes += [obj for _, objects in workloads for obj in objects if obj.get("kind") == "Node"]
+    if args.serve is not None:
+        _check_address("--serve", args.serve)
     simulation = Simulation(settings, seed=args.seed, controller_gangs=args.controller_gangs == "on", until=until)
+    if args.serve is not None:
+        simulation.record_frames()
     simulation.add_nodes(nodes)
     for when, objects in sorted(workloads, key=lambda workload: workload[0].at):
         simulation.add_objects([obj for obj in objects if obj.get("kind") != "Node"], at=when.at, source=when.path)
@@ -425,7 +441,42 @@ def _command_simulate(args: argparse.Namespace, settings: Settings) -> int:
             print(f"plot written to {args.plot}")
     if report.timed_out:
         sys.stderr.write(f"phalanx: stopped after --timeout {args.timeout:g}s; the result is partial\n")
+    if args.serve is not None and simulation.frames is not None:
+        source = "the embedded sample" if not args.workload else ", ".join(args.workload)
+        _serve_timeline(args.serve, simulation.frames, f"{report.nodes} nodes, {source}", simulation.frames_cut)
     return 0
+
+
+def _check_address(flag: str, address: str) -> None:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise UserError(f"{flag} {address}: give it as HOST:PORT, e.g. 127.0.0.1:8080 (a port up to 65535)")
+
+
+def _serve_timeline(address: str, frames: list[tuple[float, bytes]], title: str, cut: bool) -> None:
+    """Serve the run's pictures until Ctrl-C (``frontends/playback.py``)."""
+    from scheduler.frontends.playback import playback_app, serve_playback  # noqa: PLC0415
+    from scheduler.health import ListenError  # noqa: PLC0415
+
+    def started(url: str) -> None:
+        more = f" (the first {len(frames)} moments)" if cut else ""
+        print(f"The run's timeline{more}: open {url} (Ctrl-C stops serving it)", flush=True)
+
+    async def serving() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(serve_playback, playback_app(frames, title=title, cut=cut), address, started)
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    group.cancel_scope.cancel()
+                    break
+
+    try:
+        anyio.run(serving)
+    except (ListenError, BaseExceptionGroup) as error:
+        leaf = _leaf(error) if isinstance(error, BaseExceptionGroup) else error
+        if not isinstance(leaf, ListenError):
+            raise
+        raise UserError(f"--serve {address}: {str(leaf).split(': ', 1)[-1]}", EXIT_CLUSTER) from None
 
 
 def _require_plotting() -> None:
@@ -442,12 +493,14 @@ def _require_plotting() -> None:
 
 def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
     from scheduler.frontends.sandbox import Sandbox, serve  # noqa: PLC0415
+    from scheduler.health import ListenError  # noqa: PLC0415
 
     configure(args.log_level, "console")
     _warn_renamed(settings)
+    _check_address("--address", args.address)
     host, _, port = args.address.rpartition(":")
-    if not host or not port.isdigit() or int(port) > 65535:
-        raise UserError(f"--address {args.address}: give it as HOST:PORT, e.g. 127.0.0.1:8080 (a port up to 65535)")
+    if args.view is not None:
+        _check_address("--view", args.view)
     if host not in ("127.0.0.1", "localhost", "::1"):
         sys.stderr.write(
             f"phalanx: warning: the sandbox asks for no credentials, and {host} is not loopback: anyone who can "
@@ -479,7 +532,8 @@ def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
             "  kubectl apply -f examples/pfn/training-gang.yaml     # from a checkout of Phalanx's repository\n"
             "  kubectl get pods -n team-a -o wide\n"
             "  kubectl describe pod -n team-a resnet-worker-0\n"
-            "Ctrl-C stops it (bound pods stay Pending: nothing runs them).",
+            + (f"Phalanx's live view: open {sandbox.view}\n" if sandbox.view is not None else "")
+            + "Ctrl-C stops it (bound pods stay Pending: nothing runs them).",
             flush=True,
         )
 
@@ -494,10 +548,13 @@ def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
                 kubeconfig=kubeconfig,
                 started=started,
                 warn=lambda line: sys.stderr.write(f"phalanx: skipped {line}\n"),
+                view=args.view,
             )
         )
     except (OSError, BaseExceptionGroup) as error:
         leaf = _leaf(error)
+        if isinstance(leaf, ListenError):
+            raise UserError(f"--view {args.view}: {str(leaf).split(': ', 1)[-1]}", EXIT_CLUSTER) from None
         if not isinstance(leaf, OSError):
             raise
         if leaf.filename is not None:  # the kubeconfig could not be written (a directory, no permission)

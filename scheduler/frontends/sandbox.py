@@ -47,6 +47,8 @@ class Sandbox:
     url: str
     kubeconfig: Path
     nodes: int
+    #: Where Phalanx's live view is served, when it was asked for (``--view``).
+    view: str | None = None
 
 
 def write_kubeconfig(path: Path, url: str) -> Path:
@@ -80,9 +82,11 @@ async def serve(
     kubeconfig: Path,
     started: Callable[[Sandbox], None],
     warn: Callable[[str], object] = lambda line: None,
+    view: str | None = None,
 ) -> None:
     """Run the sandbox until SIGINT or SIGTERM; ``started`` is called once kubectl can use it, ``warn`` with
-    each object that is not served or expanded."""
+    each object that is not served or expanded. ``view`` (HOST:PORT): Phalanx serves its live view, and its
+    /metrics, /healthz and /readyz, there."""
     store = Store()
     for namespace in NAMESPACES:
         store.ensure_namespace(namespace)
@@ -109,8 +113,13 @@ async def serve(
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(_run_controllers, controllers, warn)
-            await group.start(Phalanx(sandbox_settings(settings), port_client, serve=False).run)
-            started(Sandbox(url, write_kubeconfig(kubeconfig, url), len(listed_nodes)))
+            phalanx_settings = sandbox_settings(settings)
+            if view is not None:
+                phalanx_settings = replace(phalanx_settings, server=replace(phalanx_settings.server, address=view))
+            app = Phalanx(phalanx_settings, port_client, serve=view is not None)
+            await group.start(app.run)
+            shown = f"{app.health.url}/" if app.health is not None else None
+            started(Sandbox(url, write_kubeconfig(kubeconfig, url), len(listed_nodes), shown))
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for _ in signals:
                     group.cancel_scope.cancel()

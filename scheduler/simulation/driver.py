@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
+import orjson
 
 from scheduler.app import Phalanx
 from scheduler.clock import ManualClock
@@ -67,6 +68,8 @@ from topology import HOSTNAME
 #: How far the clock may go when nothing says stop sooner (a Deployment whose pods have deadlines would
 #: make new ones for ever).
 DEFAULT_UNTIL = 30 * 86400.0
+#: Pictures kept for ``simulate --serve``: past this many moments, the rest of the run is not shown.
+MOST_FRAMES = 2000
 
 
 def simulation_settings(settings: Settings) -> Settings:
@@ -118,6 +121,16 @@ class Simulation:
         self._later = False
         self._sequence = 0
         self._next_second: dict[float, float] = {}
+        #: The live view's pictures over the run (``simulate --serve``): (simulated seconds, JSON), one per
+        #: moment the cluster was quiet, when :meth:`record_frames` asked for them.
+        self.frames: list[tuple[float, bytes]] | None = None
+        self.frames_cut = False
+        self._started = self.clock.monotonic()
+
+    def record_frames(self) -> None:
+        """Keep a picture of the cluster (``picture.py``) at every moment the run stops at, at most
+        :data:`MOST_FRAMES`, for ``simulate --serve`` to play back."""
+        self.frames = []
 
     @property
     def refused(self) -> list[str]:
@@ -270,6 +283,7 @@ class Simulation:
             if progress is not None:
                 progress(*self._progress())
             self._remember_gangs(app)
+            self._frame(app)
             if not advance_time:
                 return
             if self._react():
@@ -297,6 +311,18 @@ class Simulation:
             while self._arrivals and self._arrivals[0][0] <= self.clock.monotonic():
                 self._arrive(heapq.heappop(self._arrivals)[2], spaced=False)
             app.scheduler.poke()
+
+    def _frame(self, app: Phalanx) -> None:
+        """The picture of this moment, replacing one taken earlier at the same moment."""
+        if self.frames is None or self.frames_cut:
+            return
+        at = round(self.clock.monotonic() - self._started, 3)
+        if self.frames and self.frames[-1][0] == at:
+            self.frames.pop()
+        elif len(self.frames) >= MOST_FRAMES:
+            self.frames_cut = True
+            return
+        self.frames.append((at, orjson.dumps(app.pictures.take())))
 
     def _react(self) -> bool:
         """What the cluster's kubelets and controllers do now; True if they changed anything."""

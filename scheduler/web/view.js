@@ -8,7 +8,7 @@ const GAP = 1;
 const NODE_GAP = 4;
 const FREE = 0, OTHERS = 1, FIRST_GANG = 2;
 
-const view = { picture: null, etag: null, layout: new Map(), gang: null };
+const view = { picture: null, etag: null, layout: new Map(), gang: null, timeline: null, playing: null };
 
 function colourOf(code, owners) {
   if (code === FREE) return "#eceff1";
@@ -27,8 +27,10 @@ function el(tag, text, attrs) {
 }
 
 function ago(seconds) {
+  // Before the picture was taken (a recorded run's moments are its own clock's, not this browser's).
   if (!seconds) return "";
-  const s = Math.max(0, Date.now() / 1000 - seconds);
+  const now = view.picture ? view.picture.taken : Date.now() / 1000;
+  const s = Math.max(0, now - seconds);
   if (s < 90) return `${Math.round(s)} s`;
   if (s < 5400) return `${Math.round(s / 60)} min`;
   return `${(s / 3600).toFixed(1)} h`;
@@ -201,7 +203,53 @@ function renderChanges(picture) {
 }
 
 function openGang(key) {
+  if (view.timeline) { // a recorded run has no gang pages: show its row alone
+    document.getElementById("filter").value = key;
+    renderGangs(view.picture);
+    return;
+  }
   location.hash = `gang=${encodeURIComponent(key)}`;
+}
+
+// -- a recorded run (phalanx simulate --serve): a slider over its moments instead of polling --------
+
+function duration(seconds) {
+  const s = Math.round(seconds), h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
+  return h ? `${h}h ${String(m).padStart(2, "0")}m ${String(s % 60).padStart(2, "0")}s` : m ? `${m}m ${String(s % 60).padStart(2, "0")}s` : `${s}s`;
+}
+
+async function showMoment(index) {
+  const response = await fetch(`api/cluster?frame=${index}`, { cache: "no-store" });
+  if (!response.ok) { document.getElementById("status").textContent = `Frame ${index}: ${response.status}`; return; }
+  view.picture = await response.json();
+  const at = view.timeline.at;
+  document.getElementById("moment").value = String(index);
+  document.getElementById("moment-label").textContent = `${duration(at[index])} into the run (moment ${index + 1} of ${at.length})`;
+  render(view.picture);
+}
+
+async function startTimeline() {
+  const response = await fetch("api/timeline", { cache: "no-store" });
+  if (!response.ok) return false;
+  view.timeline = await response.json();
+  const slider = document.getElementById("moment");
+  slider.max = String(view.timeline.at.length - 1);
+  document.getElementById("timeline").hidden = false;
+  document.title = `Phalanx simulate: ${view.timeline.title}`;
+  slider.addEventListener("input", () => showMoment(Number(slider.value)));
+  document.getElementById("play").addEventListener("click", () => {
+    const button = document.getElementById("play");
+    if (view.playing) { clearInterval(view.playing); view.playing = null; button.textContent = "Play"; return; }
+    if (Number(slider.value) >= view.timeline.at.length - 1) slider.value = "0";
+    button.textContent = "Pause";
+    view.playing = setInterval(() => {
+      const next = Number(slider.value) + 1;
+      if (next >= view.timeline.at.length) { clearInterval(view.playing); view.playing = null; button.textContent = "Play"; return; }
+      showMoment(next);
+    }, 600);
+  });
+  await showMoment(view.timeline.at.length - 1);
+  return true;
 }
 
 async function showGang(key) {
@@ -245,6 +293,7 @@ function route() {
 // node's cell has on the screen.
 window.phalanxView = {
   picture: () => view.picture,
+  moment: (index) => showMoment(index), // a recorded run: show its moment ``index``
   colourOf: (code) => colourOf(code, view.picture ? view.picture.owners : []),
   cellPixel(node, index) {
     const placed = view.layout.get(node);
@@ -259,5 +308,8 @@ window.phalanxView = {
 document.getElementById("filter").addEventListener("input", () => view.picture && renderGangs(view.picture));
 document.getElementById("close").addEventListener("click", () => { history.replaceState(null, "", location.pathname); route(); });
 window.addEventListener("hashchange", route);
-refresh().then(route);
-setInterval(refresh, POLL_MS);
+startTimeline().then((recorded) => {
+  if (recorded) return;
+  refresh().then(route);
+  setInterval(refresh, POLL_MS);
+});

@@ -15,9 +15,13 @@ from typing import Any
 
 import anyio
 
-from scheduler.settings import ServerSettings
+from scheduler.frontends.playback import playback_app, serve_playback
+from scheduler.ports.sim.builders import ClusterShape
+from scheduler.settings import ServerSettings, Settings
+from scheduler.simulation.driver import Simulation
 from tests.browser.devtools import Browser, chromium
 from tests.scheduler.support import FAST, cluster, eventually, gpu_pod, pfn, phalanx
+from tests.sim.workloads import LEVELS, RUN_SECONDS, gang, job
 
 OFTEN = replace(FAST, server=ServerSettings(address="127.0.0.1:0", view_interval_seconds=0.1))
 RACK = "example.com/rack"
@@ -106,3 +110,36 @@ async def css_rgb(page: Any, colour: str) -> list[int]:
         return Array.from(x.getImageData(0, 0, 1, 1).data.slice(0, 3)); }})()"""
     return list(await page.evaluate(expression))
 
+
+
+async def test_a_recorded_run_plays_back_with_a_slider_over_its_moments(tmp_path: Path) -> None:
+    """``simulate --serve``: a Job fills the cluster for an hour, a gang arrives ten minutes in and binds when
+    the Job ends; the slider shows each moment as it was."""
+    simulation = Simulation(Settings(levels=LEVELS))
+    simulation.record_frames()
+    simulation.add_nodes(ClusterShape.parse("blocks=1,racks=1,nodes=4,gpus=8").node_manifests())
+    simulation.add_objects([job("fill", 4, 8, namespace="batch", annotations={RUN_SECONDS: "3600"})])
+    simulation.add_objects([job("late", 2, 8, annotations={**gang("late", 2), RUN_SECONDS: "600"})], at=600.0)
+    await simulation.run(timeout=120)
+    assert simulation.frames is not None
+    moments = [round(at) for at, _ in simulation.frames]
+    urls: list[str] = []
+    async with anyio.create_task_group() as group:
+        app = playback_app(simulation.frames, title="a test", cut=False)
+        group.start_soon(serve_playback, app, "127.0.0.1:0", urls.append)
+        await eventually(lambda: urls, what="the playback server")
+        async with Browser.open(chromium(), urls[0], tmp_path) as page:
+            label = await page.wait_for("document.getElementById('moment-label')?.textContent", what="the slider")
+            assert label.endswith(f"(moment {len(moments)} of {len(moments)})")
+            assert await page.evaluate("document.getElementById('timeline').hidden") is False
+            state = "document.querySelector('tr[data-gang=\"pfn:ml/late\"]')?.dataset.state"
+            arrived = moments.index(600)  # the gang's arrival; the Job's end is the first moment an hour in
+            ended = next(i for i, at in enumerate(moments) if at >= 3600)
+            await page.evaluate(f"window.phalanxView.moment({arrived})")
+            assert await page.evaluate(state) in ("pending", "backing off")
+            assert await page.evaluate("document.getElementById('moment-label').textContent") == (
+                f"10m 00s into the run (moment {arrived + 1} of {len(moments)})"
+            )
+            await page.evaluate(f"window.phalanxView.moment({ended})")
+            assert await page.evaluate(state) in ("binding", "running")
+        group.cancel_scope.cancel()
