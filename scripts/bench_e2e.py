@@ -115,7 +115,7 @@ async def running(app: Phalanx):  # type: ignore[no-untyped-def]
 
 
 #: ``--watched``: a browser's worth of polling of the live view during every run (each Phalanx serves it).
-OPTIONS = argparse.Namespace(watched=False)
+OPTIONS = argparse.Namespace(watched=False, asked=[])
 
 
 def built(settings: Settings, port: Any) -> Phalanx:
@@ -132,9 +132,22 @@ async def watch(app: Phalanx) -> None:
         await anyio.sleep(0.05)
     async with aiohttp.ClientSession(base_url=app.health.url) as http:
         while True:
+            asked = time.perf_counter()
             async with http.get("/api/cluster") as answer:
                 await answer.read()
+            OPTIONS.asked.append(time.perf_counter() - asked)
             await anyio.sleep(1.0)
+
+
+def viewed(result: dict[str, float], app: Phalanx) -> dict[str, float]:
+    """``result`` with, when watched, how often the view answered, its slowest answer (ms: it waits for the
+    loop's batch of cycles) and the longest a picture took to take (ms of the loop's own time)."""
+    if OPTIONS.watched and OPTIONS.asked:
+        result["view_answers"] = len(OPTIONS.asked)
+        result["view_answer_max_ms"] = max(OPTIONS.asked) * 1000
+        result["view_picture_max_ms"] = app.pictures.longest_seconds * 1000
+    OPTIONS.asked = []
+    return result
 
 
 async def sim_8pod(n_nodes: int, n_gangs: int) -> dict[str, float]:
@@ -157,13 +170,16 @@ async def sim_8pod(n_nodes: int, n_gangs: int) -> dict[str, float]:
     # every change would slow the run it measures): no node over-committed, no gang below its minimum.
     monitor = InvariantMonitor(store, gang_settings=SETTINGS.gang_settings())
     violations = monitor.check_nodes() + monitor.check_gangs()
-    return {
-        "nodes": n_nodes,
-        "pods": 8 * n_gangs,
-        "seconds": elapsed,
-        "pods_per_s": 8 * n_gangs / elapsed,
-        "invariant_violations": len(violations),
-    }
+    return viewed(
+        {
+            "nodes": n_nodes,
+            "pods": 8 * n_gangs,
+            "seconds": elapsed,
+            "pods_per_s": 8 * n_gangs / elapsed,
+            "invariant_violations": len(violations),
+        },
+        app,
+    )
 
 
 @asynccontextmanager
@@ -231,7 +247,7 @@ async def http_8pod(n_nodes: int, n_gangs: int) -> dict[str, float]:
             await app.port.close()  # type: ignore[attr-defined]
         finally:
             await anyio.to_thread.run_sync(creator.wait)
-    return {"nodes": n_nodes, "pods": 8 * n_gangs, "seconds": elapsed, "pods_per_s": 8 * n_gangs / elapsed}
+    return viewed({"nodes": n_nodes, "pods": 8 * n_gangs, "seconds": elapsed, "pods_per_s": 8 * n_gangs / elapsed}, app)
 
 
 async def bind_fanout(n_nodes: int) -> dict[str, float]:
@@ -245,7 +261,7 @@ async def bind_fanout(n_nodes: int) -> dict[str, float]:
                 await wait_for(lambda: bound_count(app) >= n_nodes, timeout=600)
                 elapsed = time.perf_counter() - start
             await app.port.close()  # type: ignore[attr-defined]
-    return {"nodes": n_nodes, "pods": n_nodes, "seconds": elapsed, "pods_per_s": n_nodes / elapsed}
+    return viewed({"nodes": n_nodes, "pods": n_nodes, "seconds": elapsed, "pods_per_s": n_nodes / elapsed}, app)
 
 
 def free_port() -> int:
