@@ -197,7 +197,10 @@ class Phalanx:
         async with anyio.create_task_group() as group:
             if self.serve:
                 pictures = self.pictures if self.settings.server.view else None
-                self.health = HealthServer(self.settings.server.address, self.metrics, self.ready, pictures)
+                anywhere = self.settings.server.view_from == "anywhere"
+                self.health = HealthServer(
+                    self.settings.server.address, self.metrics, self.ready, pictures, view_from_anywhere=anywhere
+                )
                 await group.start(self.health.run)
             if self.freeze_heap:
                 gc.disable()  # until the first lists are in: collections there would only walk what stays

@@ -9,6 +9,8 @@ another origin nor run anything but this server's own files.
 
 from __future__ import annotations
 
+import ipaddress
+import math
 import socket
 from collections.abc import Awaitable, Callable
 from importlib import resources
@@ -19,10 +21,13 @@ from anyio.abc import TaskStatus
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from scheduler.metrics import Metrics
-from scheduler.picture import Pictures
+from scheduler.picture import Busy, Pictures
 
 #: The view's own files, and their types: nothing else is served from the package.
 ASSETS = {"index.html": "text/html", "view.js": "text/javascript", "view.css": "text/css"}
+#: What ``/view/`` serves: the page's script and style (the page itself only at ``/``, where its relative
+#: addresses resolve).
+SERVED_UNDER_VIEW = ("view.js", "view.css")
 #: Said on every answer: no framing by other origins, no script, style or connection but this server's.
 SAFETY = {
     "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
@@ -47,8 +52,12 @@ class HealthServer:
         metrics: Metrics,
         ready: Callable[[], tuple[bool, str]],
         pictures: Pictures | None = None,
+        *,
+        view_from_anywhere: bool = False,
     ) -> None:
-        """Without ``pictures`` the live view is off: ``/`` and ``/api/`` answer 404."""
+        """Without ``pictures`` the live view is off: ``/`` and ``/api/`` answer 404. It answers requests from
+        loopback only (``kubectl port-forward``) unless ``view_from_anywhere``."""
+        self.view_from_anywhere = view_from_anywhere
         self.address = address
         self.metrics = metrics
         self.ready = ready
@@ -68,15 +77,27 @@ class HealthServer:
         ready, why = self.ready()
         return web.Response(text=f"{why}\n", status=200 if ready else 503)
 
+    def _may_view(self, request: web.Request) -> None:
+        if not self.view_from_anywhere and not _loopback(request.remote):
+            raise web.HTTPForbidden(
+                text="the live view answers on loopback only (kubectl port-forward); server.viewFrom: anywhere "
+                "serves it to every address that reaches this port\n"
+            )
+
     async def _page(self, request: web.Request) -> web.Response:
+        self._may_view(request)
         name = request.match_info.get("name", "index.html")
-        if name not in ASSETS:
+        if name not in ASSETS or ("name" in request.match_info and name not in SERVED_UNDER_VIEW):
             raise web.HTTPNotFound()
         return web.Response(body=self._assets[name], content_type=ASSETS[name], charset="utf-8")
 
     async def _cluster(self, request: web.Request) -> web.Response:
         assert self.pictures is not None
-        etag, body = self.pictures.latest()
+        self._may_view(request)
+        try:
+            etag, body = self.pictures.latest()
+        except Busy as busy:
+            raise web.HTTPServiceUnavailable(text=f"{busy}\n", headers=_retry(busy)) from None
         if request.headers.get("If-None-Match") == etag:
             return web.Response(status=304, headers={"ETag": etag, "Cache-Control": "no-store"})
         response = web.Response(
@@ -87,7 +108,11 @@ class HealthServer:
 
     async def _gang(self, request: web.Request) -> web.Response:
         assert self.pictures is not None
-        body = self.pictures.gang(request.query.get("key", ""))
+        self._may_view(request)
+        try:
+            body = self.pictures.gang(request.query.get("key", ""))
+        except Busy as busy:
+            raise web.HTTPTooManyRequests(text=f"{busy}\n", headers=_retry(busy)) from None
         if body is None:
             raise web.HTTPNotFound(text="no such gang\n")
         return web.Response(body=body, content_type="application/json", headers={"Cache-Control": "no-store"})
@@ -120,7 +145,7 @@ class HealthServer:
         try:
             await web.SockSite(runner, listener).start()
             bound = listener.getsockname()[1]
-            self.url = f"http://{'127.0.0.1' if host in ('', '0.0.0.0') else host}:{bound}"
+            self.url = url_of("127.0.0.1" if host in ("", "0.0.0.0") else host, bound)
             task_status.started()
             await anyio.sleep_forever()
         finally:
@@ -145,3 +170,19 @@ async def safety(
 def assets() -> dict[str, bytes]:
     """The view's files, read from the package."""
     return {name: (resources.files("scheduler") / "web" / name).read_bytes() for name in ASSETS}
+
+
+def _loopback(remote: str | None) -> bool:
+    try:
+        return remote is not None and ipaddress.ip_address(remote).is_loopback
+    except ValueError:
+        return False
+
+
+def _retry(busy: Busy) -> dict[str, str]:
+    return {"Retry-After": str(max(1, math.ceil(busy.retry_after)))}
+
+
+def url_of(host: str, port: int) -> str:
+    """``http://host:port``, an IPv6 address in brackets."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

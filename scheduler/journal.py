@@ -32,8 +32,10 @@ class Journal(Stage):
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self._entries: deque[Entry] = deque(maxlen=LENGTH)
-        #: Gangs told done since they were last placed: a done gang is told so at each of its pods' events.
+        #: Gangs told done since they were last placed (a done gang is told so at each of its pods' events), and
+        #: gangs told deleted (the binder may give back a gang that is gone already).
         self._done: set[str] = set()
+        self._deleted: set[str] = set()
 
     def entries(self) -> list[Entry]:
         """Newest first."""
@@ -43,6 +45,7 @@ class Journal(Stage):
         what, note = _worth_telling(outcome)
         if outcome.code is not Code.PLACED:
             self._done.discard(str(gang.key))
+        self._deleted.discard(str(gang.key))
         if what:
             self._entries.append(Entry(self.clock.wall(), str(gang.key), what, note))
         return ()
@@ -52,14 +55,16 @@ class Journal(Stage):
         if news is GangNews.DONE and key not in self._done:
             self._done.add(key)
             self._entries.append(Entry(self.clock.wall(), key, "done", "every member is bound or being bound"))
-        elif news is GangNews.DELETED:
+        elif news is GangNews.DELETED and key not in self._deleted:
             self._done.discard(key)
+            self._deleted.add(key)
             self._entries.append(Entry(self.clock.wall(), key, "deleted", ""))
         return ()
 
     def lost_lead(self) -> None:
         self._entries.clear()
         self._done.clear()
+        self._deleted.clear()
 
 
 def _worth_telling(outcome: Outcome) -> tuple[str, str]:

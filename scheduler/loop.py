@@ -72,10 +72,9 @@ class SchedulingLoop:
         return self.stages.one(Starvation)
 
     @property
-    def nominations(self) -> Nominations | None:
-        """The preemption stage's nominations (None where nothing is preempted)."""
-        preemption = self.stages.find(Preemption)
-        return preemption.nominations if preemption is not None else None
+    def nominations(self) -> Nominations:
+        """The preemption stage's nominations (what the process and the tests read)."""
+        return self.stages.one(Preemption).nominations
 
     def poke(self) -> None:
         """Something changed (informers call this after applying events): run soon."""

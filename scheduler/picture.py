@@ -16,10 +16,11 @@ gangs: Python per pod, which is why it is never taken more often than the interv
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import orjson
@@ -41,9 +42,23 @@ MOST_CELLS = 64
 #: Gangs listed in a picture: the first in the order the page shows them (waiting first, then by age).
 MOST_GANGS = 500
 FREE, OTHERS, FIRST_GANG = 0, 1, 2
-#: The most of the event loop's time pictures may take, however large the cluster: one that took 0.3 s (10,000
-#: nodes and 80,000 pods) is taken again 6 s later at the soonest, not 2.
+#: The most of the event loop's time the view may take, however large the cluster and however many ask: a
+#: picture that took 0.3 s (10,000 nodes and 80,000 pods) is taken about every 6 s, not every 2.
 MOST_SHARE = 0.05
+#: The share is kept over this many seconds: the view may spend ``MOST_SHARE * WINDOW`` (0.5 s) of the loop's
+#: time at once (a picture and the gang pages of a click), then pays it back before it spends more.
+WINDOW = 10.0
+
+
+T = TypeVar("T")
+
+
+class Busy(Exception):
+    """The view has spent its share of the event loop's time; ask again in ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"the live view is busy; ask again in {retry_after:.1f} s")
+        self.retry_after = retry_after
 
 
 class PendingReasons(Protocol):
@@ -77,7 +92,13 @@ class Pictures:
         self.interval_seconds = interval_seconds
         self.leading = leading
         self._latest: tuple[float, str, bytes] | None = None  # (monotonic, etag, body)
-        self._next = 0.0  # monotonic: when the next picture may be taken
+        self._next = 0.0  # monotonic: when the next picture is due
+        self._spent, self._spent_at = 0.0, 0.0  # (see :meth:`_spent_by`)
+        #: ETags name the process too: two replicas behind one Service do not answer each other's with 304.
+        self._token = secrets.token_hex(4)
+        #: Queue positions and backoffs as of the last picture (a gang's page reuses them).
+        self._positions: dict[GangKey, int] = {}
+        self._backing_off: dict[GangKey, float] = {}
         self._gangs: dict[str, tuple[float, bytes]] = {}
         #: How many pictures were taken (the rate limit's test reads it), and the longest one took (seconds of
         #: the event loop's time: the benchmark reads it).
@@ -85,32 +106,61 @@ class Pictures:
         self.longest_seconds = 0.0
 
     def latest(self) -> tuple[str, bytes]:
-        """The latest picture (its ETag and JSON), taken again once the interval has passed, and never so often
-        that taking them costs the event loop more than :data:`MOST_SHARE` of its time."""
+        """The latest picture (its ETag and JSON), taken again once the interval has passed and the budget
+        allows (:meth:`_spend`); :class:`Busy` when there is none yet and the budget does not allow one."""
         now = self.clock.monotonic()
         if self._latest is None or now >= self._next:
-            started = self.timer()
-            body = orjson.dumps(self.take())
-            took = self.timer() - started
-            self.longest_seconds = max(self.longest_seconds, took)
+            wait = self._wait(now)
+            if wait > 0:
+                if self._latest is None:
+                    raise Busy(wait)
+                return self._latest[1], self._latest[2]
+            self._next = now + self.interval_seconds
+            body = self._spend(lambda: orjson.dumps(self.take()))
             self.taken += 1
-            self._latest = (now, f'"{self.taken}"', body)
-            self._next = now + max(self.interval_seconds, took / MOST_SHARE)
+            self._latest = (now, f'"{self._token}-{self.taken}"', body)
         return self._latest[1], self._latest[2]
 
     def gang(self, key: str) -> bytes | None:
-        """One gang's page as JSON (None for a gang not known), at most once per interval per gang."""
+        """One gang's page as JSON (None for a gang not known), the same page for an interval; a new one only
+        as the budget allows (:class:`Busy` otherwise), however many gangs are asked for."""
         now = self.clock.monotonic()
         cached = self._gangs.get(key)
         if cached is not None and now - cached[0] < self.interval_seconds:
             return cached[1]
-        found = self.gang_picture(GangKey(key))
+        if self.state.index.get(GangKey(key)) is None:
+            return None  # (no page to make: nothing spent)
+        wait = self._wait(now)
+        if wait > 0:
+            raise Busy(wait)
+        found = self._spend(lambda: self.gang_picture(GangKey(key)))
         if found is None:
             return None
         body = orjson.dumps(found)
         self._gangs = {k: v for k, v in self._gangs.items() if now - v[0] < self.interval_seconds}
         self._gangs[key] = (now, body)
         return body
+
+    def _spent_by(self, now: float) -> float:
+        """The loop's seconds the view has spent and not yet paid back (it pays :data:`MOST_SHARE` a second)."""
+        return max(0.0, self._spent - (now - self._spent_at) * MOST_SHARE)
+
+    def _wait(self, now: float) -> float:
+        """Seconds until the view may spend the loop's time again (0: now): its spending is held to
+        :data:`MOST_SHARE` of the loop's time, with :data:`WINDOW` seconds' worth of it spent at once at most."""
+        over = self._spent_by(now) - MOST_SHARE * WINDOW
+        return over / MOST_SHARE if over >= 0 else 0.0
+
+    def _spend(self, work: Callable[[], T]) -> T:
+        """Do ``work`` on the event loop's time, and count it against the view's share (a failure counts too)."""
+        started = self.timer()
+        try:
+            return work()
+        finally:
+            took = self.timer() - started
+            self.longest_seconds = max(self.longest_seconds, took)
+            now = self.clock.monotonic()
+            self._spent, self._spent_at = self._spent_by(now) + took, now
 
     # -- the cluster ----------------------------------------------------------------------------
 
@@ -125,7 +175,7 @@ class Pictures:
                 owner = self._owner(key)
                 code = OTHERS if owner is None else FIRST_GANG + owners.setdefault(owner, len(owners))
                 held[node][code] += amount
-        gangs = self._gangs_listed()
+        gangs, waiting = self._gangs_listed()
         for entry in gangs:
             owners.setdefault(entry["key"], len(owners))
         for entry in gangs:
@@ -142,7 +192,7 @@ class Pictures:
                 "cells": cells,
                 "free": free,
                 "gangs": len(state.index.results()),
-                "waiting": sum(1 for entry in gangs if entry["state"] not in ("running", "binding")),
+                "waiting": waiting,
             },
             "owners": list(owners),
             "domains": domains,
@@ -171,18 +221,25 @@ class Pictures:
         allocatable = snapshot.allocatable[:, column] if column is not None else np.zeros(snapshot.n_nodes, np.int64)
         free = snapshot.free[:, column] if column is not None else np.zeros(snapshot.n_nodes, np.int64)
         levels = [level for level in self.levels if snapshot.label(level).values]  # those the nodes have
-        paths = [snapshot.label(level) for level in levels]
+        # Each node's domain as one id per node, and the arrays as Python lists: the loop below is per node
+        # (it draws each one), and indexing numpy one element at a time costs more than the drawing.
+        domain_ids = np.zeros(snapshot.n_nodes, np.int64)
+        for level in levels:
+            label = snapshot.label(level)
+            domain_ids = domain_ids * (len(label.values) + 1) + (label.ids.astype(np.int64) + 1)
+        firsts = {int(key): row for row, key in reversed(list(enumerate(domain_ids.tolist())))}
+        totals, lefts = allocatable.tolist(), np.maximum(free, 0).tolist()
         domains: list[dict[str, Any]] = []
-        by_path: dict[tuple[str, ...], dict[str, Any]] = {}
-        for row, name in enumerate(snapshot.names):  # the map's rows: what it draws is per node
-            path = tuple(label.values[label.ids[row]] if label.ids[row] >= 0 else "-" for label in paths)
+        by_path: dict[int, dict[str, Any]] = {}
+        for row, (name, path) in enumerate(zip(snapshot.names, domain_ids.tolist(), strict=True)):
             domain = by_path.get(path)
             if domain is None:
-                words = [f"{short_name(level)} {value}" for level, value in zip(levels, path, strict=True)]
+                first = firsts[path]
+                words = [f"{short_name(level)} {_value(snapshot.label(level), first)}" for level in levels]
                 domain = {"name": " / ".join(words) or "cluster", "nodes": [], "free": 0, "freeNodes": 0, "largest": 0}
                 by_path[path] = domain
                 domains.append(domain)
-            total, left = int(allocatable[row]), max(0, int(free[row]))
+            total, left = totals[row], lefts[row]
             domain["nodes"].append({"name": name, "cells": _cells(total, held.get(name, Counter())), "free": left})
             domain["free"] += left
             domain["freeNodes"] += int(total > 0 and left >= total)
@@ -191,17 +248,22 @@ class Pictures:
 
     # -- the gangs ------------------------------------------------------------------------------
 
-    def _gangs_listed(self) -> list[dict[str, Any]]:
-        state = self.state
-        lineup = [(key, where, until) for key, where, until in self.queue.lineup() if where is not State.BINDING]
-        position = {key: i + 1 for i, (key, _, _) in enumerate(lineup)}
-        backing_off = {key: until for key, where, until in lineup if where is State.BACKOFF}
-        listed = []
-        for key, result in state.index.results().items():
-            entry = self._gang(key, result, position.get(key), backing_off.get(key))
-            listed.append(entry)
+    def _gangs_listed(self) -> tuple[list[dict[str, Any]], int]:
+        """The gangs the page lists (waiting first, the oldest first, :data:`MOST_GANGS` of them), and how many
+        gangs wait in all."""
+        self._line_up()
+        listed = [
+            self._gang(key, result, self._positions.get(key), self._backing_off.get(key))
+            for key, result in self.state.index.results().items()
+        ]
         listed.sort(key=lambda entry: (entry["state"] in ("running", "binding"), entry["since"], entry["key"]))
-        return listed[:MOST_GANGS]
+        waiting = sum(1 for entry in listed if entry["state"] not in ("running", "binding"))
+        return listed[:MOST_GANGS], waiting
+
+    def _line_up(self) -> None:
+        lineup = [(key, where, until) for key, where, until in self.queue.lineup() if where is not State.BINDING]
+        self._positions = {key: i + 1 for i, (key, _, _) in enumerate(lineup)}
+        self._backing_off = {key: until for key, where, until in lineup if where is State.BACKOFF}
 
     def _gang(
         self, key: GangKey, result: GangSpec | GangError, position: int | None, backoff_until: float | None
@@ -215,11 +277,11 @@ class Pictures:
                 "reservation": "", "nomination": "",
             }  # fmt: skip
         members = [member.key for member in result.request.members()]
-        bound = sum(1 for pod in members if state.bound_node(pod) is not None)
-        placed = sum(1 for pod in members if state.placed_node(pod) is not None)
-        minimum = sum(part.min_pods for part in result.request.walk() if part.is_leaf)
-        waiting = [pod for pod in members if state.placed_node(pod) is None]
-        unbound = [pod for pod in members if state.bound_node(pod) is None]  # assumed ones are told why too
+        bound_keys = {pod for pod in members if state.bound_node(pod) is not None}
+        unbound = [pod for pod in members if pod not in bound_keys]  # assumed ones are told why too
+        waiting = [pod for pod in unbound if pod not in state.assumed]
+        bound, placed = len(bound_keys), len(members) - len(waiting)
+        minimum = result.request.minimum_pods()
         why = self.reasons.why_pending(unbound[0]) if unbound else None
         reservation = self._reservation(key)
         nomination = self._nomination(key)
@@ -236,7 +298,7 @@ class Pictures:
             word = "preempting"
         elif backoff_until is not None:
             word = "backing off"
-        elif bound >= minimum and bound:
+        elif bound and result.request.satisfied_by(bound_keys):
             word = "running"  # its minimum runs; extras wait
         else:
             word = "pending"
@@ -281,8 +343,8 @@ class Pictures:
         if isinstance(result, GangError):
             return {"gang": self._gang(key, result, None, None), "pods": [], "placement": {}, "domains": []}
         state = self.state
-        lineup = [k for k, where, _ in self.queue.lineup() if where is not State.BINDING]
-        position = lineup.index(key) + 1 if key in lineup else None
+        if not self._positions:
+            self._line_up()  # no picture taken yet
         pods = []
         for member in result.request.members():
             node = state.bound_node(member.key)
@@ -293,7 +355,7 @@ class Pictures:
         placement = Counter(pod["node"] for pod in pods if pod["node"])
         waiting = [member for member in result.request.members() if state.placed_node(member.key) is None]
         return {
-            "gang": self._gang(key, result, position, None),
+            "gang": self._gang(key, result, self._positions.get(key), self._backing_off.get(key)),
             "pods": pods,
             "placement": dict(sorted(placement.items())),
             "domains": self._room(waiting),
@@ -331,6 +393,12 @@ def accelerator(resources: Sequence[str]) -> str:
         if name.endswith("/gpu"):
             return name
     return next((name for name in resources if name.startswith("devices/")), "")
+
+
+def _value(label: Any, row: int) -> str:
+    """A node's value of a label, ``-`` where it has none."""
+    found = int(label.ids[row])
+    return str(label.values[found]) if found >= 0 else "-"
 
 
 def _cells(total: int, held: Counter[int]) -> list[int]:

@@ -65,22 +65,16 @@ def register(
     evictor: EvictionSink | None,
 ) -> Stages:
     """Every stage of the cycle. Without an ``evictor`` nothing is preempted (the replay benchmark has no API
-    to evict through)."""
+    to evict through), but the room the API shows nominated is still hidden (``Preemption.hide``)."""
     vacancies = Vacancies(state, settings.permit.replacement_grace_seconds)
-    preemption = None
-    if evictor is not None:
-        preemption = Preemption(
-            state=state, settings=settings, clock=clock, vacancies=vacancies, evictor=evictor, reporter=reporter,
-            metrics=metrics,
-        )  # fmt: skip
     stages = (
         PermitStage(state=state, permit=permit, placer=placer, settings=settings, clock=clock),
         vacancies,
-        preemption,
+        Preemption(state, settings, vacancies=vacancies, evictor=evictor, reporter=reporter, metrics=metrics),
         Starvation(settings.starvation, state, clock, settings.levels, metrics=metrics, reporter=reporter),
         Journal(clock),  # last: told each decision once the policies acted on it
     )
     whose_room = WhoseRoom(
         state=state, permit=permit, vacancies=vacancies, placer=placer, settings=settings, clock=clock
     )
-    return Stages(tuple(stage for stage in stages if stage is not None), whose_room)
+    return Stages(stages, whose_room)

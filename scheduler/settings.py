@@ -130,8 +130,12 @@ class ServerSettings:
     """Where /metrics, /healthz and /readyz are served, and the live view (``kubectl port-forward`` reaches it)."""
     view: bool = True
     """The live view: a read-only page at / showing the cluster as Phalanx sees it, and its JSON at /api/."""
+    view_from: str = "loopback"
+    """Who the live view answers: ``loopback`` (``kubectl port-forward`` arrives on the pod's loopback; a
+    request through the Service is refused, since the view names every tenant's gangs), or ``anywhere``."""
     view_interval_seconds: float = 2.0
-    """A picture for the view is taken at most this often, and only while someone looks."""
+    """A picture for the view is taken at most this often, only while someone looks, and never so often that
+    pictures take more than 5% of the scheduler's time (on a large cluster, less often)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -365,8 +369,10 @@ def _check(settings: Settings) -> None:
     _, _, port = settings.server.address.rpartition(":")
     if not port.isdigit() or int(port) > 65535:
         raise SettingsError(f"server.address: must be host:port, got {settings.server.address!r}")
-    if settings.server.view_interval_seconds <= 0:
+    if not settings.server.view_interval_seconds > 0:  # (NaN too)
         raise SettingsError("server.viewIntervalSeconds: must be positive")
+    if settings.server.view_from not in ("loopback", "anywhere"):
+        raise SettingsError(f"server.viewFrom: loopback or anywhere, got {settings.server.view_from!r}")
 
 
 def load_settings(path: str | Path | None = None, overrides: list[str] | None = None) -> Settings:

@@ -156,3 +156,10 @@ def test_bench_events_quick_json_measures_each_kind_of_pod_event_and_compile() -
     assert set(report) == {"added us", "compile us per gang", "bound us", "rebound us per gang"}
     assert all(value > 0 for value in report.values())
     assert "machine:" in completed.stderr and "command: scripts/bench_events.py --quick --json" in completed.stderr
+
+
+def test_bench_view_quick_json_measures_a_picture() -> None:
+    completed, report = run_quick("scripts/bench_view.py")
+    assert {"nodes", "pods", "picture_ms", "json_kb", "gzip_kb", "every_s"} <= report["512"].keys()
+    assert report["512"]["pods"] == 3906 and report["512"]["gzip_kb"] < report["512"]["json_kb"]
+    assert "machine:" in completed.stderr and "command: scripts/bench_view.py --quick --json" in completed.stderr

@@ -266,7 +266,7 @@ def _reservations(gang_key: str, reason: str, report: Report) -> list[str]:
         nodes = ", ".join(held.nodes[:8]) + (f", ... {len(held.nodes) - 8} more" if len(held.nodes) > 8 else "")
         if held.gang == gang_key:
             lines.append(f"Reserved: it {held.reserves}. The room freeing up on {nodes} is kept for it.")
-        elif f"reserved for gang {held.gang}," in reason:
+        elif f"reserved for gang {held.gang}," in reason or f"held for gang {held.gang}," in reason:  # (older words)
             lines.append(f"Reserved for gang {held.gang}, which waited too long: it {held.reserves} ({nodes}).")
     return lines
 

@@ -15,7 +15,7 @@ import anyio
 import orjson
 from aiohttp import web
 
-from scheduler.health import ASSETS, ListenError, assets, safety
+from scheduler.health import ASSETS, SERVED_UNDER_VIEW, ListenError, assets, safety, url_of
 
 
 def playback_app(frames: Sequence[tuple[float, bytes]], *, title: str, cut: bool) -> web.Application:
@@ -26,7 +26,7 @@ def playback_app(frames: Sequence[tuple[float, bytes]], *, title: str, cut: bool
 
     async def page(request: web.Request) -> web.Response:
         name = request.match_info.get("name", "index.html")
-        if name not in ASSETS:
+        if name not in ASSETS or ("name" in request.match_info and name not in SERVED_UNDER_VIEW):
             raise web.HTTPNotFound()
         return web.Response(body=files[name], content_type=ASSETS[name], charset="utf-8")
 
@@ -35,12 +35,12 @@ def playback_app(frames: Sequence[tuple[float, bytes]], *, title: str, cut: bool
 
     async def cluster(request: web.Request) -> web.Response:
         asked = request.query.get("frame", str(len(frames) - 1))
-        if not asked.isdigit() or int(asked) >= len(frames):
-            raise web.HTTPNotFound(text=f"no frame {asked}: there are {len(frames)}\\n")
+        if not (asked.isascii() and asked.isdigit() and len(asked) < 10) or int(asked) >= len(frames):
+            raise web.HTTPNotFound(text=f"no frame {asked}: there are {len(frames)}\n")
         return web.Response(body=frames[int(asked)][1], content_type="application/json")
 
     async def no_gang(_: web.Request) -> web.Response:
-        raise web.HTTPNotFound(text="a recorded run has no gang pages\\n")
+        raise web.HTTPNotFound(text="a recorded run has no gang pages\n")
 
     app = web.Application(middlewares=[safety])
     app.router.add_get("/", page)
@@ -66,7 +66,7 @@ async def serve_playback(app: web.Application, address: str, started: Callable[[
         raise ListenError(address, error.strerror or str(error)) from error
     try:
         await web.SockSite(runner, listener).start()
-        started(f"http://{host or '127.0.0.1'}:{listener.getsockname()[1]}/")
+        started(url_of(host or "127.0.0.1", listener.getsockname()[1]) + "/")
         await anyio.sleep_forever()
     finally:
         with anyio.CancelScope(shield=True):

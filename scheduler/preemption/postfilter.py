@@ -5,8 +5,10 @@ an :class:`Outcome`: PREEMPTING with the victims, or the placement's own UNSCHED
 preemption says. Once the cycle recorded it, :meth:`Preemption.recorded` carries it out: the nomination
 and the ledger at once (:meth:`Preemption.begin`), the API writes handed to the evictor (off the cycle),
 the preemptor's Event. The stage owns the nominations (``nominations.py``, hidden from gangs below the
-preemptor: its pre-filter) and the ledger of evictions begun (``evictions.py``); it is registered only
-where there is an evictor (the replay has no API to evict through).
+preemptor: its pre-filter) and the ledger of evictions begun (``evictions.py``). Without an evictor (the
+replay has no API to evict through) it preempts nothing and clears nothing, but its pre-filter still hides
+the room the API shows nominated (pods' ``status.nominatedNodeName``, another scheduler's or an earlier
+leader's).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from dataclasses import replace
 
 import structlog
 
-from scheduler.clock import Clock
 from scheduler.decision import Code, DecisionRecorder, Outcome, Reason
 from scheduler.gangs import GangError, GangKey, GangSpec
 from scheduler.metrics import Metrics
@@ -42,12 +43,11 @@ log = structlog.get_logger("phalanx.preemption")
 class Preemption(Stage):
     def __init__(
         self,
-        *,
         state: ClusterView,
         settings: Settings,
-        clock: Clock,
+        *,
         vacancies: Vacancies,
-        evictor: EvictionSink,
+        evictor: EvictionSink | None,
         reporter: DecisionRecorder,
         metrics: Metrics,
     ) -> None:
@@ -55,7 +55,7 @@ class Preemption(Stage):
         self.evictor = evictor
         self.reporter = reporter
         self.metrics = metrics
-        self.nominations = Nominations(clock, settings.preemption.nomination_timeout_seconds)
+        self.nominations = Nominations(state.clock, settings.preemption.nomination_timeout_seconds)
         self.evictions = Evictions(state)
         self.planner = PreemptionPlanner(state, settings, self.nominations, self.evictions, vacancies)
         self._clearing: set[str] = set()  # pods whose nominatedNodeName is being cleared
@@ -71,6 +71,8 @@ class Preemption(Stage):
         priorities for them as any pod would, one more at a time (its own minimum is never a victim of it,
         equal priorities never are)."""
         spec, request, failed = tried.spec, tried.request, tried.failed
+        if self.evictor is None:
+            return failed
         if tried.extras:
             if not request.is_leaf:
                 return failed
@@ -168,11 +170,13 @@ class Preemption(Stage):
             if isinstance(spec, GangSpec):
                 self.clear_stale(spec.key, spec.pods)
                 again.append(spec)
-        for job in self.unfinished():
-            self.metrics.preemption_resumed.inc(len(job.victims))
-            spec = self.state.index.get(job.preemptor)
-            subject = self.reporter.gang(spec.objects, spec.pods) if isinstance(spec, GangSpec) else None
-            self.evictor.submit(replace(job, subject=subject))
+        evictor = self.evictor
+        if evictor is not None:
+            for job in self.unfinished():
+                self.metrics.preemption_resumed.inc(len(job.victims))
+                spec = self.state.index.get(job.preemptor)
+                subject = self.reporter.gang(spec.objects, spec.pods) if isinstance(spec, GangSpec) else None
+                evictor.submit(replace(job, subject=subject))
         return Due(again=again)
 
     def next_deadline(self) -> float | None:
@@ -185,12 +189,15 @@ class Preemption(Stage):
 
     def clear_stale(self, gang: GangKey, pods: Iterable[str]) -> None:
         """Clear ``nominatedNodeName`` on pending pods of a gang that holds no nomination (any more)."""
+        if self.evictor is None:
+            return
         stale = self.stale(gang, pods)
         if stale:
             self.evictor.submit(EvictJob(gang, (), tuple((pod, "") for pod in stale), ""))
 
     def _preempt(self, spec: GangSpec, victims: Victims) -> None:
         """Begin the preemption the cycle recorded: the evictor's job, the victims counted, the Event."""
+        assert self.evictor is not None  # nothing preempts without one (post_filter)
         subject = self.reporter.gang(spec.objects, spec.pods)
         self.evictor.submit(replace(self.begin(spec, victims), subject=subject))
         for reason, count in victims_by_reason(victims).items():

@@ -41,6 +41,7 @@ async function refresh() {
     const headers = view.etag ? { "If-None-Match": view.etag } : {};
     const response = await fetch("api/cluster", { headers, cache: "no-store" });
     if (response.status === 304) return;
+    if (response.status === 503) { document.getElementById("status").textContent = "Phalanx is busy; the view waits"; return; }
     if (!response.ok) throw new Error(`api/cluster answered ${response.status}`);
     view.etag = response.headers.get("ETag");
     view.picture = await response.json();
@@ -145,6 +146,7 @@ function cellAt(event, hit) {
   const box = event.target.getBoundingClientRect();
   const col = Math.floor((event.clientX - box.left - hit.x - GAP) / (CELL + GAP));
   const row = Math.floor((event.clientY - box.top - hit.y - GAP) / (CELL + GAP));
+  if (col < 0 || col >= hit.size.cols || row < 0) return undefined; // the node's border, not a cell
   return hit.node.cells[row * hit.size.cols + col];
 }
 
@@ -258,7 +260,8 @@ async function showGang(key) {
   const response = await fetch(`api/gang?key=${encodeURIComponent(key)}`, { cache: "no-store" });
   if (!response.ok) {
     document.getElementById("gang-title").textContent = key;
-    document.getElementById("gang-state").textContent = response.status === 404 ? "Phalanx does not know this gang (any more)." : `api/gang answered ${response.status}`;
+    document.getElementById("gang-state").textContent = response.status === 404 ? "Phalanx does not know this gang (any more)."
+      : response.status === 429 ? "Phalanx is busy; this gang's page comes at the next update." : `api/gang answered ${response.status}`;
     panel.hidden = false;
     return;
   }
@@ -285,7 +288,9 @@ async function showGang(key) {
 
 function route() {
   const match = location.hash.match(/^#gang=(.+)$/);
-  if (match) showGang(decodeURIComponent(match[1]));
+  let key = null;
+  try { key = match && decodeURIComponent(match[1]); } catch { key = null; } // a hand-edited address
+  if (key) showGang(key);
   else { view.gang = null; document.getElementById("gang").hidden = true; }
 }
 

@@ -8,6 +8,8 @@ from dataclasses import replace
 
 from scheduler.decision import Code, Outcome
 from scheduler.gangs import GangError, GangKey, GangSpec
+from scheduler.ports.port import PODS, Change
+from scheduler.preemption.postfilter import Preemption
 from scheduler.registry import Stages
 from scheduler.stages import GangNews, Hidden, Stage, Tried
 from scheduler.starvation import Starvation
@@ -85,3 +87,24 @@ def test_every_stage_is_told_when_a_gang_is_done_or_deleted() -> None:
     loop.finish(*members)
     loop.settle()
     assert ("pfn:ml/train", GangNews.DELETED) in maintenance.news
+
+
+def test_room_the_api_shows_nominated_stays_hidden_where_nothing_preempts() -> None:
+    """A higher-priority pod of another scheduler nominated to the one node keeps it from our pod, with an
+    evictor or without one (the replay has none): the nominations' pre-filter is registered either way."""
+    for preemption in (False, True):
+        loop = Loop(racks=1, nodes=1, preemption=preemption)
+        node = loop.state.snapshot.names[0]
+        other = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": "ml", "name": "other", "uid": "other",
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"schedulerName": "default-scheduler", "priority": 1000,
+                     "containers": [{"name": "m", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
+            "status": {"nominatedNodeName": node},
+        }  # fmt: skip
+        loop.state.apply(PODS, Change("ADDED", other))
+        mine = loop.submit("mine", 8)
+        loop.settle()
+        assert mine not in loop.bound(), preemption
+        assert loop.loop.stages.find(Preemption) is not None

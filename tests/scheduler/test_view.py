@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -15,9 +16,10 @@ import pytest
 
 from scheduler.app import Phalanx
 from scheduler.settings import ServerSettings, SettingsError, load_settings
-from tests.scheduler.support import FAST, Cluster, cluster, eventually, gpu_pod, pfn, phalanx
+from tests.scheduler.support import FAST, Cluster, cluster, create_manifests, eventually, gpu_pod, pfn, phalanx
 
 RACK = "example.com/rack"
+ROOT = Path(__file__).resolve().parents[2]
 #: A picture may be taken at every ask: the tests wait on what it shows, not on the interval.
 OFTEN = replace(FAST, server=ServerSettings(address="127.0.0.1:0", view_interval_seconds=0.01))
 
@@ -116,13 +118,14 @@ async def test_a_picture_is_taken_at_most_once_per_interval_however_many_ask() -
     slow = replace(FAST, server=ServerSettings(address="127.0.0.1:0", view_interval_seconds=3600))
     async with cluster() as where, phalanx(where, slow) as app, viewer(app) as http:
         scene(where)
-        first = await picture(http)
+        async with http.get("/api/cluster") as response:
+            first = await response.json()
+            etag = response.headers["ETag"]
         for _ in range(20):
             async with http.get("/api/cluster") as response:
-                assert response.status == 200
-                assert response.headers["ETag"] == '"1"'
-        assert app.pictures.taken == 1 and first["totals"]["gangs"] <= 2
-        async with http.get("/api/cluster", headers={"If-None-Match": '"1"'}) as response:
+                assert response.status == 200 and response.headers["ETag"] == etag
+        assert app.pictures.taken == 1 and first["totals"]["gangs"] <= 2 and etag.endswith('-1"')
+        async with http.get("/api/cluster", headers={"If-None-Match": etag}) as response:
             assert response.status == 304  # the page polls cheaply: unchanged pictures are not sent again
 
 
@@ -167,6 +170,8 @@ def test_the_view_s_interval_must_be_positive() -> None:
 
 
 def test_pictures_that_take_long_are_taken_less_often_so_that_they_cost_the_loop_at_most_a_twentieth() -> None:
+    """A picture that takes 1 s of the loop's time: the view has then spent more than it may at once (0.5 s),
+    and pays 0.05 s back per second: no other picture until 10 s later, whoever asks."""
     from scheduler.clock import ManualClock  # noqa: PLC0415
     from scheduler.picture import Pictures  # noqa: PLC0415
     from tests.scheduler.loop import Loop  # noqa: PLC0415
@@ -179,10 +184,10 @@ def test_pictures_that_take_long_are_taken_less_often_so_that_they_cost_the_loop
         clock=clock, interval_seconds=2.0, leading=lambda: True, timer=lambda: float(next(ticks)),
     )  # fmt: skip
     first, _ = pictures.latest()
-    for moment in (2.0, 10.0, 19.9):
+    for moment in (2.0, 5.0, 9.9):
         clock.advance(moment - clock.monotonic())
-        assert pictures.latest()[0] == first  # 1 s taken: not again before 20 s, whoever asks
-    clock.advance(0.1)
+        assert pictures.latest()[0] == first
+    clock.advance(0.2)
     assert pictures.latest()[0] != first and pictures.taken == 2
 
 
@@ -197,3 +202,70 @@ async def test_the_picture_is_sent_compressed_to_a_browser_that_takes_gzip() -> 
         async with http.get("/api/cluster", headers={"Accept-Encoding": "gzip"}) as response:
             assert response.status == 200 and response.headers["Content-Encoding"] == "gzip"
             assert (await response.json())["totals"]["nodes"] == 8
+
+
+async def test_a_composite_gang_shows_its_true_minimum_and_runs_once_it_is_met() -> None:
+    """Kthena's prefill/decode PodGroup: 8 pods in replicas of two, of which 6 (two prefill replicas and one
+    decode replica) are the minimum: not the sum of every replica's own minimum."""
+    async with cluster() as where, phalanx(where, OFTEN) as app, viewer(app) as http:
+        await create_manifests(where, ROOT / "examples" / "volcano" / "kthena-prefill-decode.yaml")
+
+        async def shown() -> dict[str, Any]:
+            found = [gang for gang in (await picture(http))["gangs"] if gang["pods"] == 8]
+            return found[0] if found and found[0]["bound"] >= 6 else {}
+
+        gang = await eventually_async(shown)
+        assert (gang["minimum"], gang["state"]) == (6, "running")
+
+
+def test_the_view_answers_loopback_only_unless_told_otherwise() -> None:
+    from unittest.mock import Mock  # noqa: PLC0415
+
+    from aiohttp import web  # noqa: PLC0415
+    from aiohttp.test_utils import make_mocked_request  # noqa: PLC0415
+
+    from scheduler.health import HealthServer  # noqa: PLC0415
+    from scheduler.metrics import Metrics  # noqa: PLC0415
+
+    def request_from(address: str) -> web.Request:
+        transport = Mock()
+        peer = (address, 40000)
+        transport.get_extra_info.side_effect = lambda name, default=None: peer if name == "peername" else default
+        return make_mocked_request("GET", "/api/cluster", transport=transport)
+
+    loopback_only = HealthServer("127.0.0.1:0", Metrics(), lambda: (True, "ok"))
+    for address in ("127.0.0.1", "::1"):
+        loopback_only._may_view(request_from(address))  # port-forward arrives here: answered
+    with pytest.raises(web.HTTPForbidden) as refused:
+        loopback_only._may_view(request_from("10.12.0.7"))  # another pod, through the Service: refused
+    assert "server.viewFrom: anywhere" in (refused.value.text or "")
+    HealthServer("127.0.0.1:0", Metrics(), lambda: (True, "ok"), view_from_anywhere=True)._may_view(
+        request_from("10.12.0.7")
+    )
+    with pytest.raises(SettingsError, match=r"server\.viewFrom: loopback or anywhere"):
+        load_settings(None, ["server.viewFrom=everyone"])
+
+
+def test_gang_pages_share_the_view_s_budget_however_many_gangs_are_asked_for() -> None:
+    from scheduler.clock import ManualClock  # noqa: PLC0415
+    from scheduler.picture import Busy, Pictures  # noqa: PLC0415
+    from tests.scheduler.loop import Loop  # noqa: PLC0415
+
+    loop = Loop(racks=1, nodes=2)
+    for name in ("a", "b"):
+        loop.submit(f"{name}-0", 8, gang=(name, 1))
+    loop.settle()
+    clock = ManualClock()
+    ticks = iter(range(1000))  # each page takes one second of the loop's time
+    pictures = Pictures(
+        state=loop.state, queue=loop.queue, stages=loop.loop.stages, reasons=_NoReasons(), levels=loop.settings.levels,
+        clock=clock, interval_seconds=2.0, leading=lambda: True, timer=lambda: float(next(ticks)),
+    )  # fmt: skip
+    assert pictures.gang("pfn:ml/a") is not None
+    assert pictures.gang("pfn:ml/a") is not None  # the same page again: no new cost
+    with pytest.raises(Busy) as busy:
+        pictures.gang("pfn:ml/b")  # another gang at once: 1 s spent, 0.5 at most at once, paid back at 0.05/s
+    assert busy.value.retry_after == pytest.approx(10.0)
+    assert pictures.gang("pfn:ml/nobody") is None  # a gang not known costs nothing, busy or not
+    clock.advance(10.0)
+    assert pictures.gang("pfn:ml/b") is not None
