@@ -173,10 +173,14 @@ def assets() -> dict[str, bytes]:
 
 
 def _loopback(remote: str | None) -> bool:
+    """Whether a peer is this pod's loopback (an IPv4 one seen through a dual-stack socket too)."""
     try:
-        return remote is not None and ipaddress.ip_address(remote).is_loopback
+        address = ipaddress.ip_address((remote or "").split("%", 1)[0])
     except ValueError:
-        return False
+        return False  # no address (a Unix socket) is not loopback
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
 
 
 def _retry(busy: Busy) -> dict[str, str]:

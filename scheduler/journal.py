@@ -35,7 +35,7 @@ class Journal(Stage):
         #: Gangs told done since they were last placed (a done gang is told so at each of its pods' events), and
         #: gangs told deleted (the binder may give back a gang that is gone already).
         self._done: set[str] = set()
-        self._deleted: set[str] = set()
+        self._deleted: dict[str, None] = {}  # oldest first; forgetting the oldest risks a repeated line only
 
     def entries(self) -> list[Entry]:
         """Newest first."""
@@ -45,7 +45,7 @@ class Journal(Stage):
         what, note = _worth_telling(outcome)
         if outcome.code is not Code.PLACED:
             self._done.discard(str(gang.key))
-        self._deleted.discard(str(gang.key))
+        self._deleted.pop(str(gang.key), None)
         if what:
             self._entries.append(Entry(self.clock.wall(), str(gang.key), what, note))
         return ()
@@ -57,7 +57,9 @@ class Journal(Stage):
             self._entries.append(Entry(self.clock.wall(), key, "done", "every member is bound or being bound"))
         elif news is GangNews.DELETED and key not in self._deleted:
             self._done.discard(key)
-            self._deleted.add(key)
+            self._deleted[key] = None
+            if len(self._deleted) > 4 * LENGTH:
+                del self._deleted[next(iter(self._deleted))]
             self._entries.append(Entry(self.clock.wall(), key, "deleted", ""))
         return ()
 

@@ -48,6 +48,8 @@ MOST_SHARE = 0.05
 #: The share is kept over this many seconds: the view may spend ``MOST_SHARE * WINDOW`` (0.5 s) of the loop's
 #: time at once (a picture and the gang pages of a click), then pays it back before it spends more.
 WINDOW = 10.0
+#: Of that, what pictures may take: the rest is kept for the gang pages a person opens between two.
+PICTURES_SHARE = 0.8
 
 
 T = TypeVar("T")
@@ -94,11 +96,14 @@ class Pictures:
         self._latest: tuple[float, str, bytes] | None = None  # (monotonic, etag, body)
         self._next = 0.0  # monotonic: when the next picture is due
         self._spent, self._spent_at = 0.0, 0.0  # (see :meth:`_spent_by`)
+        #: What the last picture, the last gang page and the last of either cost the loop (seconds).
+        self._picture_cost = self._page_cost = self._last_cost = 0.0
         #: ETags name the process too: two replicas behind one Service do not answer each other's with 304.
         self._token = secrets.token_hex(4)
         #: Queue positions and backoffs as of the last picture (a gang's page reuses them).
         self._positions: dict[GangKey, int] = {}
         self._backing_off: dict[GangKey, float] = {}
+        self._lined_up_at = -float("inf")
         self._gangs: dict[str, tuple[float, bytes]] = {}
         #: How many pictures were taken (the rate limit's test reads it), and the longest one took (seconds of
         #: the event loop's time: the benchmark reads it).
@@ -110,13 +115,14 @@ class Pictures:
         allows (:meth:`_spend`); :class:`Busy` when there is none yet and the budget does not allow one."""
         now = self.clock.monotonic()
         if self._latest is None or now >= self._next:
-            wait = self._wait(now)
+            wait = self._wait(now, self._picture_cost, share=PICTURES_SHARE)
             if wait > 0:
                 if self._latest is None:
                     raise Busy(wait)
                 return self._latest[1], self._latest[2]
             self._next = now + self.interval_seconds
             body = self._spend(lambda: orjson.dumps(self.take()))
+            self._picture_cost = self._last_cost
             self.taken += 1
             self._latest = (now, f'"{self._token}-{self.taken}"', body)
         return self._latest[1], self._latest[2]
@@ -130,10 +136,11 @@ class Pictures:
             return cached[1]
         if self.state.index.get(GangKey(key)) is None:
             return None  # (no page to make: nothing spent)
-        wait = self._wait(now)
+        wait = self._wait(now, self._page_cost)
         if wait > 0:
             raise Busy(wait)
         found = self._spend(lambda: self.gang_picture(GangKey(key)))
+        self._page_cost = self._last_cost
         if found is None:
             return None
         body = orjson.dumps(found)
@@ -145,11 +152,17 @@ class Pictures:
         """The loop's seconds the view has spent and not yet paid back (it pays :data:`MOST_SHARE` a second)."""
         return max(0.0, self._spent - (now - self._spent_at) * MOST_SHARE)
 
-    def _wait(self, now: float) -> float:
-        """Seconds until the view may spend the loop's time again (0: now): its spending is held to
-        :data:`MOST_SHARE` of the loop's time, with :data:`WINDOW` seconds' worth of it spent at once at most."""
-        over = self._spent_by(now) - MOST_SHARE * WINDOW
-        return over / MOST_SHARE if over >= 0 else 0.0
+    def _wait(self, now: float, cost: float, *, share: float = 1.0) -> float:
+        """Seconds until the view may spend ``cost`` more of the loop's time (0: now). Its spending is held to
+        :data:`MOST_SHARE` of the loop's time, with no more than :data:`WINDOW` seconds' worth (0.5 s) spent
+        and not paid back, of which pictures may take ``share``: the rest is kept for gang pages, or a page
+        opened after each picture would find the budget spent. Work that costs more than all of it is done
+        once the last is paid back."""
+        spent = self._spent_by(now)
+        room = MOST_SHARE * WINDOW * share
+        if spent == 0 or spent + cost <= room:
+            return 0.0
+        return (spent - max(0.0, room - cost)) / MOST_SHARE
 
     def _spend(self, work: Callable[[], T]) -> T:
         """Do ``work`` on the event loop's time, and count it against the view's share (a failure counts too)."""
@@ -158,6 +171,7 @@ class Pictures:
             return work()
         finally:
             took = self.timer() - started
+            self._last_cost = took
             self.longest_seconds = max(self.longest_seconds, took)
             now = self.clock.monotonic()
             self._spent, self._spent_at = self._spent_by(now) + took, now
@@ -227,15 +241,13 @@ class Pictures:
         for level in levels:
             label = snapshot.label(level)
             domain_ids = domain_ids * (len(label.values) + 1) + (label.ids.astype(np.int64) + 1)
-        firsts = {int(key): row for row, key in reversed(list(enumerate(domain_ids.tolist())))}
         totals, lefts = allocatable.tolist(), np.maximum(free, 0).tolist()
         domains: list[dict[str, Any]] = []
         by_path: dict[int, dict[str, Any]] = {}
         for row, (name, path) in enumerate(zip(snapshot.names, domain_ids.tolist(), strict=True)):
             domain = by_path.get(path)
             if domain is None:
-                first = firsts[path]
-                words = [f"{short_name(level)} {_value(snapshot.label(level), first)}" for level in levels]
+                words = [f"{short_name(level)} {_value(snapshot.label(level), row)}" for level in levels]
                 domain = {"name": " / ".join(words) or "cluster", "nodes": [], "free": 0, "freeNodes": 0, "largest": 0}
                 by_path[path] = domain
                 domains.append(domain)
@@ -261,6 +273,7 @@ class Pictures:
         return listed[:MOST_GANGS], waiting
 
     def _line_up(self) -> None:
+        self._lined_up_at = self.clock.monotonic()
         lineup = [(key, where, until) for key, where, until in self.queue.lineup() if where is not State.BINDING]
         self._positions = {key: i + 1 for i, (key, _, _) in enumerate(lineup)}
         self._backing_off = {key: until for key, where, until in lineup if where is State.BACKOFF}
@@ -343,8 +356,8 @@ class Pictures:
         if isinstance(result, GangError):
             return {"gang": self._gang(key, result, None, None), "pods": [], "placement": {}, "domains": []}
         state = self.state
-        if not self._positions:
-            self._line_up()  # no picture taken yet
+        if self.clock.monotonic() - self._lined_up_at >= self.interval_seconds:
+            self._line_up()  # (a client that asks for gangs alone still sees the queue as it is)
         pods = []
         for member in result.request.members():
             node = state.bound_node(member.key)

@@ -260,8 +260,10 @@ async function showGang(key) {
   const response = await fetch(`api/gang?key=${encodeURIComponent(key)}`, { cache: "no-store" });
   if (!response.ok) {
     document.getElementById("gang-title").textContent = key;
+    const wait = Number(response.headers.get("Retry-After")) || 2;
     document.getElementById("gang-state").textContent = response.status === 404 ? "Phalanx does not know this gang (any more)."
-      : response.status === 429 ? "Phalanx is busy; this gang's page comes at the next update." : `api/gang answered ${response.status}`;
+      : response.status === 429 ? `Phalanx is busy; this gang's page comes in ${wait} s.` : `api/gang answered ${response.status}`;
+    if (response.status === 429) setTimeout(() => { if (view.gang === key) showGang(key); }, wait * 1000);
     panel.hidden = false;
     return;
   }

@@ -170,8 +170,8 @@ def test_the_view_s_interval_must_be_positive() -> None:
 
 
 def test_pictures_that_take_long_are_taken_less_often_so_that_they_cost_the_loop_at_most_a_twentieth() -> None:
-    """A picture that takes 1 s of the loop's time: the view has then spent more than it may at once (0.5 s),
-    and pays 0.05 s back per second: no other picture until 10 s later, whoever asks."""
+    """A picture that takes 1 s of the loop's time: more than the view may spend at once (0.5 s), so it is
+    taken only once all it spent is paid back, at 0.05 s a second: not again until 20 s later, whoever asks."""
     from scheduler.clock import ManualClock  # noqa: PLC0415
     from scheduler.picture import Pictures  # noqa: PLC0415
     from tests.scheduler.loop import Loop  # noqa: PLC0415
@@ -184,7 +184,7 @@ def test_pictures_that_take_long_are_taken_less_often_so_that_they_cost_the_loop
         clock=clock, interval_seconds=2.0, leading=lambda: True, timer=lambda: float(next(ticks)),
     )  # fmt: skip
     first, _ = pictures.latest()
-    for moment in (2.0, 5.0, 9.9):
+    for moment in (2.0, 10.0, 19.9):
         clock.advance(moment - clock.monotonic())
         assert pictures.latest()[0] == first
     clock.advance(0.2)
@@ -234,8 +234,10 @@ def test_the_view_answers_loopback_only_unless_told_otherwise() -> None:
         return make_mocked_request("GET", "/api/cluster", transport=transport)
 
     loopback_only = HealthServer("127.0.0.1:0", Metrics(), lambda: (True, "ok"))
-    for address in ("127.0.0.1", "::1"):
+    for address in ("127.0.0.1", "::1", "::ffff:127.0.0.1"):  # (the last: IPv4 on a dual-stack socket)
         loopback_only._may_view(request_from(address))  # port-forward arrives here: answered
+    with pytest.raises(web.HTTPForbidden):
+        loopback_only._may_view(request_from("::ffff:10.12.0.7"))
     with pytest.raises(web.HTTPForbidden) as refused:
         loopback_only._may_view(request_from("10.12.0.7"))  # another pod, through the Service: refused
     assert "server.viewFrom: anywhere" in (refused.value.text or "")
@@ -264,8 +266,55 @@ def test_gang_pages_share_the_view_s_budget_however_many_gangs_are_asked_for() -
     assert pictures.gang("pfn:ml/a") is not None
     assert pictures.gang("pfn:ml/a") is not None  # the same page again: no new cost
     with pytest.raises(Busy) as busy:
-        pictures.gang("pfn:ml/b")  # another gang at once: 1 s spent, 0.5 at most at once, paid back at 0.05/s
-    assert busy.value.retry_after == pytest.approx(10.0)
+        pictures.gang("pfn:ml/b")  # another gang at once: 1 s spent, to be paid back at 0.05 s a second
+    assert busy.value.retry_after == pytest.approx(20.0)
     assert pictures.gang("pfn:ml/nobody") is None  # a gang not known costs nothing, busy or not
-    clock.advance(10.0)
+    clock.advance(20.0)
     assert pictures.gang("pfn:ml/b") is not None
+
+
+def test_pictures_leave_room_for_the_gang_page_a_person_opens_between_two() -> None:
+    """Pictures of 0.1 s every 2 s, and after each the page of the gang a person has open (0.01 s): the
+    pictures may use four fifths of what the view may spend at once, so the page is never refused."""
+    from scheduler.clock import ManualClock  # noqa: PLC0415
+    from scheduler.picture import Pictures  # noqa: PLC0415
+    from tests.scheduler.loop import Loop  # noqa: PLC0415
+
+    loop = Loop(racks=1, nodes=2)
+    loop.submit("a-0", 8, gang=("a", 1))
+    loop.settle()
+    clock = ManualClock()
+    costs = {"picture": 0.1, "page": 0.01}
+    now = [0.0]
+    doing = ["picture"]
+
+    def timer() -> float:  # each call pair (start, end) of a piece of work spends its cost
+        now[0] += costs[doing[0]] / 2
+        return now[0]
+
+    pictures = Pictures(
+        state=loop.state, queue=loop.queue, stages=loop.loop.stages, reasons=_NoReasons(), levels=loop.settings.levels,
+        clock=clock, interval_seconds=2.0, leading=lambda: True, timer=timer,
+    )  # fmt: skip
+    for _ in range(60):
+        doing[0] = "picture"
+        pictures.latest()
+        doing[0] = "page"
+        assert pictures.gang("pfn:ml/a") is not None
+        clock.advance(2.0)
+    assert pictures.taken >= 40  # most polls still got a new picture
+
+
+def test_the_journal_tells_a_deleted_gang_once_and_forgets_old_deletions() -> None:
+    from scheduler.clock import ManualClock  # noqa: PLC0415
+    from scheduler.gangs import GangKey  # noqa: PLC0415
+    from scheduler.journal import LENGTH, Journal  # noqa: PLC0415
+    from scheduler.stages import GangNews  # noqa: PLC0415
+
+    journal = Journal(ManualClock())
+    for _ in range(2):  # the binder gives back a gang that is gone already: told deleted again
+        journal.told(GangKey("pfn:ml/gone"), GangNews.DELETED)
+    assert [entry.what for entry in journal.entries()] == ["deleted"]
+    for i in range(10 * LENGTH):
+        journal.told(GangKey(f"pfn:ml/g{i}"), GangNews.DELETED)
+    assert len(journal.entries()) == LENGTH and len(journal._deleted) <= 4 * LENGTH  # bounded, however many
