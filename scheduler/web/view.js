@@ -5,10 +5,11 @@
 const POLL_MS = 2000;
 let CELL = 7; // px per accelerator cell: larger on small clusters (renderMap sets it)
 const GAP = 1;
-const NODE_GAP = 4;
+let NODE_GAP = 4; // px between nodes (2 on large clusters)
 const FREE = 0, OTHERS = 1, FIRST_GANG = 2;
 
-const view = { picture: null, etag: null, layout: new Map(), gang: null, timeline: null, playing: null };
+const view = { picture: null, etag: null, layout: new Map(), gang: null, timeline: null, playing: null,
+  cards: new Map(), cols: 8 };
 
 function colourOf(code, owners) {
   if (code === FREE) return "#eceff1";
@@ -77,29 +78,44 @@ function renderLegend(picture) {
 }
 
 function renderMap(picture) {
+  // A rack whose cells, owners and counts are as last drawn keeps its canvas: on a large cluster most do.
   const map = document.getElementById("map");
-  map.replaceChildren();
+  const nodes = picture.totals.nodes;
+  CELL = nodes <= 64 ? 12 : nodes <= 1024 ? 9 : nodes <= 4096 ? 6 : 3;
+  view.cols = nodes <= 4096 ? 8 : 4; // large clusters: nodes as 4 x 2 blocks, two racks to a row
+  NODE_GAP = nodes <= 4096 ? 4 : 2;
+  const full = Math.max(240, Math.min(map.clientWidth || 1200, 1400));
+  const width = nodes <= 4096 ? full - 18 : (full - 8) / 2 - 18; // a card's padding and border, the gap
+  const palette = [colourOf(FREE, []), colourOf(OTHERS, []), ...picture.owners.map((_, i) => colourOf(FIRST_GANG + i, picture.owners))];
+  const cards = new Map();
   view.layout = new Map();
-  CELL = picture.totals.nodes <= 64 ? 12 : picture.totals.nodes <= 1024 ? 9 : 6;
-  const width = Math.max(240, Math.min(map.clientWidth || 1200, 1400));
   for (const domain of picture.domains) {
-    const card = el("div", null, { class: "domain", "data-domain": domain.name });
-    const title = el("h3", domain.name);
-    const room = el("span", ` · ${domain.free} free, ${domain.freeNodes} node(s) wholly free, most on one node ${domain.largest}`,
-      { class: "room" });
-    title.append(room);
-    card.append(title, drawDomain(domain, picture, width));
-    map.append(card);
+    const room = ` · ${domain.free} free, ${domain.freeNodes} node(s) wholly free, most on one node ${domain.largest}`;
+    const signature = [CELL, view.cols, NODE_GAP, width, room, ...domain.nodes.map((node) =>
+      `${node.name}:${node.cells.map((code) => (code >= FIRST_GANG ? picture.owners[code - FIRST_GANG] : code)).join(",")}`)].join("|");
+    let drawn = view.cards.get(domain.name);
+    if (!drawn || drawn.signature !== signature) {
+      const card = el("div", null, { class: "domain", "data-domain": domain.name });
+      const title = el("h3", domain.name);
+      title.append(el("span", room, { class: "room" }));
+      const layout = [];
+      card.append(title, drawDomain(domain, picture, palette, width, layout));
+      drawn = { signature, card, layout };
+    }
+    for (const [name, placed] of drawn.layout) view.layout.set(name, placed);
+    cards.set(domain.name, drawn);
   }
+  map.replaceChildren(...[...cards.values()].map((drawn) => drawn.card));
+  view.cards = cards;
 }
 
 function nodeSize(cells) {
-  const cols = Math.max(1, Math.min(8, cells));
+  const cols = Math.max(1, Math.min(view.cols, cells));
   const rows = Math.max(1, Math.ceil(cells / cols));
   return { cols, rows, w: cols * (CELL + GAP) + GAP, h: rows * (CELL + GAP) + GAP };
 }
 
-function drawDomain(domain, picture, width) {
+function drawDomain(domain, picture, palette, width, layout) {
   // Nodes left to right, wrapping; each node a grid of its cells (one per accelerator).
   const placed = [];
   let x = 0, y = 0, line = 0, widest = 0;
@@ -119,12 +135,12 @@ function drawDomain(domain, picture, width) {
     ctx.fillStyle = "#cfd8dc";
     ctx.fillRect(nx, ny, size.w, size.h);
     node.cells.forEach((code, i) => {
-      ctx.fillStyle = colourOf(code, picture.owners);
+      ctx.fillStyle = palette[code];
       const cx = nx + GAP + (i % size.cols) * (CELL + GAP);
       const cy = ny + GAP + Math.floor(i / size.cols) * (CELL + GAP);
       ctx.fillRect(cx, cy, CELL, CELL);
     });
-    view.layout.set(node.name, { canvas, x: nx, y: ny, size, node });
+    layout.push([node.name, { canvas, x: nx, y: ny, size, node }]);
   }
   canvas.addEventListener("mousemove", (event) => tip(event, placed, picture));
   canvas.addEventListener("mouseleave", () => { document.getElementById("tip").hidden = true; });
@@ -301,6 +317,7 @@ function route() {
 window.phalanxView = {
   picture: () => view.picture,
   moment: (index) => showMoment(index), // a recorded run: show its moment ``index``
+  forget: () => { view.cards = new Map(); }, // draw every rack afresh at the next render
   colourOf: (code) => colourOf(code, view.picture ? view.picture.owners : []),
   cellPixel(node, index) {
     const placed = view.layout.get(node);
