@@ -5,9 +5,11 @@ scale benchmarks, ``scalecluster.py``), fed to the scheduler's own state as watc
 For each size: the milliseconds one picture takes on the event loop (median of the runs), its JSON's size,
 and that size gzipped as the server sends it to a browser. A picture is taken at most every
 ``server.viewIntervalSeconds`` (2) and never so often that pictures take more than 5% of the loop's time:
-the last column is how often that lets one be taken.
+the last column is how often that lets one be taken. With ``--browser``, the largest picture is also drawn
+by the page in headless Chromium (Debian's package): the milliseconds to draw every rack from nothing, and
+to fetch and redraw the same picture (racks whose cells did not change keep their canvas).
 
-    python scripts/bench_view.py [--quick] [--repeat N] [--json]
+    python scripts/bench_view.py [--quick] [--repeat N] [--browser] [--json]
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class _Reasons:
         return None
 
 
-def measure(n_nodes: int, repeat: int) -> dict[str, float]:
+def measure(n_nodes: int, repeat: int, pictures_taken: list[bytes] | None = None) -> dict[str, float]:
     settings = Settings(levels=LEVELS)
     clock = ManualClock()
     state = ClusterState(settings, clock)
@@ -70,6 +72,8 @@ def measure(n_nodes: int, repeat: int) -> dict[str, float]:
         body = orjson.dumps(pictures.take())
         times.append(time.perf_counter() - started)
     took = statistics.median(times)
+    if pictures_taken is not None:
+        pictures_taken.append(body)
     return {
         "nodes": n_nodes,
         "pods": count,
@@ -78,6 +82,36 @@ def measure(n_nodes: int, repeat: int) -> dict[str, float]:
         "gzip_kb": len(gzip.compress(body, 6)) / 1024,
         "every_s": max(settings.server.view_interval_seconds, took / MOST_SHARE),
     }
+
+
+async def drawn(body: bytes) -> dict[str, float]:
+    """The page drawing ``body`` in headless Chromium, served as a one-moment recorded run."""
+    import tempfile  # noqa: PLC0415
+
+    import anyio  # noqa: PLC0415
+    from devtools import Browser, chromium  # noqa: PLC0415
+
+    from scheduler.frontends.playback import playback_app, serve_playback  # noqa: PLC0415
+
+    urls: list[str] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(
+            serve_playback, playback_app([(0.0, body)], title="bench", cut=False), "127.0.0.1:0", urls.append
+        )
+        while not urls:
+            await anyio.sleep(0.05)
+        with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as scratch:  # (Chromium's children linger)
+            async with Browser.open(chromium(), urls[0], Path(scratch)) as page:
+                await page.wait_for("document.querySelectorAll('canvas').length > 0", what="the map", timeout=120)
+                timing = (
+                    "(async () => { const t = performance.now(); await window.phalanxView.moment(0); "
+                    "return performance.now() - t; })()"
+                )
+                await page.evaluate("window.phalanxView.forget()")
+                fresh = await page.evaluate(timing)
+                again = await page.evaluate(timing)
+        group.cancel_scope.cancel()
+    return {"draw_ms": fresh, "redraw_ms": again}
 
 
 class _Sink:
@@ -89,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one cluster of 512 nodes, one picture (seconds)")
     parser.add_argument("--repeat", type=int, default=None, help="pictures taken per size (default 5, quick 1)")
+    parser.add_argument("--browser", action="store_true", help="also draw the largest picture in headless Chromium")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args(argv)
     args.repeat = args.repeat or (1 if args.quick else 5)
@@ -96,12 +131,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"command: scripts/bench_view.py {' '.join(argv if argv is not None else sys.argv[1:])}".rstrip(), file=log)
     print(f"machine: {machine()}", file=log)
     print(f"pictures per size: {args.repeat} (figures are medians)\n", file=log)
-    result = {str(size): measure(size, args.repeat) for size in ((512,) if args.quick else SIZES)}
+    bodies: list[bytes] = []
+    result: dict[str, dict[str, float]] = {
+        str(size): measure(size, args.repeat, bodies) for size in ((512,) if args.quick else SIZES)
+    }
+    if args.browser:
+        import anyio  # noqa: PLC0415
+
+        result["browser"] = anyio.run(drawn, bodies[-1])
     if args.json:
         print(json.dumps({**result, "machine": machine()}, indent=2))
         return 0
     print(f"{'nodes':>6} {'pods':>7} {'picture ms':>11} {'JSON KB':>8} {'gzip KB':>8} {'taken every s':>14}")
-    for row in result.values():
+    for name, row in result.items():
+        if name == "browser":
+            print(f"\nin Chromium: {row['draw_ms']:.0f} ms to draw every rack, ", end="")
+            print(f"{row['redraw_ms']:.0f} ms to fetch and redraw")
+            continue
         print(f"{row['nodes']:>6.0f} {row['pods']:>7.0f} {row['picture_ms']:>11.1f} {row['json_kb']:>8.0f} "
               f"{row['gzip_kb']:>8.0f} {row['every_s']:>14.1f}")  # fmt: skip
     return 0

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from scripts.controlplane import HOW_TO_GET, ControlPlane, assets_dir
-from tests.browser.devtools import chromium
+from scripts.devtools import chromium
 from tests.integration.support import install
 
 settings.register_profile(

@@ -19,7 +19,7 @@ from scheduler.frontends.playback import playback_app, serve_playback
 from scheduler.ports.sim.builders import ClusterShape
 from scheduler.settings import ServerSettings, Settings
 from scheduler.simulation.driver import Simulation
-from tests.browser.devtools import Browser, chromium
+from scripts.devtools import Browser, chromium
 from tests.scheduler.support import FAST, cluster, eventually, gpu_pod, pfn, phalanx
 from tests.sim.workloads import LEVELS, RUN_SECONDS, gang, job
 
