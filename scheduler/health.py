@@ -130,27 +130,35 @@ class HealthServer:
         return app
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        app = self.application()
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        host, _, port = self.address.rpartition(":")
-        listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            listener.bind((host or "0.0.0.0", int(port)))
-        except OSError as error:
-            listener.close()
-            await runner.cleanup()
-            raise ListenError(self.address, error.strerror or str(error)) from error
-        try:
-            await web.SockSite(runner, listener).start()
-            bound = listener.getsockname()[1]
-            self.url = url_of("127.0.0.1" if host in ("", "0.0.0.0") else host, bound)
+        def started(url: str) -> None:
+            self.url = url
             task_status.started()
-            await anyio.sleep_forever()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await runner.cleanup()
+
+        await serve_app(self.application(), self.address, started, any_host="0.0.0.0")
+
+
+async def serve_app(app: web.Application, address: str, started: Callable[[str], None], *, any_host: str) -> None:
+    """Serve ``app`` on ``address`` (HOST:PORT; an empty host is ``any_host``, port 0 picks one) until
+    cancelled; ``started`` gets the URL to reach it by. :class:`ListenError` when it cannot listen there."""
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    host, _, port = address.rpartition(":")
+    host = host or any_host
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, int(port)))
+    except OSError as error:
+        listener.close()
+        await runner.cleanup()
+        raise ListenError(address, error.strerror or str(error)) from error
+    try:
+        await web.SockSite(runner, listener).start()
+        started(url_of("127.0.0.1" if host == "0.0.0.0" else host, listener.getsockname()[1]))
+        await anyio.sleep_forever()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await runner.cleanup()
 
 
 @web.middleware

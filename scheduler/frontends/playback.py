@@ -8,14 +8,12 @@ the same way (``health.safety``); it serves until Ctrl-C.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Sequence
 
-import anyio
 import orjson
 from aiohttp import web
 
-from scheduler.health import ASSETS, SERVED_UNDER_VIEW, ListenError, assets, safety, url_of
+from scheduler.health import ASSETS, SERVED_UNDER_VIEW, assets, safety, serve_app
 
 
 def playback_app(frames: Sequence[tuple[float, bytes]], *, title: str, cut: bool) -> web.Application:
@@ -53,21 +51,4 @@ def playback_app(frames: Sequence[tuple[float, bytes]], *, title: str, cut: bool
 
 async def serve_playback(app: web.Application, address: str, started: Callable[[str], None]) -> None:
     """Serve ``app`` on ``address`` (HOST:PORT; port 0 picks one) until cancelled; ``started`` gets the URL."""
-    host, _, port = address.rpartition(":")
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind((host or "127.0.0.1", int(port)))
-    except OSError as error:
-        listener.close()
-        await runner.cleanup()
-        raise ListenError(address, error.strerror or str(error)) from error
-    try:
-        await web.SockSite(runner, listener).start()
-        started(url_of(host or "127.0.0.1", listener.getsockname()[1]) + "/")
-        await anyio.sleep_forever()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await runner.cleanup()
+    await serve_app(app, address, lambda url: started(url + "/"), any_host="127.0.0.1")
