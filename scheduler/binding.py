@@ -108,6 +108,8 @@ class Binder:
         self.in_flight = 0
         #: Whether this process has bound a pod yet (the first bind is logged: how long the start took).
         self.bound_once = False
+        #: Whether a binding was answered since the binder began (this lead's start is over).
+        self._answered = False
 
     def submit(self, job: BindJob) -> None:
         """Queue a permitted gang for binding (only while :meth:`run` runs, i.e. while leading)."""
@@ -117,7 +119,14 @@ class Binder:
         self.in_flight += 1
         self.reporter.binding(self.in_flight)
 
+    def idle(self) -> bool:
+        return self.in_flight == 0
+
+    def starting(self) -> bool:
+        return not self._answered
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        self._answered = False
         try:
             await self._jobs.run(task_status=task_status)
         finally:
@@ -185,6 +194,7 @@ class Binder:
         state = self.state
         first, rest = job.pods[0], job.pods[1:]
         result = await self._bind_one(*first, first=True)
+        self._answered = True
         if result is not BindResult.BOUND:
             why, refused = f"binding {first[0]} was {result.value}", result is BindResult.REFUSED
             then.append(lambda: self._release(job, why, refused=refused))

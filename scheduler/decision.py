@@ -132,6 +132,15 @@ class JobSink(Protocol):
 
     def submit(self, job: BindJob) -> None: ...
 
+    def idle(self) -> bool:
+        """Whether no gang is being bound: the loop hands a gang to an idle binder at once."""
+        ...
+
+    def starting(self) -> bool:
+        """Whether no binding was answered since the binder began: the loop yields often meanwhile, so that
+        the first bindings go out and their answers are read at once."""
+        ...
+
 
 class DecisionRecorder(Protocol):
     """Where decisions go to be told (``reporting.Reporter``): recorded at once, written later."""

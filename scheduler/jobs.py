@@ -5,13 +5,11 @@ The binder and the evictor hand their API writes to one: the cycle submits at on
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
 import anyio
-from anyio.abc import TaskStatus
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.abc import TaskGroup, TaskStatus
 
 Job = TypeVar("Job")
 
@@ -20,7 +18,7 @@ class Jobs(Generic[Job]):
     def __init__(self, owner: str, handle: Callable[[Job], Coroutine[Any, Any, None]]) -> None:
         self.owner = owner
         self.handle = handle
-        self._send: MemoryObjectSendStream[Job] | None = None
+        self._group: TaskGroup | None = None
         self._open = 0  # jobs submitted and not yet handled to the end
 
     @property
@@ -29,25 +27,22 @@ class Jobs(Generic[Job]):
         return self._open == 0
 
     def submit(self, job: Job) -> None:
-        """Queue a job (only while :meth:`run` runs)."""
-        if self._send is None:
+        """Start a job (only while :meth:`run` runs): its task runs at the caller's next yield."""
+        if self._group is None:
             raise RuntimeError(f"the {self.owner} is not running")
-        self._send.send_nowait(job)
+        self._group.start_soon(self._handle, job)
         self._open += 1
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Handle every job submitted until cancelled (jobs in flight are cancelled with it)."""
-        send, receive = anyio.create_memory_object_stream[Job](math.inf)
-        with send, receive:
-            self._send = send
-            try:
-                async with anyio.create_task_group() as group:
-                    task_status.started()
-                    async for job in receive:
-                        group.start_soon(self._handle, job)
-            finally:
-                self._send = None
-                self._open = 0  # what was queued is dropped with the owner's lead
+        try:
+            async with anyio.create_task_group() as group:
+                self._group = group
+                task_status.started()
+                await anyio.sleep_forever()
+        finally:
+            self._group = None
+            self._open = 0  # what was under way is cancelled with the owner's lead
 
     async def _handle(self, job: Job) -> None:
         try:

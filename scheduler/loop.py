@@ -11,6 +11,7 @@ the tests and the replay benchmark all build it here, each with its own binder, 
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterable, Sequence
 
@@ -41,6 +42,9 @@ log = structlog.get_logger("phalanx.loop")
 
 #: Cycles run back to back before the loop yields to informers and binders.
 BATCH = 64
+#: While the binder starts (no binding answered yet), the most wall seconds a batch runs: a binding's
+#: request and answer each need the loop to yield, and a whole batch takes about 0.1 s.
+STARTING_SLICE_S = 0.005
 
 
 class SchedulingLoop:
@@ -198,9 +202,17 @@ class SchedulingLoop:
         task_status.started()
         while True:
             self.sync()
-            done = 0
-            while done < BATCH and self.step():
+            done, binder = 0, self.cycle.binder
+            ends = self.clock.monotonic() + STARTING_SLICE_S if binder.starting() else math.inf
+            while done < BATCH:
+                idle = binder.idle()
+                if not self.step():
+                    break
                 done += 1
+                if idle and not binder.idle():
+                    break  # the binder had nothing to do: it starts on the gang just placed, not 64 gangs later
+                if self.clock.monotonic() >= ends:
+                    break
             if done:
                 await anyio.sleep(0)  # let informers and binders run between batches
                 continue

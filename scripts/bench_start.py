@@ -10,7 +10,9 @@ the process started, and the CPU seconds it had used):
   discovered  the API's discovery read: which resources are served
   synced      every watched resource listed and applied
   leading     the scheduling loop starts (no election: at once)
-  first bind  the first pod bound
+  first bind  the first pod bound, as the process logs it (when the binding's answer is read)
+  bound seen  the first pod bound, as the benchmark's own watch on the server sees it, and the process's
+              CPU then (from /proc): how kube-scheduler's first bind is measured too, and the target's figure
   last bind   every pod bound (seen by the benchmark's own watch on the server)
 
 and, from the first bind to the last, the process's CPU per pod bound (``per pod ms``: the deciding
@@ -139,8 +141,13 @@ class LastBind(threading.Thread):
             pod = json.loads(line).get("object") or {}
             if (pod.get("spec") or {}).get("nodeName"):
                 bound.add(pod["metadata"]["name"])
+                if not self.found:  # the first pod the API shows bound, and the scheduler's CPU by then
+                    self.found = {
+                        "bound seen wall": time.monotonic() - self.started,
+                        "bound seen cpu": cpu_seconds(self.pid),
+                    }
             if len(bound) == GANGS * SIZE:
-                self.found = {
+                self.found |= {
                     "last bind wall": time.monotonic() - self.started,
                     "last bind cpu": cpu_seconds(self.pid),
                     "writers cpu": children_cpu_seconds(self.pid),
@@ -203,7 +210,7 @@ def one_run(folder: Path, env: dict[str, str], writers: str, profile: str | None
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait()
-        if "first bind wall" not in found or not watcher.found:
+        if "first bind wall" not in found or "last bind wall" not in watcher.found:
             raise RuntimeError("phalanx run did not bind every pod within two minutes")
         found.update(watcher.found)
         found["per pod ms"] = (found["last bind cpu"] - found["first bind cpu"]) / (GANGS * SIZE - SIZE) * 1000
@@ -247,13 +254,13 @@ def main() -> int:
     result = {key: round(statistics.median(run[key] for run in runs), 3) for key in runs[0]}
     result["imports cpu"] = round(statistics.median(imports), 3)
     result["targets"] = "first bind cpu <= 0.6 s; per pod <= 0.35 ms"
-    result["met"] = {"first bind": result["first bind cpu"] <= 0.6, "per pod": result["per pod ms"] <= 0.35}
+    result["met"] = {"first bind": result["bound seen cpu"] <= 0.6, "per pod": result["per pod ms"] <= 0.35}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     print(f"{'phase':<18}{'wall s':>8}{'cpu s':>8}")
     print(f"{'imports':<18}{'':>8}{result['imports cpu']:>8.3f}")
-    for mark in (*MARKS, "last bind"):
+    for mark in (*MARKS, "bound seen", "last bind"):
         if f"{mark} wall" in result:
             print(f"{mark:<18}{result[f'{mark} wall']:>8.3f}{result[f'{mark} cpu']:>8.3f}")
     print(f"CPU per pod bound after the first: {result['per pod ms']:.3f} ms (the deciding process), "

@@ -118,6 +118,12 @@ class _Sink:
     def submit(self, job: object) -> None:
         pass
 
+    def idle(self) -> bool:
+        return True
+
+    def starting(self) -> bool:
+        return False
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

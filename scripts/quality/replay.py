@@ -127,6 +127,12 @@ class _ImmediateBinder:
     def submit(self, job: BindJob) -> None:
         self.jobs.append(job)
 
+    def idle(self) -> bool:
+        return True
+
+    def starting(self) -> bool:
+        return False
+
     def take(self) -> list[BindJob]:
         jobs, self.jobs = self.jobs, []
         return jobs

@@ -86,6 +86,12 @@ class _Binder:
     def submit(self, job: BindJob) -> None:
         self.jobs.append(job)
 
+    def idle(self) -> bool:
+        return True
+
+    def starting(self) -> bool:
+        return False
+
 
 def settings(**starvation: Any) -> Settings:
     return Settings(
