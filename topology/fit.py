@@ -28,6 +28,8 @@ class ShapeFit:
     empty_fit : ndarray of shape (n_nodes,), dtype=int64
         Copies that would fit on each node if it were empty; a node fitting fewer now is "partly
         used" for this shape, and placement fills such nodes first.
+    empty_total : int
+        ``empty_fit.sum()``: copies the whole cluster could hold empty (the pre-check's bound).
     size : float
         The shape's largest share of the biggest node's allocatable, over resources: bigger shapes
         are placed first, because small pods fit into what big ones leave.
@@ -39,6 +41,7 @@ class ShapeFit:
     missing: tuple[str, ...]
     eligibility: Eligibility
     empty_fit: IntArray
+    empty_total: int
     size: float
 
 
@@ -67,6 +70,7 @@ def _build(snapshot: Snapshot, shape: PodShape) -> ShapeFit:
         missing=request.missing,
         eligibility=allowed,
         empty_fit=empty_fit,
+        empty_total=int(empty_fit.sum()),
         size=size,
     )
 

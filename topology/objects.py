@@ -29,7 +29,7 @@ _TOLERATION_EFFECTS = ("", *_TAINT_EFFECTS)
 def _mapping(value: object, field: str) -> Mapping[str, Any]:
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):  # dict first: what a JSON parser makes
         raise SpecError(field, value, "must be an object")
     return value
 

@@ -177,7 +177,7 @@ def resource_list(raw: object, *, field: str, allow_negative: bool = False) -> d
     """Parse a ``ResourceList`` mapping (``{"cpu": "500m", ...}``) into base units."""
     if raw is None:
         return {}
-    if not isinstance(raw, Mapping):
+    if type(raw) is not dict and not isinstance(raw, Mapping):  # dict first: what a JSON parser makes
         raise QuantityError(field, raw, "must be a mapping of resource name to quantity")
     amounts: dict[str, int] = {}
     for name, quantity in raw.items():
@@ -203,10 +203,10 @@ def _raise_to(total: dict[str, int], floor: Mapping[str, int]) -> None:
 
 def _container_requests(container: object, field: str) -> dict[str, int]:
     """A container's requests, with requests defaulted from limits as the API server defaults them."""
-    if not isinstance(container, Mapping):
+    if type(container) is not dict and not isinstance(container, Mapping):
         raise QuantityError(field, container, "must be a container object")
     resources = container.get("resources") or {}
-    if not isinstance(resources, Mapping):
+    if type(resources) is not dict and not isinstance(resources, Mapping):
         raise QuantityError(f"{field}.resources", resources, "must be a mapping")
     limits = resource_list(resources.get("limits"), field=f"{field}.resources.limits")
     requests = resource_list(resources.get("requests"), field=f"{field}.resources.requests")

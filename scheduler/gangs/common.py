@@ -38,6 +38,9 @@ class Context:
     #: While set, a member that waits for something (its claim, a DeviceClass) stands in with no requests
     #: instead of stopping the compile: how the gang's minimum is known while it waits.
     stand_in_waiting: bool = False
+    #: The spec and member last read from a spec (not taken from the cache): the next pod read, most often
+    #: of the same gang, Job or ReplicaSet, mostly has an equal spec.
+    _last_read: tuple[object, Member] | None = None
 
     def member(self, pod: PodInfo) -> Member:
         """The pod as a gang member (its shape and node), or a SpecProblem naming the pod and field.
@@ -57,14 +60,24 @@ class Context:
             return found
         cached = self._members.get(pod.key)
         if cached is None or (cached[0] is not spec and cached[0] != spec):
-            cached = (spec, _rebound(cached, spec, pod) or _member_or_problem(pod, self.kinds))
+            found = _rebound(cached, spec, pod) or self._alike(spec, pod) or _member_or_problem(pod, self.kinds)
+            cached = (spec, found)
             self._members[pod.key] = cached
+            if isinstance(cached[1], Member):
+                self._last_read = (spec, cached[1])
         result = cached[1]
         if isinstance(result, SpecProblem):
             if self.stand_in_waiting and result.problem is Problem.WAITING:
                 return Member(key=pod.key, shape=PodShape.of({}), node=pod.node)
             raise result
         return result
+
+    def _alike(self, spec: object, pod: PodInfo) -> Member | None:
+        """The last member read, as this pod, when their specs are equal (so are their shapes and nodes)."""
+        last = self._last_read
+        if last is None or last[0] != spec:
+            return None
+        return Member(key=pod.key, shape=last[1].shape, node=pod.node)
 
     def drop(self, pod: str) -> None:
         self._members.pop(pod, None)

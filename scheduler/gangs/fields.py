@@ -77,7 +77,8 @@ def present() -> object:
 
 def child(value: object, key: str) -> object:
     """``value[key]`` when ``value`` is a mapping, else None (malformed parents read as absent)."""
-    return value.get(key) if isinstance(value, Mapping) else None
+    # ``type is dict`` first: a JSON parser makes only dicts, and the ABC's check costs ten times more.
+    return value.get(key) if type(value) is dict or isinstance(value, Mapping) else None
 
 
 def path(obj: object, dotted: str) -> object:

@@ -96,7 +96,7 @@ def _gate_names(gates: object) -> tuple[str, ...]:
 
 
 def _strings(value: object) -> dict[str, str]:
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         return {}
     return {key: item for key, item in value.items() if isinstance(key, str) and isinstance(item, str)}
 

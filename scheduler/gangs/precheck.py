@@ -60,13 +60,6 @@ def beyond_cluster(request: GangRequest, snapshot: Snapshot) -> Infeasible | Non
     assumed count as placed) against the copies of its shapes that fit on every node when it is empty.
     Placeholders are counted by their requests alone: the node constraints copied from a sibling are a
     guess about pods that do not exist yet, and must not make a gang look impossible."""
-    most_of: dict[PodShape, int] = {}
-
-    def most(shape: PodShape) -> int:
-        if shape not in most_of:
-            most_of[shape] = int(shape_fit(snapshot, shape).empty_fit.sum())
-        return most_of[shape]
-
     def impossible(part: GangRequest) -> Infeasible | None:
         """The first reason ``part``'s minimum is beyond the empty cluster: a leaf that cannot fit, or a
         group of which fewer than ``min_children`` parts could (an optional part that cannot is no reason)."""
@@ -87,8 +80,8 @@ def beyond_cluster(request: GangRequest, snapshot: Snapshot) -> Infeasible | Non
             shapes.add(PodShape(requests=leaf.placeholder_shape.requests))
         if need <= 0 or not shapes:
             return None
-        ordered = sorted(shapes, key=repr)
-        room = sum(most(shape) for shape in ordered)
+        ordered = sorted(shapes, key=repr) if len(shapes) > 1 else list(shapes)  # repr is slow: a shape is usual
+        room = sum(shape_fit(snapshot, shape).empty_total for shape in ordered)
         if need <= room:
             return None
         part = f"Gang {request.key}" if leaf is request else f"Part {leaf.key} of gang {request.key}"

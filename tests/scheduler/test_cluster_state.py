@@ -10,7 +10,7 @@ from scheduler.gangs import GangError, GangIndex, GangKey, GangSpec
 from scheduler.ports.port import NODES, PODS, Change
 from scheduler.ports.sim.builders import node_manifest
 from scheduler.state import ClusterState
-from tests.scheduler.support import FAST, gpu_pod
+from tests.scheduler.support import FAST, gpu_pod, pfn
 from topology import Assignment, PodShape, pod_demand
 
 GANG = GangKey("pfn:team/train")
@@ -110,3 +110,25 @@ def test_a_member_s_demand_is_read_again_only_when_its_spec_changed_beyond_its_n
     state.apply(PODS, Change("MODIFIED", resized))
     assert state.index.pod("team/w0").demand == {"nvidia.com/gpu": 4, "pods": 1}  # type: ignore[union-attr]
     assert gpus_taken(state) == 4 and reads == ["w0", "w0"]  # read again: the node holds what it asks now
+
+
+def test_pods_listed_one_after_another_each_ask_what_their_own_spec_asks() -> None:
+    """Pods of a gang mostly have equal specs, and what one asks is taken for the next equal one; a member
+    whose spec differs (more GPUs, a node selector, already bound) is read for itself, in the node's room
+    and in the gang the index compiles."""
+    state, _ = state_with_nodes("n0", "n1")
+    selected = {"nodeSelector": {"kubernetes.io/hostname": "n1"}}
+    specs = {"a": {}, "b": {}, "c": {"gpus": 2, **selected}, "d": {}, "e": {"gpus": 4, "nodeName": "n0"}, "f": {}}
+    for name, spec in specs.items():
+        state.apply(PODS, Change("ADDED", gpu_pod(name, **{"gpus": 1, **spec}, annotations=pfn("g", 6))))
+    state.index.take_changed()
+    spec = state.index.get(GangKey("pfn:team/g"))
+    assert isinstance(spec, GangSpec)
+    members = {member.key: member for member in spec.request.pods}
+    asked = {key: dict(member.shape.requests).get("nvidia.com/gpu", 0) for key, member in members.items()}
+    assert asked == {"team/a": 1, "team/b": 1, "team/c": 2, "team/d": 1, "team/e": 4, "team/f": 1}
+    assert dict(members["team/c"].shape.constraints.node_selector) == {"kubernetes.io/hostname": "n1"}
+    assert members["team/d"].shape.constraints.node_selector == ()
+    assert members["team/e"].node == "n0" and members["team/f"].node is None
+    assert gpus_taken(state) == 4  # only the bound member's room is counted
+    assert {key: state.pod(key).requests["nvidia.com/gpu"] for key in asked} == asked  # type: ignore[union-attr]
