@@ -11,6 +11,7 @@ import structlog
 
 from scheduler.binding import PLACE_AGAIN_IN_A_ROW
 from scheduler.logs import configure
+from scheduler.ports.kube.writers import Writers
 from scheduler.ports.sim import FaultRule, Faults
 from scheduler.settings import BindingSettings, PermitSettings
 from tests.scheduler.checks import check_invariants
@@ -182,3 +183,24 @@ async def test_a_gang_found_crowded_at_every_bind_backs_off_after_a_few_tries_in
         assert f"({PLACE_AGAIN_IN_A_ROW + 1} times in a row)" in told["message"]
         assert len(checked) == PLACE_AGAIN_IN_A_ROW + 1  # then no more tries: its backoff is ten minutes
         assert where.bound() == {}
+
+
+async def test_the_first_gang_placed_is_bound_at_once_not_after_a_batch_of_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """80 gangs wait when Phalanx starts: the first one placed goes to the API server while the others are
+    still being placed, not once a whole batch of them is decided (a start's first bind, and a leader's)."""
+    placed_before: list[int] = []
+    bind = Writers.bind
+    async with cluster("blocks=1,racks=1,nodes=4,gpus=8") as where:
+
+        async def noted(self: Writers, namespace: str, name: str, uid: str, node: str) -> None:
+            placed_before.append(where.monitor.apps[0].scheduler.cycles)
+            await bind(self, namespace, name, uid, node)
+
+        monkeypatch.setattr(Writers, "bind", noted)
+        for i in range(80):
+            where.create(gpu_pod(f"w{i}", gpus=1, annotations=pfn(f"g{i}", 1)))
+        async with phalanx(where):
+            await eventually(lambda: len(where.bound()) == 32, what="every GPU taken")
+        assert placed_before[0] <= 2, f"the first bind went out after {placed_before[0]} gangs were placed"
