@@ -1,0 +1,83 @@
+"""Discovery over HTTP: what the server serves, read with every group version asked at once."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from aiohttp import web
+
+from scheduler.ports.errors import Forbidden
+from scheduler.ports.kube.client import client_for
+from scheduler.ports.kube.cluster import KubeCluster
+
+GROUPS = [("scheduling.x-k8s.io", "v1alpha1", "podgroups"), ("metrics.example.com", "v1", "things")]
+GROUPS += [(f"group{i}.example.com", "v1", f"kind{i}s") for i in range(20)]
+
+
+@asynccontextmanager
+async def server(status: dict[str, int]) -> AsyncIterator[tuple[str, list[str], list[int]]]:
+    """A server of discovery documents that notes the paths asked and how many requests were open at each;
+    ``status``: paths that answer with that status."""
+    asked: list[str] = []
+    open_at_once = [0, 0]  # now, most
+
+    async def handle(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        open_at_once[0] += 1
+        open_at_once[1] = max(open_at_once)
+        try:
+            await anyio.sleep(0.02)  # an answer takes a while: the requests made meanwhile are open together
+        finally:
+            open_at_once[0] -= 1
+        if request.path in status:
+            return web.json_response({"kind": "Status", "code": status[request.path]}, status=status[request.path])
+        if request.path == "/api":
+            return web.json_response({"versions": ["v1"]})
+        if request.path == "/api/v1":
+            return web.json_response({"resources": [{"name": "pods"}, {"name": "pods/binding"}, {"name": "nodes"}]})
+        if request.path == "/apis":
+            return web.json_response({"groups": [{"name": g, "versions": [{"version": v}]} for g, v, _ in GROUPS]})
+        for group, version, plural in GROUPS:
+            if request.path == f"/apis/{group}/{version}":
+                return web.json_response({"resources": [{"name": plural}]})
+        return web.json_response({}, status=404)
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}", asked, open_at_once
+    finally:
+        await runner.cleanup()
+
+
+async def test_every_group_version_is_read_at_once_and_one_that_is_down_stops_nothing() -> None:
+    async with server({"/apis/metrics.example.com/v1": 503}) as (url, asked, open_at_once):
+        port = KubeCluster(client_for(url))
+        try:
+            served = await port.served()
+        finally:
+            await port.close()
+    assert ("", "v1", "pods/binding") in served and ("scheduling.x-k8s.io", "v1alpha1", "podgroups") in served
+    assert ("group19.example.com", "v1", "kind19s") in served
+    assert not any(group == "metrics.example.com" for group, _, _ in served)  # its API is down: left out
+    assert len(asked) == 2 + 1 + len(GROUPS)
+    # Read one after another, one request is ever open (and a real server's thirty documents add up).
+    assert open_at_once[1] >= len(GROUPS)
+
+
+async def test_a_core_api_that_refuses_fails_discovery_with_the_port_error_itself() -> None:
+    async with server({"/api/v1": 403}) as (url, _, _):
+        port = KubeCluster(client_for(url))
+        try:
+            with pytest.raises(Forbidden):  # as itself, not in an exception group: the caller retries it
+                await port.served()
+        finally:
+            await port.close()
