@@ -61,6 +61,9 @@ class BindResult(Enum):
     REFUSED = "refused"  # not transient (configuration, the pod's own state): back off, as after any failure
 
 
+#: The longest a lead's start lasts for the loop (``Binder.starting``), when no gang's binding ends sooner.
+STARTING_S = 1.0
+
 #: How many times in a row a gang may be given back to be placed again at once (its node found crowded at the
 #: last moment, a member gone) before it backs off instead.
 PLACE_AGAIN_IN_A_ROW = 5
@@ -108,8 +111,10 @@ class Binder:
         self.in_flight = 0
         #: Whether this process has bound a pod yet (the first bind is logged: how long the start took).
         self.bound_once = False
-        #: Whether a binding was answered since the binder began (this lead's start is over).
-        self._answered = False
+        #: Whether this lead's start is over: a gang's job ended (its binding answered, or it was given back
+        #: before one was sent), or ``STARTING_S`` passed since the binder began (``_began``).
+        self._past_start = False
+        self._began = 0.0
 
     def submit(self, job: BindJob) -> None:
         """Queue a permitted gang for binding (only while :meth:`run` runs, i.e. while leading)."""
@@ -123,10 +128,12 @@ class Binder:
         return self.in_flight == 0
 
     def starting(self) -> bool:
-        return not self._answered
+        if not self._past_start and self.clock.monotonic() - self._began >= STARTING_S:
+            self._past_start = True  # nothing bound for a while (nothing fits): no reason to yield so often
+        return not self._past_start
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        self._answered = False
+        self._past_start, self._began = False, self.clock.monotonic()
         try:
             await self._jobs.run(task_status=task_status)
         finally:
@@ -139,6 +146,7 @@ class Binder:
         try:
             await self._bind_gang_steps(job)
         finally:
+            self._past_start = True
             self.in_flight -= 1
             self.reporter.binding(self.in_flight)
 
@@ -194,7 +202,6 @@ class Binder:
         state = self.state
         first, rest = job.pods[0], job.pods[1:]
         result = await self._bind_one(*first, first=True)
-        self._answered = True
         if result is not BindResult.BOUND:
             why, refused = f"binding {first[0]} was {result.value}", result is BindResult.REFUSED
             then.append(lambda: self._release(job, why, refused=refused))

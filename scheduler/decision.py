@@ -137,8 +137,10 @@ class JobSink(Protocol):
         ...
 
     def starting(self) -> bool:
-        """Whether no binding was answered since the binder began: the loop yields often meanwhile, so that
-        the first bindings go out and their answers are read at once."""
+        """Whether this lead's start is on (no gang's binding ended since the binder began, for at most a
+        second): the loop yields often meanwhile, so that the first bindings go out and their answers are read
+        at once.
+        """
         ...
 
 

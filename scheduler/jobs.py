@@ -19,6 +19,7 @@ class Jobs(Generic[Job]):
         self.owner = owner
         self.handle = handle
         self._group: TaskGroup | None = None
+        self._closing = False
         self._open = 0  # jobs submitted and not yet handled to the end
 
     @property
@@ -26,20 +27,31 @@ class Jobs(Generic[Job]):
         """No job is queued or under way."""
         return self._open == 0
 
+    @property
+    def accepting(self) -> bool:
+        """A job submitted now is begun: the owner runs and is not being cancelled."""
+        return self._group is not None and not self._closing
+
     def submit(self, job: Job) -> None:
         """Start a job (only while :meth:`run` runs): its task runs at the caller's next yield."""
         if self._group is None:
             raise RuntimeError(f"the {self.owner} is not running")
+        if self._closing:
+            return  # the owner's lead is ending: the job is dropped with it, never begun
         self._group.start_soon(self._handle, job)
         self._open += 1
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Handle every job submitted until cancelled (jobs in flight are cancelled with it)."""
+        self._closing = False
         try:
             async with anyio.create_task_group() as group:
                 self._group = group
                 task_status.started()
-                await anyio.sleep_forever()
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    self._closing = True  # cancelled: the jobs under way may still be ending (shielded)
         finally:
             self._group = None
             self._open = 0  # what was under way is cancelled with the owner's lead

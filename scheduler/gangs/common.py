@@ -73,7 +73,8 @@ class Context:
         return result
 
     def _alike(self, spec: object, pod: PodInfo) -> Member | None:
-        """The last member read, as this pod, when their specs are equal (so are their shapes and nodes)."""
+        """The last member read, as this pod, when their specs are equal (so are their shapes and nodes; equal
+        as the API server sends them, its quantities strings: Python's ``==`` takes ``true`` for ``1``)."""
         last = self._last_read
         if last is None or last[0] != spec:
             return None

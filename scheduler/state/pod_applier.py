@@ -256,7 +256,8 @@ class PodApplier:
         whether it was read as the gang index reads it (False: its spec is wrong; it still takes a slot)."""
         spec, last = obj.get("spec"), self._last_read
         # What the pod asks is read from its spec alone but for devices: the pods of a gang or a Job mostly
-        # have equal specs, and comparing two costs a fraction of reading one.
+        # have equal specs, and comparing two costs a fraction of reading one. (Equal as the API server sends
+        # them: its quantities are strings, where Python would take ``true`` for ``1``.)
         if last is not None and last[0] == spec and not self._devices.served() and not _claims_devices(spec):
             return last[1]
         try:

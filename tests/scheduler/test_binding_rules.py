@@ -9,6 +9,7 @@ import anyio
 import pytest
 import structlog
 
+from scheduler import binding
 from scheduler.binding import PLACE_AGAIN_IN_A_ROW
 from scheduler.logs import configure
 from scheduler.ports.kube.writers import Writers
@@ -201,6 +202,16 @@ async def test_the_first_gang_placed_is_bound_at_once_not_after_a_batch_of_other
         monkeypatch.setattr(Writers, "bind", noted)
         for i in range(80):
             where.create(gpu_pod(f"w{i}", gpus=1, annotations=pfn(f"g{i}", 1)))
-        async with phalanx(where):
+        async with phalanx(where) as app:
             await eventually(lambda: len(where.bound()) == 32, what="every GPU taken")
+            assert not app.binder.starting()  # a gang bound: the loop's batches are whole again
         assert placed_before[0] <= 2, f"the first bind went out after {placed_before[0]} gangs were placed"
+
+
+async def test_a_lead_with_nothing_to_bind_ends_its_start_all_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop yields every few milliseconds only while a lead starts: with no gang to bind (none waits, or
+    none fits), the start ends after ``STARTING_S``, not never."""
+    monkeypatch.setattr(binding, "STARTING_S", 0.5)
+    async with cluster("blocks=1,racks=1,nodes=1,gpus=8") as where, phalanx(where) as app:
+        await eventually(app.binder.starting, what="the lead to start")
+        await eventually(lambda: not app.binder.starting(), timeout=10, what="the start to end")

@@ -197,14 +197,11 @@ class KubeCluster:
                 return  # an aggregated API that is down does not stop discovery of the rest
             found.update((group, version, item["name"]) for item in listing.get("resources", []))
 
-        await _all(
-            *(resources("", version) for version in roots["/api"].get("versions", [])),
-            *(
-                resources(group["name"], version["version"])
-                for group in roots["/apis"].get("groups", [])
-                for version in group.get("versions", [])
-            ),
-        )
+        versions = [("", version) for version in roots["/api"].get("versions", [])]
+        for group in roots["/apis"].get("groups", []):
+            versions += [(group["name"], version["version"]) for version in group.get("versions", [])]
+        # Every call is made only now: a malformed document above raised before any call was begun.
+        await _all(*(resources(group, version) for group, version in versions))
         return found
 
     async def list(
