@@ -60,6 +60,7 @@ def beyond_cluster(request: GangRequest, snapshot: Snapshot) -> Infeasible | Non
     assumed count as placed) against the copies of its shapes that fit on every node when it is empty.
     Placeholders are counted by their requests alone: the node constraints copied from a sibling are a
     guess about pods that do not exist yet, and must not make a gang look impossible."""
+
     def impossible(part: GangRequest) -> Infeasible | None:
         """The first reason ``part``'s minimum is beyond the empty cluster: a leaf that cannot fit, or a
         group of which fewer than ``min_children`` parts could (an optional part that cannot is no reason)."""
