@@ -56,12 +56,17 @@ OPTIONAL: tuple[tuple[ApiResource, ...], ...] = tuple(
 )
 
 
+#: Resources every API server serves: listed without waiting for discovery.
+ALWAYS_SERVED = (PODS, NODES)
+
+
 def choose_resources(served: set[tuple[str, str, str]]) -> tuple[list[ApiResource], list[str]]:
     """Resources to watch (pods and nodes always) and the optional APIs that are missing. Each chosen
     resource says whether the server has its status subresource (a CRD may be installed without one)."""
     chosen: list[ApiResource] = []
     missing = []
-    # DRA first: a running pod's devices are read from its claims, which must be known when it is listed.
+    # Pods and nodes always (listed from the start, ``ALWAYS_SERVED``). A running pod whose claims are read after
+    # it is counted again with its devices when they are (``claim_changed``).
     for extra in (*DRA, PODS, NODES, DISRUPTION_BUDGETS):  # budgets: preemption prefers unprotected victims
         if extra in (PODS, NODES) or (extra.group, extra.version, extra.plural) in served:
             chosen.append(extra)
@@ -156,6 +161,16 @@ class Phalanx:
         self.health: HealthServer | None = None
         self.watched: list[ApiResource] = []
 
+    def _informer(self, resource: ApiResource) -> Informer:
+        return Informer(
+            port=self.port,
+            resource=resource,
+            state=self.state,
+            settings=self.settings.informers,
+            poke=self.scheduler.poke,
+            rng=random.Random(self.rng.random()),
+        )
+
     def _place_again(self, gang: GangKey, why: str) -> None:
         self.scheduler.place_again(gang, why)
 
@@ -204,27 +219,22 @@ class Phalanx:
                 await group.start(self.health.run)
             if self.freeze_heap:
                 gc.disable()  # until the first lists are in: collections there would only walk what stays
-            self.watched, missing = choose_resources(await self._discover())
-            log.info("discovered", resources=len(self.watched), **since_start())
-            for name in missing:
-                log.info("optional API not served; its gangs are not read", api=name)
-            self.reporter.watching(self.watched)
-            self.informers = [
-                Informer(
-                    port=self.port,
-                    resource=resource,
-                    state=self.state,
-                    settings=self.settings.informers,
-                    poke=self.scheduler.poke,
-                    rng=random.Random(self.rng.random()),
-                )
-                for resource in self.watched
-            ]
-            # Every first list at once: the start waits for the slowest, not for the sum of them. (What one
-            # informer's events assume of another's, a pod on a node not listed yet, the state already takes in
-            # any order, as watches deliver them.)
+            # Pods and nodes are served by every API server: their first lists begin while discovery runs, and
+            # every other first list as soon as it ends. The start waits for the slowest list, not for the sum.
+            # (What one informer's events assume of another's, a pod on a node not listed yet, its claims not
+            # read yet, the state takes in any order, as watches deliver them.)
+            first = [self._informer(resource) for resource in ALWAYS_SERVED]
             async with anyio.create_task_group() as starting:
-                for informer in self.informers:
+                for informer in first:
+                    starting.start_soon(group.start, informer.run)
+                self.watched, missing = choose_resources(await self._discover())
+                log.info("discovered", resources=len(self.watched), **since_start())
+                for name in missing:
+                    log.info("optional API not served; its gangs are not read", api=name)
+                self.reporter.watching(self.watched)
+                rest = [self._informer(resource) for resource in self.watched if resource not in ALWAYS_SERVED]
+                self.informers = first + rest
+                for informer in rest:
                     starting.start_soon(group.start, informer.run)
             log.info("informers synced", resources=[str(r) for r in self.watched], nodes=self.state.snapshot.n_nodes,
                      **since_start())  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import pytest
@@ -12,6 +13,9 @@ from aiohttp import web
 from scheduler.ports.errors import Forbidden
 from scheduler.ports.kube.client import client_for
 from scheduler.ports.kube.cluster import KubeCluster
+from scheduler.ports.kube.writers import Writers
+from scheduler.ports.port import PODS, ApiResource, Listing
+from tests.scheduler.support import cluster, eventually, gpu_pod, pfn, phalanx
 
 GROUPS = [("scheduling.x-k8s.io", "v1alpha1", "podgroups"), ("metrics.example.com", "v1", "things")]
 GROUPS += [(f"group{i}.example.com", "v1", f"kind{i}s") for i in range(20)]
@@ -89,3 +93,37 @@ async def test_a_core_api_that_refuses_fails_discovery_with_the_port_error_itsel
                 await port.served()
         finally:
             await port.close()
+
+
+async def test_pods_and_nodes_are_listed_while_discovery_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every API server serves pods and nodes: a start lists them without waiting for discovery, and the rest
+    as soon as discovery ends."""
+    during: list[str] = []
+    discovering = [False]
+    pods_asked = anyio.Event()
+    served, listing = Writers.served, Writers.list
+
+    async def slow_discovery(self: Writers) -> set[tuple[str, str, str]]:
+        discovering[0] = True
+        with anyio.move_on_after(5):  # a start that waits for discovery first never asks for pods meanwhile
+            await pods_asked.wait()
+        try:
+            return await served(self)
+        finally:
+            discovering[0] = False
+
+    async def noted(self: Writers, resource: ApiResource, **options: Any) -> Listing:
+        if discovering[0]:
+            during.append(resource.plural)
+        if resource == PODS:
+            pods_asked.set()
+        return await listing(self, resource, **options)
+
+    monkeypatch.setattr(Writers, "served", slow_discovery)
+    monkeypatch.setattr(Writers, "list", noted)
+    async with cluster("blocks=1,racks=1,nodes=2,gpus=8") as where:
+        where.create(gpu_pod("w0", annotations=pfn("g", 1)))
+        async with phalanx(where) as app:
+            assert sorted(set(during)) == ["nodes", "pods"]
+            assert len(app.informers) == len(app.watched) and all(informer.synced for informer in app.informers)
+            await eventually(lambda: "team/w0" in where.bound(), what="the pod bound")
