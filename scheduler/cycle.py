@@ -56,7 +56,7 @@ from scheduler.registry import Stages
 from scheduler.settings import Settings
 from scheduler.stages import GangNews, Hidden, Tried, hidden_by_all, hiding
 from scheduler.state import ClusterView
-from topology import GangRequest, Infeasible, Placement, Placer
+from topology import GangRequest, Infeasible, Member, Placement, Placer
 from topology.quantities import DEVICES
 
 log = structlog.get_logger("phalanx.cycle")
@@ -236,10 +236,21 @@ class Cycle:
 
     def _pinned(self, request: GangRequest) -> GangRequest:
         """The request with every member that is bound or assumed pinned to its node."""
+        # Unchanged parts are kept as they are (a gang waiting to be placed has none bound or assumed): a
+        # dataclass's replace costs microseconds, and this runs for every member at every attempt.
         if request.is_leaf:
-            members = tuple(replace(member, node=self.state.placed_node(member.key)) for member in request.pods)
+            nodes = [self.state.placed_node(member.key) for member in request.pods]
+            if all(node == member.node for node, member in zip(nodes, request.pods, strict=True)):
+                return request
+            members = tuple(
+                member if node == member.node else Member(key=member.key, shape=member.shape, node=node)
+                for node, member in zip(nodes, request.pods, strict=True)
+            )
             return replace(request, pods=members)
-        return replace(request, children=tuple(self._pinned(child) for child in request.children))
+        children = tuple(self._pinned(child) for child in request.children)
+        if all(new is old for new, old in zip(children, request.children, strict=True)):
+            return request
+        return replace(request, children=children)
 
     # -- what follows a decision ----------------------------------------------------------------
 
