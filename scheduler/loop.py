@@ -19,6 +19,7 @@ import anyio
 import numpy as np
 import structlog
 from anyio.abc import TaskStatus
+from prometheus_client import Gauge
 
 from scheduler.clock import Clock
 from scheduler.cycle import Cycle
@@ -61,6 +62,7 @@ class SchedulingLoop:
         self._reservation_levels: set[str] = set()
         self._freed_since_told = False  # room freed since the unresolvable gangs were last read again
         self._tell_again_at = 0.0
+        self._shown: dict[tuple[int, str | None], float] = {}  # (gauge, label) -> the value it shows
 
     @property
     def cycles(self) -> int:
@@ -179,22 +181,31 @@ class SchedulingLoop:
 
     def _gauges(self) -> None:
         for name, count in self.queue.depth().items():
-            self.metrics.queue_depth.labels(name).set(count)
-        self.metrics.waiting_gangs.set(len(self.permit))
+            self._show(self.metrics.queue_depth, name, count)
+        self._show(self.metrics.waiting_gangs, None, len(self.permit))
         levels: dict[str, int] = dict.fromkeys(self._reservation_levels, 0)  # a level with none left reads 0
         for reservation in self.starvation.standing():
             level = reservation.level or "cluster"
             levels[level] = levels.get(level, 0) + 1
         for level, count in levels.items():
-            self.metrics.starvation_reservations.labels(level).set(count)
+            self._show(self.metrics.starvation_reservations, level, count)
         self._reservation_levels |= levels.keys()
         held = self.permit.held()
         for name in self._held_labels - held.keys():
-            self.metrics.reserved.labels(name).set(0)  # a resource no longer held reads 0, not its last value
+            self._show(self.metrics.reserved, name, 0)  # a resource no longer held reads 0, not its last value
         for name, amount in held.items():
             # Base units, as the metric's help says: cores for cpu (held internally in millicores).
-            self.metrics.reserved.labels(name).set(amount / 1000 if name == "cpu" else amount)
+            self._show(self.metrics.reserved, name, amount / 1000 if name == "cpu" else amount)
         self._held_labels |= held.keys()
+
+    def _show(self, gauge: Gauge, label: str | None, value: float) -> None:
+        """Set a gauge (this loop alone sets these) only when its value changed: the loop folds news far more
+        often than they change, and a labelled child's look-up costs more than the comparison."""
+        key = (id(gauge), label)
+        if self._shown.get(key) == value:
+            return
+        self._shown[key] = value
+        (gauge if label is None else gauge.labels(label)).set(value)
 
     # -- the loop -----------------------------------------------------------------------------
 
