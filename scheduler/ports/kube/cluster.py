@@ -305,17 +305,16 @@ class KubeCluster:
 
 
 async def _all(*calls: Coroutine[Any, Any, None]) -> None:
-    """Await every call concurrently; the first exception any raised is raised as itself (not in a group), after
-    the rest were cancelled: callers handle a port's errors one at a time."""
-    failed: list[BaseException] = []
+    """Await every call concurrently, each to its end; then raise the first exception any raised, as itself (not in
+    a group: callers handle a port's errors one at a time). None is cut short: a request aborted mid-answer is
+    noise in the server's logs, and the others end about as soon."""
+    failed: list[Exception] = []
 
     async def one(call: Coroutine[Any, Any, None]) -> None:
         try:
             await call
         except Exception as error:
-            if not failed:
-                failed.append(error)
-            group.cancel_scope.cancel()
+            failed.append(error)
 
     async with anyio.create_task_group() as group:
         for call in calls:
