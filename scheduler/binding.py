@@ -125,7 +125,7 @@ class Binder:
         self.reporter.binding(self.in_flight)
 
     def idle(self) -> bool:
-        return self.in_flight == 0
+        return self._jobs.idle
 
     def starting(self) -> bool:
         if not self._past_start and self.clock.monotonic() - self._began >= STARTING_S:

@@ -43,8 +43,8 @@ log = structlog.get_logger("phalanx.loop")
 
 #: Cycles run back to back before the loop yields to informers and binders.
 BATCH = 64
-#: While the binder starts (no binding answered yet), the most wall seconds a batch runs: a binding's
-#: request and answer each need the loop to yield, and a whole batch takes about 0.1 s.
+#: While a lead starts (``JobSink.starting``), the most wall seconds a batch runs: a binding's request and
+#: answer each need the loop to yield, and a whole batch takes about 0.1 s.
 STARTING_SLICE_S = 0.005
 
 

@@ -211,7 +211,7 @@ async def test_the_first_gang_placed_is_bound_at_once_not_after_a_batch_of_other
 async def test_a_lead_with_nothing_to_bind_ends_its_start_all_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     """The loop yields every few milliseconds only while a lead starts: with no gang to bind (none waits, or
     none fits), the start ends after ``STARTING_S``, not never."""
-    monkeypatch.setattr(binding, "STARTING_S", 0.5)
+    monkeypatch.setattr(binding, "STARTING_S", 2.0)  # long enough to be seen on a loaded machine
     async with cluster("blocks=1,racks=1,nodes=1,gpus=8") as where, phalanx(where) as app:
         await eventually(app.binder.starting, what="the lead to start")
         await eventually(lambda: not app.binder.starting(), timeout=10, what="the start to end")
