@@ -58,6 +58,8 @@ OPTIONAL: tuple[tuple[ApiResource, ...], ...] = tuple(
 
 #: Resources every API server serves: listed without waiting for discovery.
 ALWAYS_SERVED = (PODS, NODES)
+#: The API groups Phalanx may watch: discovery reads only theirs (and the core API's).
+WATCHABLE_GROUPS = frozenset(r.group for r in (*DRA, DISRUPTION_BUDGETS, *(r for rs in OPTIONAL for r in rs)))
 
 
 def choose_resources(served: set[tuple[str, str, str]]) -> tuple[list[ApiResource], list[str]]:
@@ -193,7 +195,7 @@ class Phalanx:
         delay = self.settings.informers.initial_backoff_seconds
         while True:
             try:
-                return await self.port.served()
+                return await self.port.served(WATCHABLE_GROUPS)
             except Forbidden as error:
                 # The server answered: it refused the credentials (a token rotated, RBAC not applied yet), which
                 # may change without a restart, as kube-scheduler also waits; /readyz says 503 meanwhile.

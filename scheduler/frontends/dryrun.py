@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from scheduler.app import choose_resources
+from scheduler.app import WATCHABLE_GROUPS, choose_resources
 from scheduler.ports.kube import KubeCluster, connect
 from scheduler.ports.port import ClusterPort
 from scheduler.settings import Settings
@@ -114,7 +114,7 @@ PAGE = 500
 async def read_cluster(port: ClusterPort) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     """Nodes, then every other object placement reads (pods, group objects, priority classes), and
     the optional APIs the cluster does not serve."""
-    resources, missing = choose_resources(await port.served())
+    resources, missing = choose_resources(await port.served(WATCHABLE_GROUPS))
     nodes: list[dict[str, Any]] = []
     objects: list[dict[str, Any]] = []
     for resource in resources:

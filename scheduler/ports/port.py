@@ -7,7 +7,7 @@ read-only: the scheduler never modifies what it receives.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
@@ -89,9 +89,10 @@ Outcomes: TypeAlias = list[PortError | None]
 class ClusterPort(Protocol):
     """What the scheduler needs from a cluster. Every method raises only ``scheduler.ports.errors`` types."""
 
-    async def served(self) -> set[tuple[str, str, str]]:
+    async def served(self, groups: Collection[str] | None = None) -> set[tuple[str, str, str]]:
         """(group, version, name) of every resource and subresource the server serves (API discovery):
-        ``("", "v1", "pods")``, ``("", "v1", "pods/status")``, ..."""
+        ``("", "v1", "pods")``, ``("", "v1", "pods/status")``, ...; with ``groups``, of the core API and those
+        API groups only (a server serves some thirty groups, each a document of its own to read)."""
         ...
 
     async def list(

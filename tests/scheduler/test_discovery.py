@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,19 +22,20 @@ GROUPS += [(f"group{i}.example.com", "v1", f"kind{i}s") for i in range(20)]
 
 
 @asynccontextmanager
-async def server(status: dict[str, int]) -> AsyncIterator[tuple[str, list[str], list[int]]]:
+async def server(
+    status: dict[str, int], together: int = len(GROUPS) + 1
+) -> AsyncIterator[tuple[str, list[str], list[int]]]:
     """A server of discovery documents that notes the paths asked and how many requests were open at each;
-    ``status``: paths that answer with that status."""
+    ``status``: paths that answer with that status; ``together``: the versions' documents a client asks for."""
     asked: list[str] = []
     open_at_once = [0, 0]  # now, most
-    every_version = len(GROUPS) + 1  # the core API's and each group's
     all_open = anyio.Event()
 
     async def handle(request: web.Request) -> web.Response:
         asked.append(request.path)
         open_at_once[0] += 1
         open_at_once[1] = max(open_at_once)
-        if open_at_once[0] == every_version:
+        if open_at_once[0] == together:
             all_open.set()
         try:
             if request.path not in ("/api", "/apis"):
@@ -103,12 +104,12 @@ async def test_pods_and_nodes_are_listed_while_discovery_runs(monkeypatch: pytes
     pods_asked = anyio.Event()
     served, listing = Writers.served, Writers.list
 
-    async def slow_discovery(self: Writers) -> set[tuple[str, str, str]]:
+    async def slow_discovery(self: Writers, groups: Collection[str] | None = None) -> set[tuple[str, str, str]]:
         discovering[0] = True
         with anyio.move_on_after(5):  # a start that waits for discovery first never asks for pods meanwhile
             await pods_asked.wait()
         try:
-            return await served(self)
+            return await served(self, groups)
         finally:
             discovering[0] = False
 
@@ -127,3 +128,14 @@ async def test_pods_and_nodes_are_listed_while_discovery_runs(monkeypatch: pytes
             assert sorted(set(during)) == ["nodes", "pods"]
             assert len(app.informers) == len(app.watched) and all(informer.synced for informer in app.informers)
             await eventually(lambda: "team/w0" in where.bound(), what="the pod bound")
+
+
+async def test_discovery_for_some_groups_reads_only_their_documents_and_the_core_api() -> None:
+    async with server({}, together=2) as (url, asked, _):
+        port = KubeCluster(client_for(url))
+        try:
+            served = await port.served({"scheduling.x-k8s.io", "nothing.example.com"})
+        finally:
+            await port.close()
+    assert sorted(asked) == ["/api", "/api/v1", "/apis", "/apis/scheduling.x-k8s.io/v1alpha1"]
+    assert {group for group, _, _ in served} == {"", "scheduling.x-k8s.io"}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -176,9 +176,10 @@ class KubeCluster:
             response.release()
         return data
 
-    async def served(self) -> set[tuple[str, str, str]]:
-        """Every (group, version, resource) the server serves. The group versions are read all at once: a real
-        server serves some thirty, and read one after another they were the longest wait of a start."""
+    async def served(self, groups: Collection[str] | None = None) -> set[tuple[str, str, str]]:
+        """Every (group, version, resource) the server serves, of the core API and ``groups`` (all when None).
+        The group versions are read all at once: read one after another they were the longest wait of a
+        start."""
         roots: dict[str, dict[str, Any]] = {}
 
         async def root(path: str) -> None:
@@ -199,6 +200,8 @@ class KubeCluster:
 
         versions = [("", version) for version in roots["/api"].get("versions", [])]
         for group in roots["/apis"].get("groups", []):
+            if groups is not None and group["name"] not in groups:
+                continue
             versions += [(group["name"], version["version"]) for version in group.get("versions", [])]
         # Every call is made only now: a malformed document above raised before any call was begun.
         await _all(*(resources(group, version) for group, version in versions))

@@ -28,7 +28,7 @@ import itertools
 import math
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,8 +174,8 @@ class Writers:
     async def close(self) -> None:
         await self.port.close()
 
-    async def served(self) -> set[tuple[str, str, str]]:
-        return await self.port.served()
+    async def served(self, groups: Collection[str] | None = None) -> set[tuple[str, str, str]]:
+        return await self.port.served(groups)
 
     async def list(
         self, resource: ApiResource, *, limit: int | None = None, continue_token: str | None = None

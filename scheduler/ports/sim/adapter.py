@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from scheduler.ports.errors import PortError, from_status
@@ -34,10 +34,11 @@ class SimCluster:
         except ApiError as error:
             raise from_status(error.code, error.message, retry_after=error.retry_after) from error
 
-    async def served(self) -> set[tuple[str, str, str]]:
+    async def served(self, groups: Collection[str] | None = None) -> set[tuple[str, str, str]]:
         return {
             (r.group, r.version, name)
             for r in self.store.catalog.resources
+            if groups is None or not r.group or r.group in groups
             for name in (r.plural, *(f"{r.plural}/{sub}" for sub in r.subresources))
         }
 
