@@ -6,12 +6,14 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
+import orjson
 import pytest
 
 from scheduler.ports.errors import Conflict, NotFound, Unavailable
@@ -275,3 +277,25 @@ async def test_a_write_whose_body_cannot_be_sent_is_refused_at_once_and_leaves_n
         with pytest.raises(TypeError):
             await writers.patch(PODS, "team", "x", {"metadata": {"labels": {1: "not a string key"}}})
         assert writers.in_flight == {writers.ready[0]: 0}  # nothing for the watchdog to find unanswered
+
+
+async def test_a_writer_whose_deciding_process_is_gone_carries_out_its_calls_and_ends_quietly() -> None:
+    """The deciding process crashed (or was killed) with a bind handed over: the writer's answers meet a
+    broken pipe. It still binds the pod, and it ends when its stdin does, with no traceback on stderr."""
+    async with cluster() as where:
+        where.create(gpu_pod("solo"))
+        uid = where.pods()["team/solo"]["metadata"]["uid"]
+        command = [sys.executable, "-m", "scheduler.ports.kube.writer", "--url", where.url]
+        pipes = subprocess.PIPE
+        with subprocess.Popen(command, stdin=pipes, stdout=pipes, stderr=pipes) as writer:
+            assert writer.stdin is not None and writer.stdout is not None and writer.stderr is not None
+            ready = await anyio.to_thread.run_sync(writer.stdout.readline)
+            assert orjson.loads(ready) == {"ready": True}
+            writer.stdout.close()  # the deciding process is gone: nobody reads the answers
+            call = {"id": 1, "call": "bind", "args": ["team", "solo", uid, "b0-r0-n0"]}
+            writer.stdin.write(orjson.dumps(call) + b"\n")
+            writer.stdin.close()
+            code = await anyio.to_thread.run_sync(functools.partial(writer.wait, timeout=30))
+            stderr = writer.stderr.read()
+        assert where.bound() == {"team/solo": "b0-r0-n0"}
+        assert code == 0 and b"Traceback" not in stderr and b"BrokenPipe" not in stderr, stderr.decode()

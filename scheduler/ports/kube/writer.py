@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -103,22 +104,39 @@ def _protocol_pipes() -> tuple[int, int]:
     return calls, answers
 
 
+class _Answers:
+    """The pipe the answers go back on. Once the deciding process is gone (it crashed, or was killed), the
+    pipe is broken: the writer still carries out what it was handed, and its answers go nowhere, quietly."""
+
+    def __init__(self, fd: int) -> None:
+        self._out: BinaryIO | None = os.fdopen(fd, "wb")
+
+    def send(self, data: bytes) -> None:
+        if self._out is None:
+            return
+        try:
+            self._out.write(data)
+            self._out.flush()
+        except BrokenPipeError:
+            out, self._out = self._out, None
+            with contextlib.suppress(OSError):
+                out.close()  # the buffer cannot be flushed: closing says so again, and still closes the pipe
+
+
 async def serve(args: argparse.Namespace) -> None:
     calls_fd, answers_fd = _protocol_pipes()
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(calls_fd, "rb", 0))
-    out = os.fdopen(answers_fd, "wb")
+    out = _Answers(answers_fd)
 
     answers: list[bytes] = []
 
     def say(message: dict[str, Any]) -> None:
-        out.write(orjson.dumps(message) + b"\n")
-        out.flush()
+        out.send(orjson.dumps(message) + b"\n")
 
     def send_answers() -> None:
-        out.write(b"".join(answers))
-        out.flush()
+        out.send(b"".join(answers))
         answers.clear()
 
     def answer(message: dict[str, Any]) -> None:
