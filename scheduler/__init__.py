@@ -32,6 +32,9 @@ tests and benchmarks share. It reads the engine; the engine and the ports never 
 (serve), their output (``render``, ``plot``) and ``samples``. The engine never imports them.
 """
 
+#: The release (pyproject.toml reads it from here): the ``--version`` flag and the User-Agent of every request.
+__version__ = "0.1.0"
+
 #: The engine's modules from the bottom up: each imports only modules listed before it (a package stands
 #: for all its modules; ``gangs`` and ``devices`` order theirs in their own ``ORDER``, as ``topology``,
 #: ``ports/kube``, ``ports/sim`` and ``simulation`` do). ``tests/test_layers.py`` holds every module to them.

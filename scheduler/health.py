@@ -9,6 +9,7 @@ another origin nor run anything but this server's own files.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import socket
@@ -63,7 +64,6 @@ class HealthServer:
         self.ready = ready
         self.pictures = pictures
         self.url = ""
-        self._assets = assets()
 
     async def _metrics(self, _: web.Request) -> web.Response:
         response = web.Response(body=self.metrics.exposition())
@@ -89,7 +89,7 @@ class HealthServer:
         name = request.match_info.get("name", "index.html")
         if name not in ASSETS or ("name" in request.match_info and name not in SERVED_UNDER_VIEW):
             raise web.HTTPNotFound()
-        return web.Response(body=self._assets[name], content_type=ASSETS[name], charset="utf-8")
+        return web.Response(body=assets()[name], content_type=ASSETS[name], charset="utf-8")
 
     async def _cluster(self, request: web.Request) -> web.Response:
         assert self.pictures is not None
@@ -175,8 +175,10 @@ async def safety(
     return response
 
 
+@functools.cache
 def assets() -> dict[str, bytes]:
-    """The view's files, read from the package."""
+    """The view's files, read from the package when first asked for (not at every start: reading them costs
+    the start its first bind's CPU)."""
     return {name: (resources.files("scheduler") / "web" / name).read_bytes() for name in ASSETS}
 
 

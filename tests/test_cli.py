@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -379,6 +380,7 @@ def test_version_names_the_installed_package_s_version(capsys: pytest.CaptureFix
         main(["--version"])
     out = capsys.readouterr().out
     assert exited.value.code == 0 and re.fullmatch(r"phalanx \d+\.\d+\.\d+\S*\n", out), out
+    assert out == f"phalanx {importlib.metadata.version('phalanx-scheduler')}\n"  # the package's, as installed
 
 
 def test_the_phalanx_command_starts_no_blas_threads_unless_the_operator_asks() -> None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import anyio
 import structlog
 
+from scheduler import __version__
 from scheduler.app import Phalanx
 from scheduler.gangs import SettingsError
 from scheduler.health import ListenError
@@ -41,15 +42,6 @@ EXIT_USAGE, EXIT_CLUSTER = 2, 1
 EXIT_BROKEN_PIPE = 141
 
 
-def _version() -> str:
-    # Imported when asked: reading the installed packages' metadata costs every start 40 ms of CPU otherwise.
-    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
-
-    try:
-        return version("phalanx-scheduler")
-    except PackageNotFoundError:
-        return "unknown"
-
 
 class _VersionAction(argparse.Action):
     """``--version``: the installed package's version, looked up only when asked for."""
@@ -58,7 +50,7 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest=dest, nargs=0, help="show the version and exit", **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        sys.stdout.write(f"phalanx {_version()}\n")
+        sys.stdout.write(f"phalanx {__version__}\n")
         parser.exit()
 
 
