@@ -27,12 +27,17 @@ class SharedStrings:
     def __len__(self) -> int:
         return len(self._table)
 
-    def share(self, obj: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def share(
+        self, obj: Mapping[str, Any], before: Mapping[str, Any] | None = None, alike: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         """A copy of ``obj`` (an object as the API server sent it) whose keys and short string values are
         the shared copies; the metadata's name, uid and resource version are the object's own. ``before``:
         what this made of an earlier version of the same object, whose parts still equal are taken as they
         are (a pod's bind changes its ``nodeName``, status and resource version; comparing the rest costs a
-        fraction of sharing it again)."""
+        fraction of sharing it again). ``alike``: what this made of another object of the same kind (the pod
+        read before this one), whose ``spec`` is taken whole when equal: the pods of a gang or a Job mostly
+        have one spec, which then costs one copy, not one per pod. Nothing that keeps these copies changes
+        them."""
         if len(self._table) > MAX_STRINGS:
             self._table.clear()
         table = self._table
@@ -40,11 +45,11 @@ class SharedStrings:
         for given, value in obj.items():
             key = table.setdefault(given, given)
             old = before.get(key) if before is not None else None
-            if type(old) is not dict or type(value) is not dict:  # nothing to take from before: most events
+            if type(old) is not dict and key == "spec" and alike is not None and (same := alike.get(key)) == value:
+                copy[key] = same
+            elif type(old) is not dict or type(value) is not dict:  # nothing to take from before: most events
                 if key == "metadata" and type(value) is dict:
-                    copy[key] = {
-                        table.setdefault(k, k): (v if k in _OWN else self._value(v)) for k, v in value.items()
-                    }
+                    copy[key] = {table.setdefault(k, k): (v if k in _OWN else self._value(v)) for k, v in value.items()}
                 else:
                     copy[key] = self._value(value)
             elif key == "metadata":

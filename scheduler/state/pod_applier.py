@@ -81,6 +81,8 @@ class PodApplier:
         self._interned: dict[tuple[tuple[str, int], ...], dict[str, int]] = {}
         #: The spec last read and what it asks: the next pod's spec, of the same gang or Job, is mostly equal.
         self._last_read: tuple[object, tuple[dict[str, int], bool]] | None = None
+        #: The pod read last, as shared: the next one's spec is mostly equal (``SharedStrings.share``).
+        self._last_shared: dict[str, Any] | None = None
         self._departures: list[Departure] = []
 
     def apply(self, change: Change) -> None:
@@ -93,7 +95,8 @@ class PodApplier:
             self._accounting.pod_gone(key)
             return
         known = self._index.pod(key)  # a member's bind event shares what did not change from its last event
-        obj = self._strings.share(change.object, known.raw if known is not None else None)
+        obj = self._strings.share(change.object, known.raw if known is not None else None, self._last_shared)
+        self._last_shared = obj
         spec, status, metadata = obj.get("spec") or {}, obj.get("status") or {}, obj.get("metadata") or {}
         self._accounting.pod_seen(key, obj)
         node = spec.get("nodeName") or None

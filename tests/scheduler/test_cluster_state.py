@@ -132,3 +132,5 @@ def test_pods_listed_one_after_another_each_ask_what_their_own_spec_asks() -> No
     assert members["team/e"].node == "n0" and members["team/f"].node is None
     assert gpus_taken(state) == 4  # only the bound member's room is counted
     assert {key: state.pod(key).requests["nvidia.com/gpu"] for key in asked} == asked  # type: ignore[union-attr]
+    kept = {name: state.index.pod(f"team/{name}").raw["spec"] for name in specs}  # type: ignore[union-attr]
+    assert kept["b"] is kept["a"] and kept["d"] is not kept["c"] and kept["d"] == kept["a"]  # one copy of a spec

@@ -39,3 +39,20 @@ def test_a_bind_event_takes_the_unchanged_parts_of_the_pod_s_last_event_and_equa
     changed = copy.deepcopy(event)
     changed["spec"]["containers"][0]["image"] = "other:2"
     assert strings.share(changed, before)["spec"]["containers"][0]["image"] == "other:2"
+
+
+def test_pods_of_one_spec_read_one_after_another_keep_one_copy_of_it_and_another_spec_its_own() -> None:
+    strings = SharedStrings()
+    sent = [json.loads(json.dumps(gpu_pod(name, annotations=pfn("train", 3)))) for name in ("a", "b", "c")]
+    sent[2]["spec"]["containers"][0]["image"] = "other:2"
+    first = strings.share(sent[0])
+    second = strings.share(sent[1], alike=first)
+    third = strings.share(sent[2], alike=second)
+    assert [first, second, third] == sent  # what the server sent, exactly
+    assert second["spec"] is first["spec"] and second["metadata"]["name"] == "b"
+    assert third["spec"] is not second["spec"] and third["spec"]["containers"][0]["image"] == "other:2"
+    # A pod's earlier version is taken part by part before another pod's spec is taken whole
+    bound = copy.deepcopy(sent[2])
+    bound["spec"]["nodeName"] = "b0-r0-n0"
+    again = strings.share(bound, third, alike=first)
+    assert again == bound and again["spec"]["containers"] is third["spec"]["containers"]
