@@ -9,6 +9,7 @@ object asked about does not exist.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 EXIT_USAGE, EXIT_CLUSTER = 2, 1
 #: What a shell reports for a command killed by SIGPIPE (128 + 13), as `phalanx simulate | head` ends.
 EXIT_BROKEN_PIPE = 141
-
 
 
 class _VersionAction(argparse.Action):
@@ -310,7 +310,8 @@ async def _run(settings: Settings, kubeconfig: str | None, context: str | None) 
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(_stop_on_signal, group.cancel_scope)
-            group.start_soon(port.run)  # writers start with the first write: a follower starts none
+            # Writers start once this replica leads (a follower starts none): at once without an election.
+            group.start_soon(functools.partial(port.run, at_once=not settings.leader_election.enabled))
             group.start_soon(Phalanx(settings, port, freeze_heap=True).run)
     finally:
         with anyio.CancelScope(shield=True):

@@ -118,22 +118,44 @@ async def test_a_writer_that_dies_fails_its_calls_as_unavailable_and_is_started_
         assert where.bound()["team/later"] == "b0-r0-n1" and writers.restarts == 1
 
 
-async def test_writers_start_with_the_first_write_and_a_follower_starts_none() -> None:
-    """A replica that does not lead writes only its Lease (here): it starts no writer. The first other write
-    starts them, and is made here meanwhile."""
+async def test_writers_start_once_the_replica_leads_and_a_follower_starts_none() -> None:
+    """A replica that does not lead only tries its Lease (here; refused, someone else holds it): it starts no
+    writer. A replica whose Lease is written leads: its writers start then, before its first bind."""
+    async with cluster() as where:
+        where.create(gpu_pod("solo"))
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "l", "namespace": "team"},
+        }
+        where.create(lease)  # held by another replica
+        follower = Writers(KubeCluster(client_for(where.url), request_timeout=10), 1)
+        async with anyio.create_task_group() as group:
+            await group.start(follower.run)
+            with pytest.raises(Conflict):
+                await follower.create(LEASES, "team", lease)
+            await follower.get(PODS, "team", "solo")
+            assert not follower.ready and follower.restarts == 0 and follower.handed == 0
+            group.cancel_scope.cancel()
+        await follower.close()
+        leader = Writers(KubeCluster(client_for(where.url), request_timeout=10), 1)
+        async with anyio.create_task_group() as group:
+            await group.start(leader.run)
+            taken = await leader.get(LEASES, "team", "l")
+            await leader.update(LEASES, "team", "l", {**taken, "spec": {"holderIdentity": "leader"}})
+            await eventually(lambda: len(leader.ready) == 1, what="the writer started by the Lease written")
+            await leader.bind("team", "solo", where.pods()["team/solo"]["metadata"]["uid"], "b0-r0-n0")
+            assert where.bound() == {"team/solo": "b0-r0-n0"} and leader.handed == 1  # made by the writer
+            group.cancel_scope.cancel()
+        await leader.close()
+
+
+async def test_without_a_lease_the_first_write_starts_the_writers_and_is_made_here_meanwhile() -> None:
     async with cluster() as where:
         where.create(gpu_pod("solo"))
         writers = Writers(KubeCluster(client_for(where.url), request_timeout=10), 1)
         async with anyio.create_task_group() as group:
             await group.start(writers.run)
-            lease = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": "l", "namespace": "team"},
-            }
-            await writers.create(LEASES, "team", lease)
-            await writers.get(PODS, "team", "solo")
-            assert not writers.ready and writers.restarts == 0 and writers.handed == 0
             await writers.bind("team", "solo", where.pods()["team/solo"]["metadata"]["uid"], "b0-r0-n0")
             assert where.bound() == {"team/solo": "b0-r0-n0"} and writers.handed == 0  # made here
             await eventually(lambda: len(writers.ready) == 1, what="the writer started by the first write")

@@ -157,7 +157,7 @@ class Writers:
         self._ids = itertools.count(1)
         self.restarts = 0
         self.handed = 0  # writes handed to a writer process (the rest were made here)
-        self._wanted = anyio.Event()  # set by the first write: a follower, which writes nothing, starts none
+        self._wanted = anyio.Event()  # set once this replica leads: a follower, which writes nothing, starts none
 
     @property
     def ready(self) -> tuple[int, ...]:
@@ -241,7 +241,12 @@ class Writers:
         if not stays_here:
             self._wanted.set()
         if stays_here or not self._ready:
-            return await getattr(self.port, call)(*args, **(kwargs or {}))
+            result = await getattr(self.port, call)(*args, **(kwargs or {}))
+            if stays_here:
+                # A Lease written is a Lease held (a refused one raised): this replica leads, and its writes
+                # follow. Its writers start now, beside its first pass, and are ready by its first binds.
+                self._wanted.set()
+            return result
         writer = min(self._ready, key=lambda candidate: len(candidate.calls))
         number = next(self._ids)
         if wire is None:
@@ -319,9 +324,9 @@ class Writers:
     async def run(
         self, *, at_once: bool = False, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """From the first write on (``at_once``: now), keep :attr:`processes` writers running until cancelled
-        (each started again when it dies). Until they are ready, this process writes itself; a replica that
-        never leads writes nothing (its Lease is written here) and starts none."""
+        """From its Lease written or its first other write on (``at_once``: now), keep :attr:`processes` writers
+        running until cancelled (each started again when it dies). Until they are ready, this process writes
+        itself; a replica that never leads writes nothing (its Lease is tried here) and starts none."""
         task_status.started()
         if not self.processes:
             return
