@@ -221,9 +221,14 @@ class GangRequest:
         for node in self.walk():
             yield from node.pods
 
-    def bound(self, nodes: Mapping[str, str]) -> tuple[GangRequest, int]:
+    def bound(
+        self, nodes: Mapping[str, str], shapes: dict[tuple[int, str], PodShape] | None = None
+    ) -> tuple[GangRequest, int]:
         """This tree with the members named in ``nodes`` on those nodes (their ``spec.nodeName`` set, as a
-        bind sets it: node and node constraint alike), and how many of them it holds."""
+        bind sets it: node and node constraint alike), and how many of them it holds. ``shapes``: each shape
+        pinned to a node so far, by the shape's identity: a gang's members mostly share one shape and land
+        several on a node, and pinning a shape (a dataclass replaced) costs microseconds."""
+        shapes = {} if shapes is None else shapes
         if self.is_leaf:
             pods, found = [], 0
             for member in self.pods:
@@ -232,13 +237,16 @@ class GangRequest:
                     pods.append(member)
                     continue
                 found += 1
-                constraints = replace(member.shape.constraints, node_name=node)
-                shape = PodShape(requests=member.shape.requests, constraints=constraints)
+                shape = shapes.get((id(member.shape), node))
+                if shape is None:
+                    constraints = replace(member.shape.constraints, node_name=node)
+                    shape = PodShape(requests=member.shape.requests, constraints=constraints)
+                    shapes[(id(member.shape), node)] = shape
                 pods.append(Member(key=member.key, shape=shape, node=node))
             return (replace(self, pods=tuple(pods)), found) if found else (self, 0)
         children, found = [], 0
         for child in self.children:
-            updated, here = child.bound(nodes)
+            updated, here = child.bound(nodes, shapes)
             children.append(updated)
             found += here
         return (replace(self, children=tuple(children)), found) if found else (self, 0)

@@ -8,7 +8,7 @@ markers it ignores are kept so that the user can be told (a Warning Event names 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.gangs.fields import SpecProblem, child, missing, timestamp
@@ -156,12 +156,24 @@ def read_bound(raw: Mapping[str, Any], before: PodInfo, demand: Mapping[str, int
         return None
     if {**metadata_before, **_WRITTEN_BY_EVERY_UPDATE} != {**metadata, **_WRITTEN_BY_EVERY_UPDATE}:
         return None
-    return replace(
-        before,
+    # Built field by field, not by dataclasses.replace, which costs each bind event several microseconds
+    # more; tests/gangs/test_incremental.py holds it equal to read_pod's reading.
+    return PodInfo(
+        key=before.key,
+        namespace=before.namespace,
+        name=before.name,
         raw=raw,
+        scheduler=before.scheduler,
+        labels=before.labels,
+        annotations=before.annotations,
         node=node,
-        gates=(),
+        priority=before.priority,
+        created=before.created,
         finished=child(raw.get("status"), "phase") in FINISHED_PHASES,
+        deleting=before.deleting,
+        gates=(),
+        membership=before.membership,
+        ignored_markers=before.ignored_markers,
         demand=demand if demand is not None and not spec.get("resourceClaims") else None,
     )
 

@@ -99,6 +99,35 @@ def test_binding_a_member_recompiles_its_gang_with_the_member_pinned() -> None:
     assert pinned == {"ns/a0": "node-1", "ns/a1": None}
 
 
+def test_members_bound_together_to_one_node_are_pinned_there_as_a_compile_would_pin_them() -> None:
+    """Four members of one shape: three bound to one node and one to another in one batch. The gang is what a
+    fresh compile gives, and the members on one node share their pinned shape."""
+    index = GangIndex(GangSettings(levels=LEVELS))
+    pods = [pfn_pod(f"m{i}", size="4") for i in range(4)]
+    for document in pods:
+        index.upsert_pod(document)
+    index.take_changed()
+    nodes = ["node-a", "node-a", "node-b", "node-a"]
+    bound = [
+        {**document, "spec": {**document["spec"], "nodeName": node}} for document, node in zip(pods, nodes, strict=True)
+    ]
+    for document in bound:
+        index.upsert_pod(document)
+    index.take_changed()
+    fresh = GangIndex(GangSettings(levels=LEVELS))
+    for document in bound:
+        fresh.upsert_pod(document)
+    fresh.take_changed()
+    assert index.results() == fresh.results()
+    spec = index.get(PFN_KEY)  # type: ignore[arg-type]
+    assert isinstance(spec, GangSpec)
+    shapes = {member.key: member.shape for member in spec.request.members()}
+    assert {key: shape.constraints.node_name for key, shape in shapes.items()} == dict(
+        zip(["ns/m0", "ns/m1", "ns/m2", "ns/m3"], nodes, strict=True)
+    )
+    assert shapes["ns/m0"] is shapes["ns/m1"] is shapes["ns/m3"] and shapes["ns/m2"] is not shapes["ns/m0"]
+
+
 def test_a_pending_members_changed_scheduling_directives_reach_its_gang() -> None:
     index = cluster_with_three_gangs()
     changed = pfn_pod("a1")
