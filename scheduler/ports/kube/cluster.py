@@ -23,7 +23,7 @@ import orjson
 from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
-from scheduler import __version__
+import scheduler
 from scheduler.ports.errors import PortError, Unavailable, from_status
 from scheduler.ports.kube.connection import Connection
 from scheduler.ports.port import OPENED, PODS, ApiResource, Binding, Change, Listing, Outcomes
@@ -41,7 +41,7 @@ class ReadOnlyViolation(RuntimeError):
 
 
 #: Taken from the package, not from its installed metadata: reading that costs every start 40 ms of CPU.
-USER_AGENT = f"phalanx/{__version__}"
+USER_AGENT = f"phalanx/{scheduler.__version__}"
 
 
 def _path(resource: ApiResource, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
