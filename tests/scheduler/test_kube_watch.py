@@ -1,0 +1,89 @@
+"""A watch over HTTP: the events a server streams, however its writes cut them, are read whole and in order."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import orjson
+import pytest
+from aiohttp import web
+
+from scheduler.ports.errors import Expired, Unavailable
+from scheduler.ports.kube.client import client_for
+from scheduler.ports.kube.cluster import KubeCluster
+from scheduler.ports.port import OPENED, PODS, Change
+
+
+def event(kind: str, name: str, version: int) -> bytes:
+    pod = {"kind": "Pod", "metadata": {"name": name, "namespace": "team", "resourceVersion": str(version)}}
+    return orjson.dumps({"type": kind, "object": pod})
+
+
+@asynccontextmanager
+async def streaming(writes: list[bytes]) -> AsyncIterator[str]:
+    """A server whose every watch answers with ``writes``, each flushed on its own, then ends."""
+
+    async def watch(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        for piece in writes:
+            await response.write(piece)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/api/v1/pods", watch)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def read_all(url: str) -> list[Change]:
+    port = KubeCluster(client_for(url))
+    try:
+        return [change async for change in port.watch(PODS, "1", timeout=10)]
+    finally:
+        await port.close()
+
+
+async def test_events_cut_anywhere_by_the_server_s_writes_are_read_whole_and_in_order() -> None:
+    first, second, third = event("ADDED", "a", 2), event("MODIFIED", "a", 3), event("ADDED", "b", 4)
+    bookmark, last = event("BOOKMARK", "", 5), event("DELETED", "b", 6)
+    writes = [
+        first[:7],  # an event cut in two
+        first[7:] + b"\n" + second + b"\n" + third[:1],  # one event's end, a whole one, one's first byte
+        third[1:] + b"\n",
+        b"\n",  # a blank line is no event
+        bookmark + b"\n" + last,  # the last event ends with the stream, with no newline
+    ]
+    async with streaming(writes) as url:
+        changes = await read_all(url)
+    assert [change.type for change in changes] == [OPENED, "ADDED", "MODIFIED", "ADDED", "BOOKMARK", "DELETED"]
+    assert [change.object.get("metadata", {}).get("resourceVersion") for change in changes[1:]] == list("23456")
+
+
+async def test_a_malformed_event_fails_the_watch_as_unavailable_after_the_events_before_it() -> None:
+    async with streaming([event("ADDED", "a", 2) + b"\n{not json\n" + event("ADDED", "b", 3) + b"\n"]) as url:
+        port = KubeCluster(client_for(url))
+        seen: list[str] = []
+        try:
+            with pytest.raises(Unavailable, match="malformed event"):
+                async for change in port.watch(PODS, "1", timeout=10):
+                    seen.append(change.type)
+        finally:
+            await port.close()
+    assert seen == [OPENED, "ADDED"]
+
+
+async def test_an_error_event_fails_the_watch_with_the_status_it_carries() -> None:
+    expired = orjson.dumps({"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}})
+    async with streaming([expired + b"\n"]) as url:
+        with pytest.raises(Expired, match="too old"):
+            await read_all(url)
