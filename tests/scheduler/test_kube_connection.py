@@ -46,8 +46,14 @@ async def https_server() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(TLS / "ca.crt"))
     context.load_cert_chain(str(TLS / "server.crt"), str(TLS / "server.key"))
     context.verify_mode = ssl.CERT_OPTIONAL
+
+    async def binding(request: web.Request) -> web.Response:
+        await nodes(request)
+        return web.json_response({"kind": "Status", "status": "Success", "code": 201}, status=201)
+
     app = web.Application()
     app.router.add_get("/api/v1/nodes", nodes)
+    app.router.add_post("/api/v1/namespaces/team/pods/a/binding", binding)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
@@ -91,6 +97,26 @@ async def test_a_client_certificate_and_the_cluster_s_authority_given_as_data(tm
         }
         user = {"client-certificate-data": data("client.crt"), "client-key-data": data("client.key")}
         await nodes_listed(write_kubeconfig(tmp_path, cluster, user))
+    assert callers == [{"certificate": "alice", "authorization": None}]
+
+
+async def test_writes_go_over_the_same_tls_with_the_same_certificate_and_name(tmp_path: Path) -> None:
+    """A binding (made by the port's own HTTP/1.1, not aiohttp) checks the server's certificate against the
+    kubeconfig's authority and ``tls-server-name``, and shows the user's certificate, as the reads do."""
+    async with https_server() as (url, callers):
+        cluster = {"server": url, "certificate-authority-data": data("ca.crt")}
+        user = {"client-certificate-data": data("client.crt"), "client-key-data": data("client.key")}
+        for named in (False, True):
+            given = {**cluster, "tls-server-name": "kubernetes.default.svc"} if named else cluster
+            port = KubeCluster(await connect(str(write_kubeconfig(tmp_path, given, user))), request_timeout=10)
+            try:
+                if named:
+                    await port.bind("team", "a", "uid-a", "node-1")
+                else:
+                    with pytest.raises(Unavailable, match="certificate"):  # the certificate names another host
+                        await port.bind("team", "a", "uid-a", "node-1")
+            finally:
+                await port.close()
     assert callers == [{"certificate": "alice", "authorization": None}]
 
 

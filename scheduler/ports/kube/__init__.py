@@ -6,6 +6,6 @@ from scheduler.ports.kube.connection import Connection, KubeConfigError
 
 #: The modules from the bottom up: each imports only modules listed before it (``tests/test_layers.py``).
 #: This ``__init__`` is the package's face: it may import any of them, and none of them imports it.
-ORDER = ("connection", "cluster", "client", "writer", "writers")
+ORDER = ("connection", "http1", "cluster", "client", "writer", "writers")
 
 __all__ = ["Connection", "KubeCluster", "KubeConfigError", "ReadOnlyViolation", "client_for", "connect", "user_of"]

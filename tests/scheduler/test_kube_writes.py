@@ -1,0 +1,173 @@
+"""The port's writes over its own HTTP/1.1 (``ports/kube/http1.py``): answered as aiohttp answered them, on
+connections kept alive, and failing as the port's transient error when the server breaks off."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import orjson
+import pytest
+from aiohttp import web
+
+from scheduler.ports.errors import Conflict, Throttled, Unavailable
+from scheduler.ports.kube.client import client_for
+from scheduler.ports.kube.cluster import KubeCluster
+from scheduler.ports.port import ApiResource
+from tests.scheduler.support import eventually
+
+EVENTS = ApiResource("events.k8s.io", "v1", "events", "Event")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@asynccontextmanager
+async def serving(handler: Handler) -> AsyncIterator[tuple[str, list[tuple[str, int]]]]:
+    """A server answering every POST with ``handler``; yields its URL and each request's (method, client port):
+    the port tells the connections apart."""
+    seen: list[tuple[str, int]] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        seen.append((request.method, peer[1] if peer else 0))
+        return await handler(request)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}", seen
+    finally:
+        await runner.cleanup()
+
+
+async def stored(request: web.Request) -> web.Response:
+    body = await request.json()
+    return web.json_response({**body, "metadata": {**body.get("metadata", {}), "uid": "u1"}}, status=201)
+
+
+def event(name: str) -> dict[str, object]:
+    return {"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": name, "namespace": "team"}}
+
+
+async def test_writes_one_after_another_share_one_connection_and_are_answered_with_the_object_stored() -> None:
+    async with serving(stored) as (url, seen):
+        port = KubeCluster(client_for(url), request_timeout=10)
+        try:
+            created = [await port.create(EVENTS, "team", event(f"e{i}")) for i in range(20)]
+            await port.bind("team", "a", "uid-a", "node-1")
+            await port.delete(EVENTS, "team", "e1", uid="u1")
+        finally:
+            await port.close()
+    assert [item["metadata"] for item in created[:2]] == [
+        {"name": "e0", "namespace": "team", "uid": "u1"},
+        {"name": "e1", "namespace": "team", "uid": "u1"},
+    ]
+    assert len(seen) == 22 and len({client for _, client in seen}) == 1
+    assert {method for method, _ in seen} == {"POST", "DELETE"}
+
+
+async def test_a_chunked_answer_is_read_whole() -> None:
+    async def chunked(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        response = web.StreamResponse(status=201, headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for i in range(0, len(body), 7):
+            await response.write(body[i : i + 7])
+        await response.write_eof()
+        return response
+
+    async with serving(chunked) as (url, _):
+        port = KubeCluster(client_for(url), request_timeout=10)
+        try:
+            assert await port.create(EVENTS, "team", event("long" * 50)) == event("long" * 50)
+        finally:
+            await port.close()
+
+
+async def test_refusals_are_the_port_s_errors_with_the_server_s_message_and_retry_after() -> None:
+    async def refusing(request: web.Request) -> web.Response:
+        if request.path.endswith("/binding"):
+            status = {"kind": "Status", "code": 409, "message": "pod a is already assigned to node node-2"}
+            return web.json_response(status, status=409)
+        return web.json_response({"kind": "Status", "code": 429}, status=429, headers={"Retry-After": "3"})
+
+    async with serving(refusing) as (url, seen):
+        port = KubeCluster(client_for(url), request_timeout=10)
+        try:
+            with pytest.raises(Conflict, match="already assigned to node node-2"):
+                await port.bind("team", "a", "uid-a", "node-1")
+            with pytest.raises(Throttled) as throttled:
+                await port.create(EVENTS, "team", event("e"))
+        finally:
+            await port.close()
+    assert throttled.value.retry_after == 3
+    assert len({client for _, client in seen}) == 1  # a refusal keeps the connection
+
+
+async def test_a_server_that_closes_connections_gets_each_write_on_a_new_one() -> None:
+    """One answer says ``Connection: close``; the server drops the next connection while it sits idle. Each
+    write after them is still made, on a connection of its own."""
+    answered = 0
+
+    async def closing(request: web.Request) -> web.Response:
+        nonlocal answered
+        answered += 1
+        response = await stored(request)
+        if answered == 1:
+            response.force_close()
+        return response
+
+    async with serving(closing) as (url, seen):
+        port = KubeCluster(client_for(url), request_timeout=10)
+        try:
+            await port.create(EVENTS, "team", event("e0"))  # answered with Connection: close
+            await port.create(EVENTS, "team", event("e1"))  # a new connection, kept
+            kept = port._writes._idle[0]  # type: ignore[union-attr]
+            kept.writer.transport.abort()  # as a server drops an idle connection: the next write finds it shut
+            await eventually(kept.reader.at_eof, what="the kept connection's end to reach its reader")
+            await port.create(EVENTS, "team", event("e2"))
+        finally:
+            await port.close()
+    assert len(seen) == 3 and len({client for _, client in seen}) == 3
+
+
+async def test_a_server_that_does_not_answer_or_answers_no_http_fails_the_write_as_unavailable() -> None:
+    never = asyncio.Event()
+
+    async def silent(request: web.Request) -> web.Response:
+        await never.wait()
+        return web.json_response({}, status=201)
+
+    async with serving(silent) as (url, _):
+        port = KubeCluster(client_for(url), request_timeout=0.3)
+        try:
+            with pytest.raises(Unavailable, match="TimeoutError"):
+                await port.bind("team", "a", "uid-a", "node-1")
+        finally:
+            never.set()  # the server's handler ends, and with it the server
+            await port.close()
+
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    address = server.sockets[0].getsockname()
+    try:
+        port = KubeCluster(client_for(f"http://127.0.0.1:{address[1]}"), request_timeout=10)
+        try:
+            with pytest.raises(Unavailable, match="not HTTP"):
+                await port.create(EVENTS, "team", orjson.loads(orjson.dumps(event("e"))))
+        finally:
+            await port.close()
+    finally:
+        server.close()
+        await server.wait_closed()
