@@ -1,4 +1,5 @@
-"""The cluster port on a real API server: JSON over the package's own aiohttp session."""
+"""The cluster port on a real API server: JSON over the package's own aiohttp session (reads and watches)
+and its own HTTP/1.1 client (writes)."""
 
 from scheduler.ports.kube.client import client_for, connect, user_of
 from scheduler.ports.kube.cluster import KubeCluster, ReadOnlyViolation

@@ -1,6 +1,7 @@
 """``KubeCluster``: the cluster port over HTTP, with raw JSON throughout.
 
-Requests go out on one aiohttp session that the port owns, with the connection's TLS, proxy and
+Reads and watches go out on one aiohttp session that the port owns, writes on the port's own HTTP/1.1
+connections (``http1.py``; aiohttp's when a proxy stands between), with the connection's TLS, proxy and
 credentials (``connection.py``); bodies are written and responses read as JSON, not through
 kubernetes_asyncio's generated models and parameter handling (much faster for watches and binds, and
 kubernetes_asyncio 36 fails to read Binding responses). The session does not consult the environment at
