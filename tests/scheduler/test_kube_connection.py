@@ -102,22 +102,23 @@ async def test_a_client_certificate_and_the_cluster_s_authority_given_as_data(tm
 
 async def test_writes_go_over_the_same_tls_with_the_same_certificate_and_name(tmp_path: Path) -> None:
     """A binding (made by the port's own HTTP/1.1, not aiohttp) checks the server's certificate against the
-    kubeconfig's authority and ``tls-server-name``, and shows the user's certificate, as the reads do."""
+    kubeconfig's authority and ``tls-server-name`` (a trailing dot as good as none), and shows the user's
+    certificate, as the reads do."""
     async with https_server() as (url, callers):
         cluster = {"server": url, "certificate-authority-data": data("ca.crt")}
         user = {"client-certificate-data": data("client.crt"), "client-key-data": data("client.key")}
-        for named in (False, True):
-            given = {**cluster, "tls-server-name": "kubernetes.default.svc"} if named else cluster
+        for name in (None, "kubernetes.default.svc", "kubernetes.default.svc."):
+            given = {**cluster, "tls-server-name": name} if name else cluster
             port = KubeCluster(await connect(str(write_kubeconfig(tmp_path, given, user))), request_timeout=10)
             try:
-                if named:
+                if name:
                     await port.bind("team", "a", "uid-a", "node-1")
                 else:
                     with pytest.raises(Unavailable, match="certificate"):  # the certificate names another host
                         await port.bind("team", "a", "uid-a", "node-1")
             finally:
                 await port.close()
-    assert callers == [{"certificate": "alice", "authorization": None}]
+    assert callers == [{"certificate": "alice", "authorization": None}] * 2
 
 
 async def test_files_relative_to_the_kubeconfig_and_a_token_file(tmp_path: Path) -> None:

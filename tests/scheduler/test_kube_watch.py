@@ -10,6 +10,7 @@ import pytest
 from aiohttp import web
 
 from scheduler.ports.errors import Expired, Unavailable
+from scheduler.ports.kube import cluster
 from scheduler.ports.kube.client import client_for
 from scheduler.ports.kube.cluster import KubeCluster
 from scheduler.ports.port import OPENED, PODS, Change
@@ -86,4 +87,14 @@ async def test_an_error_event_fails_the_watch_with_the_status_it_carries() -> No
     expired = orjson.dumps({"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}})
     async with streaming([expired + b"\n"]) as url:
         with pytest.raises(Expired, match="too old"):
+            await read_all(url)
+
+
+async def test_an_event_past_the_longest_read_fails_the_watch_instead_of_filling_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cluster, "MAX_EVENT", 100)
+    endless = [b'{"type": "ADDED", "object": {"metadata": {"name": "', *([b"x" * 40] * 5)]
+    async with streaming(endless) as url:
+        with pytest.raises(Unavailable, match="longer than 100 bytes"):
             await read_all(url)

@@ -14,6 +14,7 @@ from aiohttp import web
 from scheduler.ports.errors import Conflict, Throttled, Unavailable
 from scheduler.ports.kube.client import client_for
 from scheduler.ports.kube.cluster import KubeCluster
+from scheduler.ports.kube.http1 import Http1
 from scheduler.ports.port import ApiResource
 from tests.scheduler.support import eventually
 
@@ -171,3 +172,116 @@ async def test_a_server_that_does_not_answer_or_answers_no_http_fails_the_write_
     finally:
         server.close()
         await server.wait_closed()
+
+
+@asynccontextmanager
+async def raw_server(
+    answers: Callable[[int, int], bytes | None],
+) -> AsyncIterator[tuple[str, list[bytes]]]:
+    """A server speaking bytes: ``answers(connection, request)`` is what it sends for the request-th request on
+    its connection-th connection (numbered from 0), or None to close that connection unanswered."""
+    requests: list[bytes] = []
+    connections = [0]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        number, connections[0] = connections[0], connections[0] + 1
+        try:
+            for index in range(100):
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    ),
+                    0,
+                )
+                requests.append(head + await reader.readexactly(length))
+                answer = answers(number, index)
+                if answer is None:
+                    break
+                writer.write(answer)
+                await writer.drain()
+        except asyncio.IncompleteReadError:
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", requests
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def answer(status: str, body: bytes = b"{}", *headers: str) -> bytes:
+    head = [f"HTTP/1.1 {status}", f"Content-Length: {len(body)}", *headers]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+async def test_an_interim_answer_is_passed_over_for_the_final_one_and_the_next_write_gets_its_own() -> None:
+    refused = orjson.dumps({"kind": "Status", "code": 409, "message": "already assigned"})
+    stored_event = orjson.dumps(event("e"))
+    replies = {
+        0: b"HTTP/1.1 100 Continue\r\n\r\n" + answer("201 Created", stored_event),
+        1: answer("409 Conflict", refused),
+    }
+    async with raw_server(lambda _, index: replies[index]) as (url, _):
+        port = KubeCluster(client_for(url), request_timeout=10)
+        try:
+            assert await port.create(EVENTS, "team", event("e")) == event("e")
+            with pytest.raises(Conflict, match="already assigned"):
+                await port.bind("team", "a", "uid-a", "node-1")
+        finally:
+            await port.close()
+
+
+async def test_a_kept_connection_closed_unanswered_is_asked_again_only_for_a_write_that_may_be_repeated() -> None:
+    """The server closes each connection at its second request without answering it (as a server closing
+    an idle connection just as it is reused): an update is sent again on a new connection; a binding, which
+    must not be sent twice unseen, fails as unavailable, and its caller retries it."""
+    async with raw_server(lambda _, index: answer("200 OK") if index == 0 else None) as (url, requests):
+        port = KubeCluster(client_for(url), request_timeout=10)
+        try:
+            await port.update(EVENTS, "team", "e", event("e"))
+            await port.update(EVENTS, "team", "e", event("e"))  # the kept connection fails: asked again
+            assert len(requests) == 3
+            with pytest.raises(Unavailable, match="closed the connection before it answered"):
+                await port.bind("team", "a", "uid-a", "node-1")
+            assert len(requests) == 4
+        finally:
+            await port.close()
+
+
+async def test_a_header_with_a_line_break_is_refused_before_anything_is_sent() -> None:
+    async with raw_server(lambda _, __: answer("201 Created")) as (url, requests):
+        port = KubeCluster(client_for(url), request_timeout=10)
+        port._headers["User-Agent"] = "phalanx\r\nX-Injected: yes"
+        try:
+            with pytest.raises(Unavailable, match="line break"):
+                await port.bind("team", "a", "uid-a", "node-1")
+        finally:
+            await port.close()
+    assert requests == []
+
+
+async def test_the_timeout_counts_the_wait_for_a_free_connection() -> None:
+    gate = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.Response:
+        await gate.wait()
+        return web.json_response({}, status=201)
+
+    async with serving(slow) as (url, _):
+        writes = Http1(url, None, most=1)
+        try:
+            first = asyncio.ensure_future(writes.request("POST", "/a", {}, b"{}", timeout=30))
+            await eventually(lambda: writes._slots.value == 0, what="the one connection to be taken")
+            with pytest.raises(TimeoutError):
+                await writes.request("POST", "/b", {}, b"{}", timeout=0.2)
+            gate.set()
+            assert (await first).status == 201
+        finally:
+            gate.set()
+            await writes.close()

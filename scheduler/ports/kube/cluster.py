@@ -35,6 +35,11 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: As kubernetes_asyncio sized its pool: the watches (one connection each) and the writes together.
 CONNECTIONS = 100
+#: The writes' own connections (``http1.py``), beside those: a write takes a few milliseconds, so that 64 carry
+#: thousands a second, and a server is not handed a connection per write in flight.
+WRITE_CONNECTIONS = 64
+#: The longest watch event read: an object is at most etcd's 1.5 MB, and a page of events far less.
+MAX_EVENT = 64 * 2**20
 _CORE_GROUPS = frozenset({"", "events.k8s.io", "coordination.k8s.io"})
 
 
@@ -173,19 +178,22 @@ class KubeCluster:
                 response.release()
         if self.connection.read_only:
             raise ReadOnlyViolation(f"refused {method} {path}: this connection only reads the cluster")
-        if self._writes is None:
-            self._writes = Http1(
-                self.connection.host, self.connection.tls, server_name=self.connection.server_name, most=CONNECTIONS
-            )
         headers = {**self._headers, "Content-Type": content_type}
         try:
+            if self._writes is None:
+                self._writes = Http1(
+                    self.connection.host,
+                    self.connection.tls,
+                    server_name=self.connection.server_name,
+                    most=WRITE_CONNECTIONS,
+                )
             authorization = await self.connection.credentials.authorization()
             if authorization:
                 headers["Authorization"] = authorization
             answer = await self._writes.request(
                 method, path, headers, orjson.dumps(body) if body is not None else None, timeout=self.request_timeout
             )
-        except (TimeoutError, OSError) as error:
+        except (TimeoutError, OSError, ValueError) as error:  # ValueError: a server URL aiohttp finds invalid too
             raise Unavailable(f"{method} {path}: {type(error).__name__}: {error}") from error
         if 200 <= answer.status < 300:
             return answer.body
@@ -268,7 +276,8 @@ class KubeCluster:
         response = await self._request("GET", _path(resource), query=query, timeout=timeout + 30)
         try:
             yield Change(type=OPENED, object={})
-            rest = b""  # the start of an event whose end has not come yet
+            started: list[bytes] = []  # the parts of an event whose end has not come yet
+            waiting = 0  # their bytes
             while True:
                 # What has arrived, split into events here: a burst of events (a gang's binds) costs one
                 # read, not one read a line.
@@ -276,8 +285,15 @@ class KubeCluster:
                     chunk = await response.content.readany()
                 except (TimeoutError, aiohttp.ClientError) as error:
                     raise Unavailable(f"watch {resource}: {type(error).__name__}: {error}") from error
-                lines = (rest + chunk).split(b"\n") if chunk else [rest, b""]
+                if chunk and b"\n" not in chunk:
+                    started.append(chunk)
+                    waiting += len(chunk)
+                    if waiting > MAX_EVENT:
+                        raise Unavailable(f"watch {resource}: an event longer than {MAX_EVENT} bytes")
+                    continue
+                lines = b"".join([*started, chunk]).split(b"\n") if chunk else [b"".join(started), b""]
                 rest = lines.pop()
+                started, waiting = ([rest], len(rest)) if rest else ([], 0)
                 for line in lines:
                     if line.strip():
                         yield _watch_event(resource, line)
