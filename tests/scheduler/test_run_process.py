@@ -13,6 +13,20 @@ from scheduler.ports.kube import KubeCluster, client_for
 from tests.scheduler.support import FAST, cluster, eventually, free_port, gpu_pod, kubeconfig, pfn, refusing_server
 
 
+def writers_of(pid: int) -> list[int]:
+    """The writer processes ``pid`` started (from /proc: its children running the writer module)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            parent = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            command = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == pid and b"scheduler.ports.kube.writer" in command:
+            found.append(int(entry.name))
+    return found
+
+
 async def get(url: str) -> tuple[int, str]:
     async with aiohttp.ClientSession() as session, session.get(url) as response:
         return response.status, await response.text()
@@ -40,6 +54,8 @@ async def test_phalanx_run_schedules_reports_health_and_stops_cleanly_on_sigterm
             f"127.0.0.1:{port}",
             "--set",
             "leaderElection.identity=proc",
+            "--set",
+            "binding.writerProcesses=1",
         ]
         async with await anyio.open_process(command) as process:
             try:
@@ -53,6 +69,8 @@ async def test_phalanx_run_schedules_reports_health_and_stops_cleanly_on_sigterm
                 with anyio.fail_after(60):
                     while not await ready():
                         await anyio.sleep(0.05)
+                # Leading (its Lease written), it starts its writer before it has anything to write.
+                await eventually(lambda: len(writers_of(process.pid)) == 1, what="the leader's writer process")
                 for i in range(2):
                     where.create(gpu_pod(f"w{i}", annotations=pfn("train", 2)))
                 await eventually(lambda: len(where.bound()) == 2, what="the gang bound by the process")
@@ -84,6 +102,8 @@ async def test_phalanx_run_with_an_unreachable_cluster_is_not_ready(tmp_path: Pa
         "--metrics-address",
         f"127.0.0.1:{port}",
         "--no-leader-elect",
+        "--set",
+        "binding.writerProcesses=1",
     ]
     async with await anyio.open_process(command) as process:
         try:
@@ -95,6 +115,8 @@ async def test_phalanx_run_with_an_unreachable_cluster_is_not_ready(tmp_path: Pa
                     except aiohttp.ClientError:
                         await anyio.sleep(0.05)
             assert status == 503 and text == "informers have not listed everything yet\n"
+            # Without an election the process leads from its start: its writer starts at once.
+            await eventually(lambda: len(writers_of(process.pid)) == 1, what="the writer process")
         finally:
             process.send_signal(signal.SIGTERM)
             with anyio.fail_after(60):
