@@ -44,7 +44,7 @@ EXIT_BROKEN_PIPE = 141
 
 
 class _VersionAction(argparse.Action):
-    """``--version``: the installed package's version, looked up only when asked for."""
+    """``--version``: the release, ``scheduler.__version__`` (which pyproject.toml gives the package)."""
 
     def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
         super().__init__(option_strings, dest=dest, nargs=0, help="show the version and exit", **kwargs)
