@@ -9,6 +9,7 @@ import http.server
 import json
 import os
 import socket
+import ssl
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -18,6 +19,7 @@ from typing import Any
 
 import anyio
 import yaml
+from aiohttp import web
 
 from scheduler.app import Phalanx
 from scheduler.gangs.gang_settings import GangSettings
@@ -329,3 +331,17 @@ def kubeconfig(path: Path, server: str, *, token: str | None = None) -> Path:
         )
     )
     return path
+
+
+@contextlib.asynccontextmanager
+async def served(app: web.Application, *, tls: ssl.SSLContext | None = None) -> AsyncIterator[str]:
+    """``app`` served on a free port of loopback (over TLS with ``tls``): its URL."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()

@@ -15,7 +15,7 @@ from scheduler.ports.kube.client import client_for
 from scheduler.ports.kube.cluster import KubeCluster
 from scheduler.ports.kube.writers import Writers
 from scheduler.ports.port import PODS, ApiResource, Listing
-from tests.scheduler.support import cluster, eventually, gpu_pod, pfn, phalanx
+from tests.scheduler.support import cluster, eventually, gpu_pod, pfn, phalanx, served
 
 GROUPS = [("scheduling.x-k8s.io", "v1alpha1", "podgroups"), ("metrics.example.com", "v1", "things")]
 GROUPS += [(f"group{i}.example.com", "v1", f"kind{i}s") for i in range(20)]
@@ -60,15 +60,8 @@ async def server(
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}", asked, open_at_once
-    finally:
-        await runner.cleanup()
+    async with served(app) as url:
+        yield url, asked, open_at_once
 
 
 async def test_every_group_version_is_read_at_once_and_one_that_is_down_stops_nothing() -> None:

@@ -26,6 +26,7 @@ from scheduler.ports.errors import Unavailable
 from scheduler.ports.kube import KubeCluster, KubeConfigError, connect
 from scheduler.ports.kube.connection import TOKEN_FILE_REREAD_SECONDS, TokenFile, in_cluster
 from scheduler.ports.port import NODES
+from tests.scheduler.support import served
 
 TLS = Path(__file__).resolve().parents[1] / "data" / "tls"
 
@@ -54,15 +55,8 @@ async def https_server() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
     app = web.Application()
     app.router.add_get("/api/v1/nodes", nodes)
     app.router.add_post("/api/v1/namespaces/team/pods/a/binding", binding)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"https://127.0.0.1:{port}", callers
-    finally:
-        await runner.cleanup()
+    async with served(app, tls=context) as url:
+        yield url, callers
 
 
 def write_kubeconfig(folder: Path, cluster: dict[str, Any], user: dict[str, Any], **extra: Any) -> Path:

@@ -14,6 +14,7 @@ from scheduler.ports.kube import cluster
 from scheduler.ports.kube.client import client_for
 from scheduler.ports.kube.cluster import KubeCluster
 from scheduler.ports.port import OPENED, PODS, Change
+from tests.scheduler.support import served
 
 
 def event(kind: str, name: str, version: int) -> bytes:
@@ -35,15 +36,8 @@ async def streaming(writes: list[bytes]) -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_get("/api/v1/pods", watch)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with served(app) as url:
+        yield url
 
 
 async def read_all(url: str) -> list[Change]:

@@ -16,7 +16,7 @@ from scheduler.ports.kube.client import client_for
 from scheduler.ports.kube.cluster import KubeCluster
 from scheduler.ports.kube.http1 import Http1
 from scheduler.ports.port import ApiResource
-from tests.scheduler.support import eventually
+from tests.scheduler.support import eventually, served
 
 EVENTS = ApiResource("events.k8s.io", "v1", "events", "Event")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -35,15 +35,8 @@ async def serving(handler: Handler) -> AsyncIterator[tuple[str, list[tuple[str, 
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}", seen
-    finally:
-        await runner.cleanup()
+    async with served(app) as url:
+        yield url, seen
 
 
 async def stored(request: web.Request) -> web.Response:
