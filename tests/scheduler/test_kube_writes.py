@@ -44,19 +44,24 @@ async def stored(request: web.Request) -> web.Response:
     return web.json_response({**body, "metadata": {**body.get("metadata", {}), "uid": "u1"}}, status=201)
 
 
+@asynccontextmanager
+async def opened(url: str, *, timeout: float = 10) -> AsyncIterator[KubeCluster]:
+    port = KubeCluster(client_for(url), request_timeout=timeout)
+    try:
+        yield port
+    finally:
+        await port.close()
+
+
 def event(name: str) -> dict[str, object]:
     return {"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": name, "namespace": "team"}}
 
 
 async def test_writes_one_after_another_share_one_connection_and_are_answered_with_the_object_stored() -> None:
-    async with serving(stored) as (url, seen):
-        port = KubeCluster(client_for(url), request_timeout=10)
-        try:
-            created = [await port.create(EVENTS, "team", event(f"e{i}")) for i in range(20)]
-            await port.bind("team", "a", "uid-a", "node-1")
-            await port.delete(EVENTS, "team", "e1", uid="u1")
-        finally:
-            await port.close()
+    async with serving(stored) as (url, seen), opened(url) as port:
+        created = [await port.create(EVENTS, "team", event(f"e{i}")) for i in range(20)]
+        await port.bind("team", "a", "uid-a", "node-1")
+        await port.delete(EVENTS, "team", "e1", uid="u1")
     assert [item["metadata"] for item in created[:2]] == [
         {"name": "e0", "namespace": "team", "uid": "u1"},
         {"name": "e1", "namespace": "team", "uid": "u1"},
@@ -76,12 +81,8 @@ async def test_a_chunked_answer_is_read_whole() -> None:
         await response.write_eof()
         return response
 
-    async with serving(chunked) as (url, _):
-        port = KubeCluster(client_for(url), request_timeout=10)
-        try:
-            assert await port.create(EVENTS, "team", event("long" * 50)) == event("long" * 50)
-        finally:
-            await port.close()
+    async with serving(chunked) as (url, _), opened(url) as port:
+        assert await port.create(EVENTS, "team", event("long" * 50)) == event("long" * 50)
 
 
 async def test_refusals_are_the_port_s_errors_with_the_server_s_message_and_retry_after() -> None:
@@ -91,15 +92,11 @@ async def test_refusals_are_the_port_s_errors_with_the_server_s_message_and_retr
             return web.json_response(status, status=409)
         return web.json_response({"kind": "Status", "code": 429}, status=429, headers={"Retry-After": "3"})
 
-    async with serving(refusing) as (url, seen):
-        port = KubeCluster(client_for(url), request_timeout=10)
-        try:
-            with pytest.raises(Conflict, match="already assigned to node node-2"):
-                await port.bind("team", "a", "uid-a", "node-1")
-            with pytest.raises(Throttled) as throttled:
-                await port.create(EVENTS, "team", event("e"))
-        finally:
-            await port.close()
+    async with serving(refusing) as (url, seen), opened(url) as port:
+        with pytest.raises(Conflict, match="already assigned to node node-2"):
+            await port.bind("team", "a", "uid-a", "node-1")
+        with pytest.raises(Throttled) as throttled:
+            await port.create(EVENTS, "team", event("e"))
     assert throttled.value.retry_after == 3
     assert len({client for _, client in seen}) == 1  # a refusal keeps the connection
 
@@ -117,17 +114,13 @@ async def test_a_server_that_closes_connections_gets_each_write_on_a_new_one() -
             response.force_close()
         return response
 
-    async with serving(closing) as (url, seen):
-        port = KubeCluster(client_for(url), request_timeout=10)
-        try:
-            await port.create(EVENTS, "team", event("e0"))  # answered with Connection: close
-            await port.create(EVENTS, "team", event("e1"))  # a new connection, kept
-            kept = port._writes._idle[0]  # type: ignore[union-attr]
-            kept.writer.transport.abort()  # as a server drops an idle connection: the next write finds it shut
-            await eventually(kept.reader.at_eof, what="the kept connection's end to reach its reader")
-            await port.create(EVENTS, "team", event("e2"))
-        finally:
-            await port.close()
+    async with serving(closing) as (url, seen), opened(url) as port:
+        await port.create(EVENTS, "team", event("e0"))  # answered with Connection: close
+        await port.create(EVENTS, "team", event("e1"))  # a new connection, kept
+        kept = port._writes._idle[0]  # type: ignore[union-attr]
+        kept.writer.transport.abort()  # as a server drops an idle connection: the next write finds it shut
+        await eventually(kept.reader.at_eof, what="the kept connection's end to reach its reader")
+        await port.create(EVENTS, "team", event("e2"))
     assert len(seen) == 3 and len({client for _, client in seen}) == 3
 
 
@@ -156,12 +149,9 @@ async def test_a_server_that_does_not_answer_or_answers_no_http_fails_the_write_
     server = await asyncio.start_server(garbage, "127.0.0.1", 0)
     address = server.sockets[0].getsockname()
     try:
-        port = KubeCluster(client_for(f"http://127.0.0.1:{address[1]}"), request_timeout=10)
-        try:
+        async with opened(f"http://127.0.0.1:{address[1]}") as port:
             with pytest.raises(Unavailable, match="not HTTP"):
                 await port.create(EVENTS, "team", orjson.loads(orjson.dumps(event("e"))))
-        finally:
-            await port.close()
     finally:
         server.close()
         await server.wait_closed()
@@ -220,42 +210,31 @@ async def test_an_interim_answer_is_passed_over_for_the_final_one_and_the_next_w
         0: b"HTTP/1.1 100 Continue\r\n\r\n" + answer("201 Created", stored_event),
         1: answer("409 Conflict", refused),
     }
-    async with raw_server(lambda _, index: replies[index]) as (url, _):
-        port = KubeCluster(client_for(url), request_timeout=10)
-        try:
-            assert await port.create(EVENTS, "team", event("e")) == event("e")
-            with pytest.raises(Conflict, match="already assigned"):
-                await port.bind("team", "a", "uid-a", "node-1")
-        finally:
-            await port.close()
+    async with raw_server(lambda _, index: replies[index]) as (url, _), opened(url) as port:
+        assert await port.create(EVENTS, "team", event("e")) == event("e")
+        with pytest.raises(Conflict, match="already assigned"):
+            await port.bind("team", "a", "uid-a", "node-1")
 
 
 async def test_a_kept_connection_closed_unanswered_is_asked_again_only_for_a_write_that_may_be_repeated() -> None:
     """The server closes each connection at its second request without answering it (as a server closing
     an idle connection just as it is reused): an update is sent again on a new connection; a binding, which
     must not be sent twice unseen, fails as unavailable, and its caller retries it."""
-    async with raw_server(lambda _, index: answer("200 OK") if index == 0 else None) as (url, requests):
-        port = KubeCluster(client_for(url), request_timeout=10)
-        try:
-            await port.update(EVENTS, "team", "e", event("e"))
-            await port.update(EVENTS, "team", "e", event("e"))  # the kept connection fails: asked again
-            assert len(requests) == 3
-            with pytest.raises(Unavailable, match="closed the connection before it answered"):
-                await port.bind("team", "a", "uid-a", "node-1")
-            assert len(requests) == 4
-        finally:
-            await port.close()
+    first_only = raw_server(lambda _, index: answer("200 OK") if index == 0 else None)
+    async with first_only as (url, requests), opened(url) as port:
+        await port.update(EVENTS, "team", "e", event("e"))
+        await port.update(EVENTS, "team", "e", event("e"))  # the kept connection fails: asked again
+        assert len(requests) == 3
+        with pytest.raises(Unavailable, match="closed the connection before it answered"):
+            await port.bind("team", "a", "uid-a", "node-1")
+        assert len(requests) == 4
 
 
 async def test_a_header_with_a_line_break_is_refused_before_anything_is_sent() -> None:
-    async with raw_server(lambda _, __: answer("201 Created")) as (url, requests):
-        port = KubeCluster(client_for(url), request_timeout=10)
+    async with raw_server(lambda _, __: answer("201 Created")) as (url, requests), opened(url) as port:
         port._headers["User-Agent"] = "phalanx\r\nX-Injected: yes"
-        try:
-            with pytest.raises(Unavailable, match="line break"):
-                await port.bind("team", "a", "uid-a", "node-1")
-        finally:
-            await port.close()
+        with pytest.raises(Unavailable, match="line break"):
+            await port.bind("team", "a", "uid-a", "node-1")
     assert requests == []
 
 
