@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+import yaml
 
 from scheduler.frontends.dryrun import dry_run, read_real_cluster
 from scheduler.frontends.explain import explain
@@ -194,6 +195,16 @@ async def test_the_commands_exit_codes_and_messages(tmp_path: Path) -> None:
     assert code == 1 and err.startswith("phalanx: the cluster did not answer: ") and err.count("\n") == 1
     code, _, err = await phalanx_command("explain", "a/b", "--kubeconfig", str(tmp_path / "missing"))
     assert (code, err) == (1, f"phalanx: kubeconfig {tmp_path / 'missing'}: no such file\n")
+    socks = kubeconfig(tmp_path / "socks", "https://api.example:6443")
+    config = yaml.safe_load(socks.read_text())
+    config["clusters"][0]["cluster"]["proxy-url"] = "socks5://me:secret@proxy.example:1080"
+    socks.write_text(yaml.safe_dump(config))
+    code, _, err = await phalanx_command("dry-run", "--kubeconfig", str(socks))
+    assert (code, err) == (
+        1,
+        "phalanx: proxy 'socks5://proxy.example:1080' (the kubeconfig's proxy-url): only http:// and https:// "
+        "proxies are supported\n",
+    )
 
 
 async def test_explain_of_a_gang_already_bound_says_where_it_runs(tmp_path: Path) -> None:

@@ -1,12 +1,59 @@
 """The proxy settings an operator gives Phalanx (HTTPS_PROXY, NO_PROXY, kubeconfig proxy-url) are honoured."""
 
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from scheduler.ports.kube import KubeCluster, client_for
+from scheduler.ports.errors import Unavailable
+from scheduler.ports.kube import KubeCluster, client_for, connect
 from scheduler.ports.port import NODES
 from tests.scheduler.support import cluster
+from tests.scheduler.test_kube_connection import data, https_server, write_kubeconfig
+
+PROXY_USER = ("squid", "p@ss word")
+
+
+@asynccontextmanager
+async def tunnelling_proxy() -> AsyncIterator[tuple[str, list[tuple[str, str]]]]:
+    """A forward proxy that opens CONNECT tunnels for a client showing :data:`PROXY_USER`, and refuses every
+    other request with 407. Yields its address and each request's (request line, Proxy-Authorization)."""
+    asked: list[tuple[str, str]] = []
+    expected = "Basic " + base64.b64encode(":".join(PROXY_USER).encode()).decode()
+
+    async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        with suppress(ConnectionError):
+            while data := await source.read(65536):
+                sink.write(data)
+                await sink.drain()
+        sink.close()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode()
+        request_line, *lines = head.split("\r\n")
+        fields = dict(line.split(": ", 1) for line in lines if line)
+        asked.append((request_line, fields.get("Proxy-Authorization", "")))
+        method, target, _ = request_line.split()
+        if method != "CONNECT" or fields.get("Proxy-Authorization") != expected:
+            writer.write(b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n")
+            writer.close()
+            return
+        host, port = target.rsplit(":", 1)
+        server_reader, server_writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await asyncio.gather(pipe(reader, server_writer), pipe(server_reader, writer))
+
+    proxy = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield f"127.0.0.1:{proxy.sockets[0].getsockname()[1]}", asked
+    finally:
+        proxy.close()
 
 
 async def test_requests_go_through_the_proxy_named_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,3 +92,32 @@ def test_no_proxy_may_name_the_service_network_as_a_range(monkeypatch: pytest.Mo
     assert KubeCluster(client_for("https://[fd00::1]:443")).proxy is None
     assert KubeCluster(client_for("https://11.0.0.1:443")).proxy == "http://proxy.example:3128"
     assert KubeCluster(client_for("https://api.example:6443")).proxy == "http://proxy.example:3128"
+
+
+async def test_an_https_server_is_reached_through_a_connect_tunnel_with_the_proxy_s_credentials(
+    tmp_path: Path,
+) -> None:
+    """The kubeconfig's proxy-url names a proxy, with credentials: reads and writes to the HTTPS API server
+    go through a CONNECT tunnel, TLS to the server inside it (its certificate checked as without a proxy).
+    A proxy that refuses the tunnel is a transient failure that says so."""
+    async with https_server() as (url, callers), tunnelling_proxy() as (proxy, asked):
+        user, password = PROXY_USER
+        server = {"server": url, "certificate-authority-data": data("ca.crt")}
+        server["tls-server-name"] = "kubernetes.default.svc"
+        given = {**server, "proxy-url": f"http://{user}:{password.replace(' ', '%20').replace('@', '%40')}@{proxy}"}
+        port = KubeCluster(await connect(str(write_kubeconfig(tmp_path, given, {"token": "t"}))), request_timeout=10)
+        try:
+            assert (await port.list(NODES)).items == []
+            await port.bind("team", "a", "uid-a", "node-1")
+        finally:
+            await port.close()
+        wrong = {**server, "proxy-url": f"http://{user}:guess@{proxy}"}
+        refused = KubeCluster(await connect(str(write_kubeconfig(tmp_path, wrong, {"token": "t"}))), request_timeout=10)
+        try:
+            with pytest.raises(Unavailable, match=r"refused a tunnel to 127\.0\.0\.1: HTTP 407"):
+                await refused.list(NODES)
+        finally:
+            await refused.close()
+    authority = url.removeprefix("https://")
+    assert {line for line, _ in asked} == {f"CONNECT {authority} HTTP/1.1"}
+    assert callers == [{"certificate": None, "authorization": "Bearer t"}] * 2  # the server saw no proxy

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import orjson
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler.ports.errors import Expired, Unavailable
-from scheduler.ports.kube import cluster
+from scheduler.ports.kube import cluster, http1
 from scheduler.ports.kube.client import client_for
 from scheduler.ports.kube.cluster import KubeCluster
 from scheduler.ports.port import OPENED, PODS, Change
@@ -92,3 +95,54 @@ async def test_an_event_past_the_longest_read_fails_the_watch_instead_of_filling
     async with streaming(endless) as url:
         with pytest.raises(Unavailable, match="longer than 100 bytes"):
             await read_all(url)
+
+
+@given(st.lists(st.binary(min_size=1, max_size=40), max_size=8), st.data())
+@settings(max_examples=200, deadline=None, derandomize=True)
+def test_chunked_coding_is_taken_off_however_the_bytes_are_cut(pieces: list[bytes], data: st.DataObject) -> None:
+    """A watch's body comes in chunks, and the chunks in reads that may cut a size line, the data or the line
+    break after it anywhere: the data come out whole and in order, and the end is seen."""
+    coded = b"".join(b"%x;ext=1\r\n" % len(piece) + piece + b"\r\n" for piece in pieces) + b"0\r\n\r\n"
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(coded) - 1), max_size=12)))
+    chunks, taken = http1._Chunks(), []
+    for start, end in zip([0, *cuts], [*cuts, len(coded)], strict=True):
+        taken.append(chunks.feed(coded[start:end]))
+    assert b"".join(taken) == b"".join(pieces) and chunks.ended
+
+
+@pytest.mark.parametrize(
+    ("coded", "why"),
+    [(b"zz\r\nab\r\n", "chunk size"), (b"2\r\nabXY", "CRLF"), (b"1" * 5000, "size line too long")],
+)
+def test_chunked_coding_that_is_not_is_refused(coded: bytes, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        http1._Chunks().feed(coded)
+
+
+async def test_a_watch_cut_off_in_the_middle_of_a_chunk_fails_as_unavailable() -> None:
+    """The server's connection breaks before the chunk it began ends: the events before it were read, and
+    the watch then fails as the port's transient error (the informer lists again), not as a stream's end."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        whole = event("ADDED", "a", 2) + b"\n"
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"%x\r\n%s\r\n" % (len(whole), whole) + b"40\r\n" + event("ADDED", "b", 3)[:10])
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    port = KubeCluster(client_for(url))
+    seen: list[Change] = []
+    try:
+        with pytest.raises(Unavailable, match="in the middle of its answer"):
+            async for change in port.watch(PODS, "1", timeout=10):
+                seen.append(change)
+    finally:
+        await port.close()
+        server.close()
+    assert [(change.type, change.object.get("metadata", {}).get("name")) for change in seen] == [
+        (OPENED, None),
+        ("ADDED", "a"),
+    ]

@@ -4,6 +4,7 @@ connections kept alive, and failing as the port's transient error when the serve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -15,7 +16,7 @@ from scheduler.ports.errors import Conflict, Throttled, Unavailable
 from scheduler.ports.kube.client import client_for
 from scheduler.ports.kube.cluster import KubeCluster
 from scheduler.ports.kube.http1 import Http1
-from scheduler.ports.port import ApiResource
+from scheduler.ports.port import NODES, ApiResource
 from tests.scheduler.support import eventually, served
 
 EVENTS = ApiResource("events.k8s.io", "v1", "events", "Event")
@@ -85,6 +86,36 @@ async def test_a_chunked_answer_is_read_whole() -> None:
         assert await port.create(EVENTS, "team", event("long" * 50)) == event("long" * 50)
 
 
+async def test_a_list_in_a_chunk_an_item_with_a_trailer_is_read_whole_and_its_connection_kept() -> None:
+    """As kube-apiserver 1.36 streams a list: a chunk per item, then a trailer. The next request is made on
+    the same connection, and answered."""
+    items = [{"metadata": {"name": f"n{i}"}} for i in range(300)]
+    connections = 0
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        with contextlib.closing(writer), contextlib.suppress(asyncio.IncompleteReadError):
+            while await reader.readuntil(b"\r\n\r\n"):
+                await respond(writer)
+
+    async def respond(writer: asyncio.StreamWriter) -> None:
+        pieces = [b'{"kind":"NodeList","metadata":{"resourceVersion":"7"},"items":[']
+        pieces += [orjson.dumps(item) + (b"," if i < len(items) - 1 else b"") for i, item in enumerate(items)]
+        pieces.append(b"]}")
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces))
+        writer.write(b"0\r\nX-Checksum: none\r\n\r\n")
+        await writer.drain()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    async with opened(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}") as port:
+        first, second = await port.list(NODES), await port.list(NODES)
+    server.close()
+    assert [item["metadata"]["name"] for item in first.items] == [f"n{i}" for i in range(300)]
+    assert (second.items, second.resource_version, connections) == (first.items, "7", 1)
+
+
 async def test_refusals_are_the_port_s_errors_with_the_server_s_message_and_retry_after() -> None:
     async def refusing(request: web.Request) -> web.Response:
         if request.path.endswith("/binding"):
@@ -117,7 +148,7 @@ async def test_a_server_that_closes_connections_gets_each_write_on_a_new_one() -
     async with serving(closing) as (url, seen), opened(url) as port:
         await port.create(EVENTS, "team", event("e0"))  # answered with Connection: close
         await port.create(EVENTS, "team", event("e1"))  # a new connection, kept
-        kept = port._writes._idle[0]  # type: ignore[union-attr]
+        kept = port._http._idle[0]  # type: ignore[union-attr]
         kept.writer.transport.abort()  # as a server drops an idle connection: the next write finds it shut
         await eventually(kept.reader.at_eof, what="the kept connection's end to reach its reader")
         await port.create(EVENTS, "team", event("e2"))

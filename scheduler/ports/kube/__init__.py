@@ -1,5 +1,4 @@
-"""The cluster port on a real API server: JSON over the package's own aiohttp session (reads and watches)
-and its own HTTP/1.1 client (writes)."""
+"""The cluster port on a real API server: JSON over the package's own HTTP/1.1 connections (``http1.py``)."""
 
 from scheduler.ports.kube.client import client_for, connect, user_of
 from scheduler.ports.kube.cluster import KubeCluster, ReadOnlyViolation

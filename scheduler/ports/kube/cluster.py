@@ -1,43 +1,37 @@
 """``KubeCluster``: the cluster port over HTTP, with raw JSON throughout.
 
-Reads and watches go out on one aiohttp session that the port owns, writes on the port's own HTTP/1.1
-connections (``http1.py``; aiohttp's when a proxy stands between), with the connection's TLS, proxy and
-credentials (``connection.py``); bodies are written and responses read as JSON, not through
+Every request goes out on the port's own HTTP/1.1 connections (``http1.py``), with the connection's TLS,
+proxy and credentials (``connection.py``); bodies are written and answers read as JSON, not through
 kubernetes_asyncio's generated models and parameter handling (much faster for watches and binds, and
-kubernetes_asyncio 36 fails to read Binding responses). The session does not consult the environment at
-each request (``trust_env``, which hops to a thread twice a request for ``~/.netrc`` and the proxy
-variables): the environment's proxy for the API server is looked up once, here.
-Every error status is checked here and turned into a ``scheduler.ports.errors`` exception, once.
+kubernetes_asyncio 36 fails to read Binding responses). The environment's proxy for the API server is
+looked up once, here. Every error status is checked here and turned into a ``scheduler.ports.errors``
+exception, once.
 """
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import os
 from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode, urlsplit, urlunsplit
 
-import aiohttp
 import anyio
 import orjson
-from aiohttp.helpers import get_env_proxy_for_url
-from yarl import URL
 
 import scheduler
 from scheduler.ports.errors import PortError, Unavailable, from_status
-from scheduler.ports.kube.connection import Connection
+from scheduler.ports.kube.connection import Connection, KubeConfigError
 from scheduler.ports.kube.http1 import Http1
 from scheduler.ports.port import OPENED, PODS, ApiResource, Binding, Change, Listing, Outcomes
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-#: As kubernetes_asyncio sized its pool: the watches (one connection each) and the writes together.
-CONNECTIONS = 100
-#: The writes' own connections (``http1.py``), beside those: a write takes a few milliseconds, so that 64 carry
-#: thousands a second, and a server is not handed a connection per write in flight.
-WRITE_CONNECTIONS = 64
+#: The connections kept for requests (each watch has one more of its own): a write takes a few milliseconds,
+#: so that 64 carry thousands a second, and a server is not handed a connection per write in flight.
+CONNECTIONS = 64
 #: The longest watch event read: an object is at most etcd's 1.5 MB, and a page of events far less.
 MAX_EVENT = 64 * 2**20
 _CORE_GROUPS = frozenset({"", "events.k8s.io", "coordination.k8s.io"})
@@ -66,17 +60,37 @@ def _path(resource: ApiResource, namespace: str | None = None, name: str | None 
 def _proxy(connection: Connection) -> tuple[str | None, dict[str, str] | None]:
     """The proxy to reach the API server through, and its headers: the kubeconfig's ``proxy-url``, else the
     environment's (``HTTPS_PROXY``/``HTTP_PROXY``, unless ``NO_PROXY`` names the server), looked up once.
-    ``~/.netrc`` is not read, as kubectl does not read it."""
+    ``~/.netrc`` is not read, as kubectl does not read it. Raises :class:`KubeConfigError` for a proxy that
+    is not ``http://`` or ``https://`` (a SOCKS proxy): no request could be made."""
     if connection.proxy:
-        return connection.proxy, None
-    url = URL(connection.host)
-    if _in_no_proxy_network(url.host or ""):
+        return _checked(connection.proxy, "the kubeconfig's proxy-url"), None
+    url = urlsplit(connection.host)
+    host = url.hostname or ""
+    if not any(name.lower() in ("http_proxy", "https_proxy") for name in os.environ):
+        return None, None  # the usual case: nothing more to look up (nor to import)
+    if _in_no_proxy_network(host):
         return None, None
-    try:
-        proxy, auth = get_env_proxy_for_url(url)
-    except LookupError:
+    import urllib.request  # noqa: PLC0415  (only where a proxy is set: it imports http.client and email)
+
+    if urllib.request.proxy_bypass(host):
         return None, None
-    return str(proxy), ({"Proxy-Authorization": auth.encode()} if auth is not None else None)
+    proxy = urllib.request.getproxies_environment().get(url.scheme)
+    if not proxy:
+        return None, None
+    found = urlsplit(_checked(proxy if "://" in proxy else f"http://{proxy}", f"{url.scheme.upper()}_PROXY"))
+    if found.username is None:
+        return urlunsplit(found), None
+    credentials = f"{unquote(found.username)}:{unquote(found.password or '')}".encode()
+    bare = found._replace(netloc=found.netloc.rpartition("@")[2])
+    return urlunsplit(bare), {"Proxy-Authorization": "Basic " + base64.b64encode(credentials).decode()}
+
+
+def _checked(proxy: str, source: str) -> str:
+    parts = urlsplit(proxy)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()  # no credentials in the message
+        raise KubeConfigError(f"proxy {shown!r} ({source}): only http:// and https:// proxies are supported")
+    return proxy
 
 
 def _in_no_proxy_network(host: str) -> bool:
@@ -105,95 +119,53 @@ class KubeCluster:
         self.request_timeout = request_timeout
         self.proxy, self.proxy_headers = _proxy(connection)
         self._headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
-        self._session: aiohttp.ClientSession | None = None
-        self._writes: Http1 | None = None
+        self._http: Http1 | None = None
 
-    def _open(self) -> aiohttp.ClientSession:
-        if self._session is None:  # opened in the event loop that uses it
-            tls: Any = self.connection.tls if self.connection.tls is not None else True
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=CONNECTIONS, ssl=tls), trust_env=False, read_bufsize=2**21
+    def _open(self) -> Http1:
+        """Raises ``ValueError`` for a server or proxy URL that cannot be reached (no host, a SOCKS proxy)."""
+        if self._http is None:
+            self._http = Http1(
+                self.connection.host,
+                self.connection.tls,
+                server_name=self.connection.server_name,
+                most=CONNECTIONS,
+                proxy=self.proxy,
+                proxy_headers=self.proxy_headers,
             )
-        return self._session
+        return self._http
 
     async def close(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None  # a later request opens a new one
-            await session.close()
-        if self._writes is not None:
-            writes, self._writes = self._writes, None
-            await writes.close()
+        if self._http is not None:
+            http, self._http = self._http, None  # a later request opens new connections
+            await http.close()
 
-    async def _request(
+    async def _said(self, content_type: str | None = None) -> dict[str, str]:
+        """A request's headers: what every request says, its body's type, and the credentials of the moment."""
+        headers = {**self._headers, "Content-Type": content_type} if content_type else dict(self._headers)
+        authorization = await self.connection.credentials.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        return headers
+
+    async def _send(
         self,
         method: str,
         path: str,
+        body: Any = None,
         *,
         query: list[tuple[str, str]] | None = None,
-        body: Any = None,
         content_type: str = "application/json",
-        timeout: float | None = None,
-    ) -> aiohttp.ClientResponse:
+    ) -> bytes:
+        """An answer's body, or the server's refusal raised as the port's error."""
         if self.connection.read_only and method not in READ_METHODS:
             raise ReadOnlyViolation(f"refused {method} {path}: this connection only reads the cluster")
-        session = self._open()
-        headers = {**self._headers, "Content-Type": content_type}
-        url = self.connection.host + path + (f"?{urlencode(query)}" if query else "")
+        target = path + (f"?{urlencode(query)}" if query else "")
         try:
-            authorization = await self.connection.credentials.authorization()
-            if authorization:
-                headers["Authorization"] = authorization
-            response = await session.request(
-                method,
-                URL(url, encoded=True),
-                data=orjson.dumps(body) if body is not None else None,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=timeout or self.request_timeout),
-                proxy=self.proxy,
-                proxy_headers=self.proxy_headers,
-                server_hostname=self.connection.server_name,
+            headers = await self._said(content_type if body is not None else None)
+            answer = await self._open().request(
+                method, target, headers, orjson.dumps(body) if body is not None else None, timeout=self.request_timeout
             )
-        except (TimeoutError, aiohttp.ClientError, OSError) as error:
-            raise Unavailable(f"{method} {path}: {type(error).__name__}: {error}") from error
-        if 200 <= response.status < 300:
-            return response
-        try:
-            body = await response.read()
-        except aiohttp.ClientError:
-            body = b""
-        finally:
-            response.release()
-        raise _refused(method, path, response.status, body, response.headers.get("Retry-After"))
-
-    async def _write(self, method: str, path: str, body: Any, *, content_type: str = "application/json") -> bytes:
-        """A write's answer: its body, or the server's refusal raised as the port's error. Written by
-        :class:`Http1` (a third of aiohttp's CPU) unless a proxy stands between."""
-        if self.proxy is not None:
-            response = await self._request(method, path, body=body, content_type=content_type)
-            try:
-                return await response.read()
-            except (TimeoutError, aiohttp.ClientError) as error:
-                raise Unavailable(f"{method} {path}: unreadable response: {error}") from error
-            finally:
-                response.release()
-        if self.connection.read_only:
-            raise ReadOnlyViolation(f"refused {method} {path}: this connection only reads the cluster")
-        headers = {**self._headers, "Content-Type": content_type}
-        try:
-            if self._writes is None:
-                self._writes = Http1(
-                    self.connection.host,
-                    self.connection.tls,
-                    server_name=self.connection.server_name,
-                    most=WRITE_CONNECTIONS,
-                )
-            authorization = await self.connection.credentials.authorization()
-            if authorization:
-                headers["Authorization"] = authorization
-            answer = await self._writes.request(
-                method, path, headers, orjson.dumps(body) if body is not None else None, timeout=self.request_timeout
-            )
-        except (TimeoutError, OSError, ValueError) as error:  # ValueError: a server URL aiohttp finds invalid too
+        except (TimeoutError, OSError, ValueError) as error:  # ValueError: a URL with no host, a SOCKS proxy
             raise Unavailable(f"{method} {path}: {type(error).__name__}: {error}") from error
         if 200 <= answer.status < 300:
             return answer.body
@@ -201,20 +173,18 @@ class KubeCluster:
 
     async def _written(self, method: str, path: str, body: Any, *, content_type: str = "application/json") -> Any:
         """A write's answer read as JSON: the object as the server stored it."""
-        answer = await self._write(method, path, body, content_type=content_type)
+        answer = await self._send(method, path, body, content_type=content_type)
         try:
             return orjson.loads(answer)
         except ValueError as error:
             raise Unavailable(f"{method} {path}: unreadable response: {error}") from error
 
-    async def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        response = await self._request(method, path, **kwargs)
+    async def _json(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+        answer = await self._send(method, path, query=query)
         try:
-            data: dict[str, Any] = orjson.loads(await response.read())
-        except (TimeoutError, ValueError, aiohttp.ClientError) as error:
+            data: dict[str, Any] = orjson.loads(answer)
+        except ValueError as error:
             raise Unavailable(f"{method} {path}: unreadable response: {error}") from error
-        finally:
-            response.release()
         return data
 
     async def served(self, groups: Collection[str] | None = None) -> set[tuple[str, str, str]]:
@@ -273,8 +243,20 @@ class KubeCluster:
             ("resourceVersion", resource_version),
             ("timeoutSeconds", str(int(timeout))),
         ]
-        response = await self._request("GET", _path(resource), query=query, timeout=timeout + 30)
+        path = _path(resource)
         try:
+            stream = await self._open().stream(
+                f"{path}?{urlencode(query)}", await self._said(), timeout=timeout + 30
+            )
+        except (TimeoutError, OSError, ValueError) as error:
+            raise Unavailable(f"GET {path}: {type(error).__name__}: {error}") from error
+        try:
+            if not 200 <= stream.status < 300:
+                try:
+                    body = await stream.whole()
+                except (TimeoutError, OSError):
+                    body = b""
+                raise _refused("GET", path, stream.status, body, stream.retry_after)
             yield Change(type=OPENED, object={})
             started: list[bytes] = []  # the parts of an event whose end has not come yet
             waiting = 0  # their bytes
@@ -282,8 +264,8 @@ class KubeCluster:
                 # What has arrived, split into events here: a burst of events (a gang's binds) costs one
                 # read, not one read a line.
                 try:
-                    chunk = await response.content.readany()
-                except (TimeoutError, aiohttp.ClientError) as error:
+                    chunk = await stream.read()
+                except (TimeoutError, OSError) as error:
                     raise Unavailable(f"watch {resource}: {type(error).__name__}: {error}") from error
                 if chunk and b"\n" not in chunk:
                     started.append(chunk)
@@ -300,7 +282,7 @@ class KubeCluster:
                 if not chunk:
                     return
         finally:
-            response.release()
+            stream.close()
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         body = {
@@ -309,7 +291,7 @@ class KubeCluster:
             "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        await self._write("POST", _path(PODS, namespace, name, "binding"), body)
+        await self._send("POST", _path(PODS, namespace, name, "binding"), body)
 
     async def bind_all(self, bindings: Sequence[Binding]) -> Outcomes:
         if self.connection.read_only:
@@ -352,7 +334,7 @@ class KubeCluster:
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if uid:
             body["preconditions"] = {"uid": uid}
-        await self._write("DELETE", _path(resource, namespace, name), body)
+        await self._send("DELETE", _path(resource, namespace, name), body)
 
 
 async def _all(*calls: Coroutine[Any, Any, None]) -> None:

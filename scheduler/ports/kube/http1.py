@@ -1,31 +1,40 @@
-"""The writes' HTTP/1.1: one request at a time on each of a few connections kept alive.
+"""The port's HTTP/1.1: one request at a time on each of a few connections kept alive, and a watch's
+answer read as it comes.
 
-A write (a binding, an Event, a status patch) is a request line, a few headers and a JSON body; its answer
-a status line, a few headers and a body of a known length (or chunks). aiohttp spends about 230 us of CPU
-on such a request, a third of a pod's whole cost; written and read here, about 100 us. The port sends its
-writes here when no proxy stands between it and the server (a proxy's CONNECT tunnel is aiohttp's); its
-reads and watches stay with aiohttp.
+A request to the API server is a request line, a few headers and perhaps a JSON body; its answer a status
+line, a few headers and a body of a known length, in chunks, or (a watch) chunks that go on for minutes.
+aiohttp spent about 230 us of CPU on a binding, a third of a pod's whole cost, and importing it a fifth of
+the CPU to the first bind; written and read here, a binding costs about 100 us and nothing is imported
+but the standard library's asyncio and ssl.
+
+A proxy is reached as client-go reaches one: a plain-HTTP server's requests are sent to the proxy whole
+(the target in absolute form), an HTTPS server's through a ``CONNECT`` tunnel, TLS to the server inside it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import ssl
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import anyio
 
 #: A connection idle this long is not used again (the server may be closing it as it is reused): as long as
-#: aiohttp keeps one.
+#: aiohttp kept one.
 IDLE_S = 15.0
-#: The longest head line (status line or header) read: a server's are a few hundred bytes.
-MAX_HEAD = 64 * 1024
+#: How much of an answer is read ahead, at most, before the reader stops taking more from the socket; also
+#: the longest line of an answer's head.
+BUFFER = 2**21
 #: Asked again once when a kept-alive connection turns out closed before any answer, as aiohttp does: the
 #: methods that may be repeated (a binding or an Event created twice is not retried here; its caller
 #: retries, and finds a second binding refused as a conflict).
 REPEATABLE = frozenset({"PUT", "DELETE"})
+#: The longest chunk-size line: a size in hex and perhaps an extension.
+MAX_SIZE_LINE = 4096
 
 
 class Broken(ConnectionError):
@@ -50,11 +59,41 @@ class _Line:
     idle_since: float = 0.0
 
 
-class Http1:
-    """Requests to the server at ``url`` (``https://host:port``), over at most ``most`` connections. Raises
-    ``ValueError`` for a URL with no host or a port out of range."""
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """An answer's status and what its headers say."""
 
-    def __init__(self, url: str, tls: ssl.SSLContext | None, *, server_name: str | None = None, most: int) -> None:
+    status: int
+    keep: bool  # whether the connection may carry another request
+    length: int | None  # the body's length, if given
+    chunked: bool
+    retry_after: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Proxy:
+    host: str
+    port: int
+    tls: ssl.SSLContext | None  # None: the proxy is spoken to in plain HTTP
+    headers: dict[str, str]  # said to the proxy: its credentials
+
+
+class Http1:
+    """Requests to the server at ``url`` (``https://host:port``), over at most ``most`` connections (a watch's
+    stream has its own besides), through ``proxy`` (``http://`` or ``https://``, credentials in it or in
+    ``proxy_headers``) if given. Raises ``ValueError`` for a URL with no host, a port out of range, or a
+    proxy of another kind (a SOCKS proxy)."""
+
+    def __init__(
+        self,
+        url: str,
+        tls: ssl.SSLContext | None,
+        *,
+        server_name: str | None = None,
+        most: int,
+        proxy: str | None = None,
+        proxy_headers: Mapping[str, str] | None = None,
+    ) -> None:
         parts = urlsplit(url)
         if not parts.hostname:
             raise ValueError(f"no host in {url!r}")
@@ -62,8 +101,15 @@ class Http1:
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.authority = f"{host}:{parts.port}" if parts.port else host  # as aiohttp sends it, no credentials
+        if tls is None and parts.scheme == "https":
+            tls = ssl.create_default_context()
         self.tls = tls
         self.server_name = (server_name or self.host).rstrip(".")  # a certificate names no trailing dot
+        self.proxy = _proxy(proxy, proxy_headers) if proxy else None
+        # A plain-HTTP server behind a proxy is asked in absolute form, the proxy's credentials with each request.
+        forwarded = self.proxy is not None and tls is None
+        self._origin = f"http://{self.authority}" if forwarded else ""
+        self._extra = dict(self.proxy.headers) if self.proxy is not None and forwarded else {}
         self._idle: list[_Line] = []  # oldest first
         self._slots = anyio.Semaphore(most)
         self._closed = False
@@ -74,7 +120,7 @@ class Http1:
         """``target``: the path and query, encoded. Raises ``OSError`` (``Broken`` among them) or
         ``TimeoutError`` when no answer came whole within ``timeout`` (a free connection waited for included);
         the connection is then dropped."""
-        data = _request(method, target, self.authority, headers, body)
+        data = self._request(method, target, headers, body)
         with anyio.fail_after(timeout):
             async with self._slots:
                 try:
@@ -84,11 +130,36 @@ class Http1:
                         raise
                 return await self._once(data, fresh=True)
 
+    async def stream(self, target: str, headers: dict[str, str], *, timeout: float) -> Stream:
+        """A GET whose answer is read as it comes, on a connection of its own (a watch holds one for minutes),
+        within ``timeout`` in all. Raises as :meth:`request` until the head of the answer is read."""
+        deadline = time.monotonic() + timeout
+        data = self._request("GET", target, headers, None)
+        with anyio.fail_after(timeout):
+            line = await self._connect()
+            try:
+                try:
+                    await _send(line, data)
+                    head = await _read_head(line.reader)
+                except asyncio.IncompleteReadError as error:
+                    raise Broken("the server closed the connection in the middle of its answer") from error
+                except ValueError as error:
+                    raise Broken(f"the server's answer is not HTTP/1.1: {error}") from error
+            except BaseException:
+                line.writer.close()
+                raise
+        return Stream(line, head, deadline)
+
     async def close(self) -> None:
         self._closed = True  # connections still answering are closed when they are done
         idle, self._idle = self._idle, []
         for line in idle:
             line.writer.close()
+
+    def _request(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> bytes:
+        if self._extra:
+            headers = {**headers, **self._extra}
+        return _request(method, self._origin + target, self.authority, headers, body)
 
     async def _once(self, data: bytes, *, fresh: bool = False) -> Answer:
         line = None if fresh else self._kept()
@@ -122,13 +193,168 @@ class Http1:
         return None
 
     async def _connect(self) -> _Line:
-        if self.tls is None:
-            reader, writer = await asyncio.open_connection(self.host, self.port, limit=MAX_HEAD)
-        else:
+        if self.proxy is None:
             reader, writer = await asyncio.open_connection(
-                self.host, self.port, ssl=self.tls, server_hostname=self.server_name, limit=MAX_HEAD
+                self.host,
+                self.port,
+                ssl=self.tls,
+                server_hostname=self.server_name if self.tls is not None else None,
+                limit=BUFFER,
             )
-        return _Line(reader, writer)
+            return _Line(reader, writer)
+        proxy = self.proxy
+        reader, writer = await asyncio.open_connection(
+            proxy.host, proxy.port, ssl=proxy.tls, server_hostname=proxy.host if proxy.tls else None, limit=BUFFER
+        )
+        line = _Line(reader, writer)
+        if self.tls is None:
+            return line  # requests go to the proxy, in absolute form
+        try:
+            await self._tunnel(line, proxy)
+            await writer.start_tls(self.tls, server_hostname=self.server_name)
+        except BaseException:
+            writer.close()
+            raise
+        return line
+
+    async def _tunnel(self, line: _Line, proxy: _Proxy) -> None:
+        """Ask the proxy for a tunnel to the server; raises ``Broken`` when it refuses."""
+        lines = [f"CONNECT {self._tunnelled()} HTTP/1.1", f"Host: {self._tunnelled()}"]
+        lines += [f"{name}: {value}" for name, value in proxy.headers.items()]
+        await _send(line, ("\r\n".join(lines) + "\r\n\r\n").encode())
+        try:
+            status_line = await line.reader.readline()
+            if not status_line:
+                raise Broken(f"the proxy {proxy.host}:{proxy.port} closed the connection before it answered")
+            head = await _head(line.reader, status_line)
+        except (asyncio.IncompleteReadError, ValueError) as error:
+            raise Broken(f"the proxy {proxy.host}:{proxy.port} did not answer CONNECT in HTTP/1.1: {error}") from error
+        if not 200 <= head.status < 300:
+            raise Broken(f"the proxy {proxy.host}:{proxy.port} refused a tunnel to {self.host}: HTTP {head.status}")
+
+    def _tunnelled(self) -> str:
+        """The server as a tunnel is asked for: host and port, always both."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+class Stream:
+    """An answer read as it comes (a watch's events): its status, then its body piece by piece."""
+
+    def __init__(self, line: _Line, head: _Head, deadline: float) -> None:
+        self.status = head.status
+        self.retry_after = head.retry_after
+        self._line = line
+        self._deadline = deadline  # on time.monotonic()
+        self._left = head.length  # of a body of known length, the bytes still to come
+        self._chunks = _Chunks() if head.chunked else None
+        self._ended = head.status in (204, 304) or head.length == 0
+
+    async def read(self) -> bytes:
+        """What has come of the body since the last read (at least a byte); ``b""`` at its end. Raises
+        ``Broken`` when the server breaks off and ``TimeoutError`` past the stream's timeout."""
+        while not self._ended:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the answer did not end within its timeout")
+            try:
+                with anyio.fail_after(left):
+                    data = await self._line.reader.read(BUFFER if self._left is None else min(self._left, BUFFER))
+            except TimeoutError:
+                raise
+            except OSError as error:
+                raise Broken(f"the connection failed in the middle of the answer: {error}") from error
+            if not data:
+                if self._chunks is not None or self._left is not None:
+                    raise Broken("the server closed the connection in the middle of its answer")
+                self._ended = True  # the body ends with the connection
+                break
+            if self._left is not None:
+                self._left -= len(data)
+                self._ended = self._left == 0
+                return data
+            if self._chunks is None:
+                return data
+            try:
+                piece = self._chunks.feed(data)
+            except ValueError as error:
+                raise Broken(f"the server's answer is not HTTP/1.1: {error}") from error
+            self._ended = self._chunks.ended
+            if piece:
+                return piece
+        return b""
+
+    async def whole(self) -> bytes:
+        """The rest of the body."""
+        parts = []
+        while piece := await self.read():
+            parts.append(piece)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        self._line.writer.close()
+
+
+class _Chunks:
+    """Chunked transfer coding taken off a body as its bytes come, in whatever pieces they come: a whole
+    answer's (a list's may be thousands of chunks, one an object) or a watch's, read a burst at a time."""
+
+    def __init__(self) -> None:
+        self.ended = False  # the last chunk and the trailer after it have been read
+        self.rest = b""  # what came after the end: nothing, from a server that waits for the next request
+        self._pending = b""  # the start of a line (a size or a trailer's) whose end has not come
+        self._left = 0  # of the current chunk's data, the bytes still to come
+        self._crlf = 0  # of the line break after a chunk's data, the bytes still to come
+        self._trailer = False  # the last chunk has come: lines of trailer follow, up to an empty one
+
+    def feed(self, data: bytes) -> bytes:
+        """The chunks' data in ``data``; ``ValueError`` on framing that is not chunked coding."""
+        if self._pending:
+            data, self._pending = self._pending + data, b""
+        pieces = []
+        at, size = 0, len(data)
+        while at < size and not self.ended:
+            if self._left:
+                end = min(at + self._left, size)
+                pieces.append(data[at:end])
+                self._left -= end - at
+                at = end
+                if not self._left:
+                    self._crlf = 2
+            elif self._crlf:
+                end = min(at + self._crlf, size)
+                if data[at:end] != b"\r\n"[2 - self._crlf :][: end - at]:
+                    raise ValueError("a chunk does not end with CRLF")
+                self._crlf -= end - at
+                at = end
+            else:
+                end = data.find(b"\n", at)
+                if end < 0:
+                    self._pending = data[at:]
+                    if len(self._pending) > MAX_SIZE_LINE:
+                        raise ValueError("a chunk size line too long")
+                    break
+                line, at = data[at:end], end + 1
+                if self._trailer:
+                    self.ended = line in (b"", b"\r")
+                else:
+                    self._left = _chunk_size(line)
+                    self._trailer = self._left == 0
+        if self.ended:
+            self.rest = data[at:]
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+def _proxy(url: str, headers: Mapping[str, str] | None) -> _Proxy:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"proxy {url!r}: only http:// and https:// proxies are supported")
+    said = dict(headers or {})
+    if parts.username is not None and not any(name.lower() == "proxy-authorization" for name in said):
+        credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        said["Proxy-Authorization"] = "Basic " + base64.b64encode(credentials).decode()
+    tls = ssl.create_default_context() if parts.scheme == "https" else None
+    return _Proxy(parts.hostname, parts.port or (443 if tls else 80), tls, said)
 
 
 def _request(method: str, target: str, authority: str, headers: dict[str, str], body: bytes | None) -> bytes:
@@ -136,52 +362,67 @@ def _request(method: str, target: str, authority: str, headers: dict[str, str], 
         raise Broken("a header or the path holds a line break; the request is not sent")
     lines = [f"{method} {target} HTTP/1.1", f"Host: {authority}"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
-    lines.append(f"Content-Length: {len(body or b'')}")
+    if body is not None or method not in ("GET", "HEAD"):
+        lines.append(f"Content-Length: {len(body or b'')}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")  # UTF-8, as aiohttp encodes headers
+
+
+async def _send(line: _Line, data: bytes) -> None:
+    try:
+        line.writer.write(data)
+        await line.writer.drain()
+    except ConnectionError as error:
+        raise Unanswered(f"the connection failed before the server answered: {error}") from error
 
 
 async def _exchange(line: _Line, data: bytes) -> tuple[Answer, bool]:
     """Send one request and read its answer; whether the connection may carry another."""
+    await _send(line, data)
     try:
-        line.writer.write(data)
-        await line.writer.drain()
         status_line = await line.reader.readline()
     except (ConnectionError, asyncio.IncompleteReadError) as error:
         raise Unanswered(f"the connection failed before the server answered: {error}") from error
-    except ValueError as error:  # a status line past MAX_HEAD
+    except ValueError as error:  # a status line past BUFFER
         raise Broken(f"the server's answer is not HTTP/1.1: {error}") from error
     if not status_line:
         raise Unanswered("the server closed the connection before it answered")
     try:
         return await _answer(line.reader, status_line)
-    except asyncio.IncompleteReadError as error:
+    except (asyncio.IncompleteReadError, ConnectionError) as error:
         raise Broken("the server closed the connection in the middle of its answer") from error
-    except ValueError as error:  # a line past MAX_HEAD, a status or length that is no number
+    except ValueError as error:  # a line past BUFFER, a status or length that is no number
         raise Broken(f"the server's answer is not HTTP/1.1: {error}") from error
 
 
-async def _answer(reader: asyncio.StreamReader, status_line: bytes) -> tuple[Answer, bool]:
+async def _read_head(reader: asyncio.StreamReader) -> _Head:
+    """The head of the final answer, interim ones (``100 Continue``, ``103``) passed over."""
     while True:
-        status, keep, length, chunked, retry_after = await _head(reader, status_line)
-        if not 100 <= status < 200:
-            break
-        status_line = await reader.readline()  # an interim answer (100 Continue, 103): the final one follows
+        status_line = await reader.readline()
         if not status_line:
             raise asyncio.IncompleteReadError(b"", None)
-    if status in (204, 304):
+        head = await _head(reader, status_line)
+        if not 100 <= head.status < 200:
+            return head
+
+
+async def _answer(reader: asyncio.StreamReader, status_line: bytes) -> tuple[Answer, bool]:
+    head = await _head(reader, status_line)
+    if 100 <= head.status < 200:
+        head = await _read_head(reader)
+    keep = head.keep
+    if head.status in (204, 304):
         body = b""
-    elif chunked:
-        body = await _chunks(reader)
-    elif length is not None:
-        body = await reader.readexactly(length)
+    elif head.chunked:
+        body, clean = await _chunked(reader)
+        keep = keep and clean
+    elif head.length is not None:
+        body = await reader.readexactly(head.length)
     else:
         body, keep = await reader.read(), False  # the body ends with the connection
-    return Answer(status, body, retry_after), keep
+    return Answer(head.status, body, head.retry_after), keep
 
 
-async def _head(reader: asyncio.StreamReader, status_line: bytes) -> tuple[int, bool, int | None, bool, str | None]:
-    """The status code, and what the headers say: whether the connection stays open, the
-    body's length or whether it comes in chunks, and ``Retry-After``."""
+async def _head(reader: asyncio.StreamReader, status_line: bytes) -> _Head:
     version, code, *_ = status_line.split(None, 2)
     if not version.startswith(b"HTTP/1.") or not code.isdigit() or len(code) != 3:
         raise ValueError(f"status line {status_line[:80]!r}")
@@ -205,24 +446,23 @@ async def _head(reader: asyncio.StreamReader, status_line: bytes) -> tuple[int, 
             keep = False if b"close" in tokens else (keep or b"keep-alive" in tokens)
         elif name == b"retry-after" and retry_after is None:
             retry_after = value.decode("latin-1")
-    return int(code), keep, length, chunked, retry_after
+    return _Head(int(code), keep, None if chunked else length, chunked, retry_after)
 
 
-async def _chunks(reader: asyncio.StreamReader) -> bytes:
-    parts: list[bytes] = []
-    while True:
-        size_line = await reader.readline()
-        if not size_line.endswith(b"\n"):
-            raise asyncio.IncompleteReadError(size_line, None)
-        size_text = size_line.split(b";", 1)[0].strip()
-        if not size_text or any(byte not in b"0123456789abcdefABCDEF" for byte in size_text):
-            raise ValueError(f"chunk size {size_text[:40]!r}")
-        size = int(size_text, 16)
-        if size == 0:
-            while (trailer := await reader.readline()) not in (b"\r\n", b"\n"):
-                if not trailer.endswith(b"\n"):
-                    raise asyncio.IncompleteReadError(trailer, None)
-            return b"".join(parts)
-        parts.append(await reader.readexactly(size))
-        if await reader.readexactly(2) != b"\r\n":
-            raise ValueError("a chunk does not end with CRLF")
+async def _chunked(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
+    """A chunked body, read a burst at a time; whether the connection may carry another (nothing came
+    after its end)."""
+    chunks, parts = _Chunks(), []
+    while not chunks.ended:
+        data = await reader.read(BUFFER)
+        if not data:
+            raise asyncio.IncompleteReadError(b"", None)
+        parts.append(chunks.feed(data))
+    return b"".join(parts), not chunks.rest
+
+
+def _chunk_size(line: bytes) -> int:
+    text = line.split(b";", 1)[0].strip()
+    if not text or len(text) > 16 or any(byte not in b"0123456789abcdefABCDEF" for byte in text):
+        raise ValueError(f"chunk size {text[:40]!r}")
+    return int(text, 16)
