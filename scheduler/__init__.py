@@ -20,7 +20,7 @@ The engine — everything else at this level. Data flows through it in this orde
    The answer, a ``decision.Outcome``, is recorded in one place and told to every stage;
 6. ``binding`` binds placed gangs, ``preemption/evictor`` evicts, ``reporting`` writes conditions, Events
    and group status: each a task of its own, off the cycle;
-7. ``leader``, ``health``, ``metrics``, ``settings``, ``app`` (which builds it all).
+7. ``leader``, ``httpd`` and ``health``, ``metrics``, ``settings``, ``app`` (which builds it all).
 
 Imports follow :data:`ORDER` instead: each module imports only modules listed before it.
 
@@ -83,6 +83,7 @@ ORDER = (
     "picture",
     # the process
     "leader",
+    "httpd",
     "health",
     "app",
 )

@@ -3,8 +3,8 @@ listed once and is currently talking to the API server); and, unless ``server.vi
 the page at ``/`` (``web/``: HTML, CSS and JavaScript served from the package, nothing from elsewhere) and
 the pictures it draws, ``/api/cluster`` and ``/api/gang?key=`` (``picture.py``).
 
-Everything here answers GET (and HEAD) only and changes nothing; every answer says it may not be framed by
-another origin nor run anything but this server's own files.
+Everything here (served by ``httpd.py``) answers GET (and HEAD) only and changes nothing; every answer says
+it may not be framed by another origin nor run anything but this server's own files.
 """
 
 from __future__ import annotations
@@ -12,15 +12,14 @@ from __future__ import annotations
 import functools
 import ipaddress
 import math
-import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from importlib import resources
 
 import anyio
-from aiohttp import web
 from anyio.abc import TaskStatus
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from scheduler.httpd import Handler, Refused, Request, Response, serve, text
 from scheduler.metrics import Metrics
 from scheduler.picture import Busy, Pictures
 
@@ -36,14 +35,6 @@ SAFETY = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
-
-
-class ListenError(Exception):
-    """The address given for /metrics, /healthz and /readyz cannot be listened on (taken, or not this host's)."""
-
-    def __init__(self, address: str, why: str) -> None:
-        super().__init__(f"{address}: {why}")
-        self.address = address
 
 
 class HealthServer:
@@ -65,114 +56,76 @@ class HealthServer:
         self.pictures = pictures
         self.url = ""
 
-    async def _metrics(self, _: web.Request) -> web.Response:
-        response = web.Response(body=self.metrics.exposition())
-        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
-        return response
+    async def _metrics(self, _: Request) -> Response:
+        return Response(self.metrics.exposition(), content_type=CONTENT_TYPE_LATEST)
 
-    async def _healthz(self, _: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
+    async def _healthz(self, _: Request) -> Response:
+        return text("ok\n")
 
-    async def _readyz(self, _: web.Request) -> web.Response:
+    async def _readyz(self, _: Request) -> Response:
         ready, why = self.ready()
-        return web.Response(text=f"{why}\n", status=200 if ready else 503)
+        return text(f"{why}\n", status=200 if ready else 503)
 
-    def _may_view(self, request: web.Request) -> None:
+    def _may_view(self, request: Request) -> None:
         if not self.view_from_anywhere and not _loopback(request.remote):
-            raise web.HTTPForbidden(
-                text="the live view answers on loopback only (kubectl port-forward); server.viewFrom: anywhere "
-                "serves it to every address that reaches this port\n"
+            raise Refused(
+                403,
+                "the live view answers on loopback only (kubectl port-forward); server.viewFrom: anywhere "
+                "serves it to every address that reaches this port\n",
             )
 
-    async def _page(self, request: web.Request) -> web.Response:
+    async def _page(self, request: Request) -> Response:
         self._may_view(request)
-        name = request.match_info.get("name", "index.html")
-        if name not in ASSETS or ("name" in request.match_info and name not in SERVED_UNDER_VIEW):
-            raise web.HTTPNotFound()
-        return web.Response(body=assets()[name], content_type=ASSETS[name], charset="utf-8")
+        return page(request)
 
-    async def _cluster(self, request: web.Request) -> web.Response:
+    async def _cluster(self, request: Request) -> Response:
         assert self.pictures is not None
         self._may_view(request)
         try:
             etag, body = self.pictures.latest()
         except Busy as busy:
-            raise web.HTTPServiceUnavailable(text=f"{busy}\n", headers=_retry(busy)) from None
-        if request.headers.get("If-None-Match") == etag:
-            return web.Response(status=304, headers={"ETag": etag, "Cache-Control": "no-store"})
-        response = web.Response(
-            body=body, content_type="application/json", headers={"ETag": etag, "Cache-Control": "no-store"}
+            raise Refused(503, f"{busy}\n", _retry(busy)) from None
+        if request.headers.get("if-none-match") == etag:
+            return Response(status=304, headers={"ETag": etag, "Cache-Control": "no-store"})
+        # A picture of 10,000 nodes is half a megabyte of JSON, a tenth gzipped.
+        return Response(
+            body,
+            content_type="application/json",
+            headers={"ETag": etag, "Cache-Control": "no-store"},
+            compressible=True,
         )
-        response.enable_compression()  # a picture of 10,000 nodes is half a megabyte of JSON, a tenth gzipped
-        return response
 
-    async def _gang(self, request: web.Request) -> web.Response:
+    async def _gang(self, request: Request) -> Response:
         assert self.pictures is not None
         self._may_view(request)
         try:
             body = self.pictures.gang(request.query.get("key", ""))
         except Busy as busy:
-            raise web.HTTPTooManyRequests(text=f"{busy}\n", headers=_retry(busy)) from None
+            raise Refused(429, f"{busy}\n", _retry(busy)) from None
         if body is None:
-            raise web.HTTPNotFound(text="no such gang\n")
-        return web.Response(body=body, content_type="application/json", headers={"Cache-Control": "no-store"})
+            raise Refused(404, "no such gang\n")
+        return Response(body, content_type="application/json", headers={"Cache-Control": "no-store"})
 
-    def application(self) -> web.Application:
-        app = web.Application(middlewares=[safety])
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
+    def routes(self) -> dict[str, Handler]:
+        found: dict[str, Handler] = {"/metrics": self._metrics, "/healthz": self._healthz, "/readyz": self._readyz}
         if self.pictures is not None:
-            app.router.add_get("/", self._page)
-            app.router.add_get("/view/{name}", self._page)
-            app.router.add_get("/api/cluster", self._cluster)
-            app.router.add_get("/api/gang", self._gang)
-        return app
+            found |= {"/": self._page, "/view/": self._page, "/api/cluster": self._cluster, "/api/gang": self._gang}
+        return found
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         def started(url: str) -> None:
             self.url = url
             task_status.started()
 
-        await serve_app(self.application(), self.address, started, any_host="0.0.0.0")
+        await serve(self.routes(), self.address, started, any_host="0.0.0.0", headers=SAFETY)
 
 
-async def serve_app(app: web.Application, address: str, started: Callable[[str], None], *, any_host: str) -> None:
-    """Serve ``app`` on ``address`` (HOST:PORT; an empty host is ``any_host``, port 0 picks one) until
-    cancelled; ``started`` gets the URL to reach it by. :class:`ListenError` when it cannot listen there."""
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    host, _, port = address.rpartition(":")
-    host = host or any_host
-    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind((host, int(port)))
-    except OSError as error:
-        listener.close()
-        await runner.cleanup()
-        raise ListenError(address, error.strerror or str(error)) from error
-    try:
-        await web.SockSite(runner, listener).start()
-        started(url_of("127.0.0.1" if host == "0.0.0.0" else host, listener.getsockname()[1]))
-        await anyio.sleep_forever()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await runner.cleanup()
-
-
-@web.middleware
-async def safety(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """Every answer, errors included, carries :data:`SAFETY`."""
-    try:
-        response = await handler(request)
-    except web.HTTPException as error:
-        error.headers.update(SAFETY)
-        raise
-    response.headers.update(SAFETY)
-    return response
+def page(request: Request) -> Response:
+    """The view's page at ``/``, or its script or style under ``/view/``."""
+    name = "index.html" if request.path == "/" else request.path.removeprefix("/view/")
+    if name not in (SERVED_UNDER_VIEW if request.path != "/" else ASSETS):
+        raise Refused(404)
+    return Response(assets()[name], content_type=f"{ASSETS[name]}; charset=utf-8")
 
 
 @functools.cache
@@ -195,8 +148,3 @@ def _loopback(remote: str | None) -> bool:
 
 def _retry(busy: Busy) -> dict[str, str]:
     return {"Retry-After": str(max(1, math.ceil(busy.retry_after)))}
-
-
-def url_of(host: str, port: int) -> str:
-    """``http://host:port``, an IPv6 address in brackets."""
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

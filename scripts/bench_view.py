@@ -91,12 +91,12 @@ async def drawn(body: bytes) -> dict[str, float]:
     import anyio  # noqa: PLC0415
     from devtools import Browser, chromium  # noqa: PLC0415
 
-    from scheduler.frontends.playback import playback_app, serve_playback  # noqa: PLC0415
+    from scheduler.frontends.playback import playback_routes, serve_playback  # noqa: PLC0415
 
     urls: list[str] = []
     async with anyio.create_task_group() as group:
         group.start_soon(
-            serve_playback, playback_app([(0.0, body)], title="bench", cut=False), "127.0.0.1:0", urls.append
+            serve_playback, playback_routes([(0.0, body)], title="bench", cut=False), "127.0.0.1:0", urls.append
         )
         while not urls:
             await anyio.sleep(0.05)

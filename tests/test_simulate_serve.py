@@ -8,6 +8,8 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +17,8 @@ import aiohttp
 import anyio
 import orjson
 import yaml
-from aiohttp.test_utils import TestClient, TestServer
 
-from scheduler.frontends.playback import playback_app
+from scheduler.frontends.playback import playback_routes, serve_playback
 from tests.sim.workloads import RUN_SECONDS, gang, job
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,9 +91,28 @@ def test_simulate_refuses_a_bad_serve_address_in_one_line(tmp_path: Path) -> Non
         taken.close()
 
 
+@asynccontextmanager
+async def played(frames: list[tuple[float, bytes]]) -> AsyncIterator[aiohttp.ClientSession]:
+    """A client of the recorded run's view, served on loopback."""
+    urls: list[str] = []
+    serving = anyio.Event()
+
+    def started(url: str) -> None:
+        urls.append(url)
+        serving.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(serve_playback, playback_routes(frames, title="t", cut=False), "127.0.0.1:0", started)
+        with anyio.fail_after(10):
+            await serving.wait()
+        async with aiohttp.ClientSession(base_url=urls[0].rstrip("/")) as client:
+            yield client
+        group.cancel_scope.cancel()
+
+
 async def test_the_recorded_run_is_served_read_only_and_not_frameable() -> None:
     frames = [(0.0, orjson.dumps({"at": 0})), (60.0, orjson.dumps({"at": 60}))]
-    async with TestClient(TestServer(playback_app(frames, title="t", cut=False))) as client:
+    async with played(frames) as client:
         answers: list[tuple[str, int, Any]] = []
         for path in ("/", "/view/view.js", "/api/timeline", "/api/cluster?frame=1", "/api/cluster"):
             response = await client.get(path)

@@ -25,7 +25,7 @@ import structlog
 from scheduler import __version__
 from scheduler.app import Phalanx
 from scheduler.gangs import SettingsError
-from scheduler.health import ListenError
+from scheduler.httpd import ListenError
 from scheduler.logs import LEVELS, configure
 from scheduler.ports.errors import Forbidden, PortError
 from scheduler.ports.kube import KubeCluster, KubeConfigError, connect, user_of
@@ -448,8 +448,8 @@ def _check_address(flag: str, address: str) -> None:
 
 def _serve_timeline(address: str, frames: list[tuple[float, bytes]], title: str, cut: bool) -> None:
     """Serve the run's pictures until Ctrl-C (``frontends/playback.py``)."""
-    from scheduler.frontends.playback import playback_app, serve_playback  # noqa: PLC0415
-    from scheduler.health import ListenError  # noqa: PLC0415
+    from scheduler.frontends.playback import playback_routes, serve_playback  # noqa: PLC0415
+    from scheduler.httpd import ListenError  # noqa: PLC0415
 
     def started(url: str) -> None:
         more = f" (the first {len(frames)} moments)" if cut else ""
@@ -457,7 +457,7 @@ def _serve_timeline(address: str, frames: list[tuple[float, bytes]], title: str,
 
     async def serving() -> None:
         async with anyio.create_task_group() as group:
-            group.start_soon(serve_playback, playback_app(frames, title=title, cut=cut), address, started)
+            group.start_soon(serve_playback, playback_routes(frames, title=title, cut=cut), address, started)
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for _ in signals:
                     group.cancel_scope.cancel()
@@ -486,7 +486,7 @@ def _require_plotting() -> None:
 
 def _command_serve(args: argparse.Namespace, settings: Settings) -> int:
     from scheduler.frontends.sandbox import Sandbox, serve  # noqa: PLC0415
-    from scheduler.health import ListenError  # noqa: PLC0415
+    from scheduler.httpd import ListenError  # noqa: PLC0415
 
     configure(args.log_level, "console")
     _warn_renamed(settings)

@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from scheduler.frontends.playback import playback_app, serve_playback
+from scheduler.frontends.playback import playback_routes, serve_playback
 from scheduler.ports.sim.builders import ClusterShape
 from scheduler.settings import ServerSettings, Settings
 from scheduler.simulation.driver import Simulation
@@ -125,7 +125,7 @@ async def test_a_recorded_run_plays_back_with_a_slider_over_its_moments(tmp_path
     moments = [round(at) for at, _ in simulation.frames]
     urls: list[str] = []
     async with anyio.create_task_group() as group:
-        app = playback_app(simulation.frames, title="a test", cut=False)
+        app = playback_routes(simulation.frames, title="a test", cut=False)
         group.start_soon(serve_playback, app, "127.0.0.1:0", urls.append)
         await eventually(lambda: urls, what="the playback server")
         async with Browser.open(chromium(), urls[0], tmp_path) as page:
