@@ -30,10 +30,6 @@ Figures are medians over the runs. Wall time is what a busy host blurs; CPU time
 Targets on this 2-core machine (issue 40): CPU from exec to first bind <= 0.6 s; CPU of the deciding
 process per bound pod <= 0.35 ms.
 
-The process runs with ``SSL_CERT_FILE`` naming one certificate, as the Deployment in
-``manifests/phalanx.yaml`` runs it (aiohttp loads the system's authorities at import, about 0.1 s of CPU
-that a process trusting only its cluster's authority need not pay); ``--system-trust`` leaves it unset.
-
 --json prints one JSON object.
 """
 
@@ -93,14 +89,11 @@ def kubeconfig(folder: Path, url: str) -> Path:
     return path
 
 
-def compiled(system_trust: bool) -> dict[str, str]:
+def compiled() -> dict[str, str]:
     """The environment of a process that reads the package's bytecode, compiled once beside its sources."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     subprocess.run([sys.executable, "-m", "compileall", "-q", "scheduler", "topology"], cwd=ROOT, env=env, check=True)
-    env = dict(os.environ)
-    if not system_trust:
-        env["SSL_CERT_FILE"] = str(ROOT / "tests" / "data" / "tls" / "ca.crt")  # one authority, as deployed
-    return env
+    return dict(os.environ)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -240,7 +233,6 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one run")
     parser.add_argument("--profile", metavar="FILE", help="one more run, sampled (scripts/sampled.py), to FILE")
     parser.add_argument("--writers", default="auto", help="binding.writerProcesses (default auto)")
-    parser.add_argument("--system-trust", action="store_true", help="leave SSL_CERT_FILE unset (see above)")
     args = parser.parse_args()
     repeat = 1 if args.quick else args.repeat
     print(f"command: scripts/bench_start.py {' '.join(sys.argv[1:])}".rstrip(), file=sys.stderr)
@@ -249,7 +241,7 @@ def main() -> int:
           "(figures are medians)", file=sys.stderr)  # fmt: skip
     runs, imports = [], []
     with tempfile.TemporaryDirectory() as folder:
-        env = compiled(args.system_trust)
+        env = compiled()
         for _ in range(repeat):
             runs.append(one_run(Path(folder), env, args.writers))
             imports.append(imports_cpu(env))

@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from scheduler.gangs.sources import SOURCES, SourceApi
-from scheduler.ports.kube.connection import SERVICE_ACCOUNT
 from scheduler.ports.sim import Faults, read_manifest_file
 from scheduler.ports.sim.store import MERGE_PATCH
 from scheduler.settings import LeaderSettings, Settings, load_settings
@@ -67,8 +66,8 @@ def test_the_deployment_runs_two_replicas_with_probes_on_the_served_endpoints() 
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert {"cpu", "memory"} <= container["resources"]["requests"].keys() <= container["resources"]["limits"].keys()
     assert container["args"] == ["run", "--config", "/etc/phalanx/phalanx.yaml"]
-    # The only authority trusted at import is the one in_cluster() reads.
-    assert container["env"] == [{"name": "SSL_CERT_FILE", "value": str(SERVICE_ACCOUNT / "ca.crt")}]
+    # Nothing to set: in_cluster() reads the service account's authority itself.
+    assert "env" not in container
     (volume,) = pod["volumes"]
     assert volume["configMap"]["name"] == kustomization()["configMapGenerator"][0]["name"]
     assert pod["serviceAccountName"] == one("ServiceAccount")["metadata"]["name"]
