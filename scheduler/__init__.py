@@ -1,7 +1,7 @@
 """Phalanx's scheduler process, in four rooms (``tests/test_layers.py`` keeps them apart).
 
 ``ports/`` — how a cluster is reached: ``port`` (the protocol the engine speaks, plain JSON objects),
-``errors``, ``kube/`` (JSON over aiohttp to a real API server), ``sim/`` (the in-memory emulator, also
+``errors``, ``kube/`` (JSON over its own HTTP/1.1 to a real API server), ``sim/`` (the in-memory emulator, also
 served over HTTP). Nothing here imports the engine.
 
 The engine — everything else at this level. Data flows through it in this order:

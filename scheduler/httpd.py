@@ -11,7 +11,6 @@ refused and its connection closed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,14 +23,19 @@ import structlog
 
 log = structlog.get_logger("phalanx.httpd")
 
-#: The longest line of a request's head, and the most headers it may have.
+#: The longest line of a request's head, the longest head, and the most header lines it may have.
 MAX_LINE = 16 * 1024
+MAX_HEAD = 64 * 1024
 MAX_HEADERS = 100
-#: How long a connection may sit without a whole request's head: as long as aiohttp kept one alive.
+#: How long a connection may sit without a whole request's head, and the longest an answer may take to be
+#: taken by its client: as long as aiohttp kept a connection alive.
 IDLE_S = 75.0
+#: The connections served at once; one more is answered 503 and closed. A scraper, two probes and a few
+#: people's browsers need a handful.
+MAX_CONNECTIONS = 64
 #: Bodies shorter than this are sent as they are, even to a client that takes gzip.
 COMPRESS_FROM = 1024
-#: How long the server waits, when stopped, for answers being written.
+#: How long the server waits, when stopped, for its connections to end once told to.
 SHUTDOWN_S = 1.0
 
 
@@ -90,11 +94,11 @@ async def serve(
     every path under it. ``headers`` go with every answer, refusals included. Raises :class:`ListenError`
     when it cannot listen there."""
     host, _, port = address.rpartition(":")
-    host = host or any_host
+    host = (host or any_host).strip("[]")
     listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        listener.bind((host.strip("[]"), int(port)))
+        listener.bind((host, int(port)))
     except OSError as error:
         listener.close()
         raise ListenError(address, error.strerror or str(error)) from error
@@ -114,66 +118,90 @@ def url_of(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+class _TooLarge(ValueError):
+    """A request's head past :data:`MAX_HEAD` or :data:`MAX_HEADERS` lines."""
+
+
 class _Site:
     def __init__(self, routes: Mapping[str, Handler], headers: Mapping[str, str]) -> None:
         self.routes = routes
         self.prefixes = sorted((path for path in routes if path.endswith("/") and path != "/"), key=len, reverse=True)
         self.headers = dict(headers)
-        self.connections: set[asyncio.StreamWriter] = set()
+        self.conversations: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
-        writers = list(self.connections)
-        for writer in writers:
-            writer.close()
-        for writer in writers:
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
+        """End every connection: a handler still answering is cancelled."""
+        conversations = list(self.conversations)
+        for conversation in conversations:
+            conversation.cancel()
+        await asyncio.gather(*conversations, return_exceptions=True)
 
     async def converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Answer the requests of one connection, one after another, until either side closes it."""
-        self.connections.add(writer)
-        peer = writer.get_extra_info("peername")
-        remote = peer[0] if isinstance(peer, tuple) else None
+        conversation = asyncio.current_task()
+        assert conversation is not None
+        self.conversations.add(conversation)
         try:
-            while True:
-                try:
-                    async with asyncio.timeout(IDLE_S):
-                        head = await _read_head(reader)
-                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-                    return
-                except ValueError as error:  # a line past MAX_LINE, too many headers, no HTTP request line
-                    await self._send(writer, "GET", {}, _refusal(Refused(400, f"400: Bad Request: {error}\n")), False)
-                    return
-                method, target, version, fields = head
-                keep = version == "HTTP/1.1" and "close" not in fields.get("connection", "").lower()
-                if method not in ("GET", "HEAD"):
-                    refusal = Refused(405, headers={"Allow": "GET, HEAD"})
-                    await self._send(writer, method, fields, _refusal(refusal), False)
-                    return  # its body, if any, is not read
-                if fields.get("transfer-encoding") or fields.get("content-length", "0") != "0":
-                    await self._send(writer, method, fields, _refusal(Refused(400, "400: a GET has no body\n")), False)
-                    return
-                response = await self._answer(method, target, fields, remote)
-                await self._send(writer, method, fields, response, keep)
-                if not keep:
-                    return
-        except ConnectionError:
-            return
+            if len(self.conversations) > MAX_CONNECTIONS:
+                await self._refuse(writer, Refused(503, "503: too many connections\n"))
+                return
+            await self._requests(reader, writer)
+        except (ConnectionError, TimeoutError):
+            pass  # the client went away, or did not take its answer in time
+        except asyncio.CancelledError:
+            # The server stops (close()). Ended quietly: asyncio's streams of Python 3.11 log an error for a
+            # connection's task that ends cancelled. Nothing else awaits this task's outcome.
+            pass
+        except Exception:
+            log.exception("connection failed")
         finally:
-            self.connections.discard(writer)
+            self.conversations.discard(conversation)
             writer.close()
 
-    async def _answer(self, method: str, target: str, fields: Mapping[str, str], remote: str | None) -> Response:
-        parts = urlsplit(target)
-        path = unquote(parts.path)
+    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        remote = peer[0] if isinstance(peer, tuple) else None
+        while True:
+            try:
+                async with asyncio.timeout(IDLE_S):
+                    head = await _read_head(reader)
+            except (TimeoutError, asyncio.IncompleteReadError):
+                return
+            except _TooLarge as error:
+                await self._refuse(writer, Refused(431, f"431: {error}\n"))
+                return
+            except ValueError as error:  # a line past MAX_LINE, no HTTP request line, a malformed header
+                await self._refuse(writer, Refused(400, f"400: Bad Request: {error}\n"))
+                return
+            method, target, version, fields = head
+            keep = version == "HTTP/1.1" and "close" not in fields.get("connection", "").lower()
+            if method not in ("GET", "HEAD"):  # its body, if any, is not read
+                await self._refuse(writer, Refused(405, headers={"Allow": "GET, HEAD"}), method)
+                return
+            if fields.get("transfer-encoding") or fields.get("content-length", "0") != "0":
+                await self._refuse(writer, Refused(400, "400: a GET has no body\n"), method)
+                return
+            try:
+                parts = urlsplit(target)
+                query: dict[str, str] = {}
+                for name, value in parse_qsl(parts.query, keep_blank_values=True):
+                    query.setdefault(name, value)
+            except ValueError as error:  # a target urlsplit cannot read (``//[x``)
+                await self._refuse(writer, Refused(400, f"400: Bad Request: {error}\n"), method)
+                return
+            response = await self._answer(method, unquote(parts.path), query, fields, remote)
+            await self._send(writer, method, fields, response, keep)
+            if not keep:
+                return
+
+    async def _answer(
+        self, method: str, path: str, query: dict[str, str], fields: Mapping[str, str], remote: str | None
+    ) -> Response:
         handler = self.routes.get(path) or next(
             (self.routes[prefix] for prefix in self.prefixes if path.startswith(prefix)), None
         )
         if handler is None:
             return _refusal(Refused(404))
-        query: dict[str, str] = {}
-        for name, value in parse_qsl(parts.query, keep_blank_values=True):
-            query.setdefault(name, value)
         try:
             return await handler(Request(path, query, fields, remote))
         except Refused as refusal:
@@ -181,6 +209,10 @@ class _Site:
         except Exception:
             log.exception("request failed", method=method, path=path)
             return _refusal(Refused(500))
+
+    async def _refuse(self, writer: asyncio.StreamWriter, refusal: Refused, method: str = "GET") -> None:
+        """Answer ``refusal`` and close the connection after it."""
+        await self._send(writer, method, {}, _refusal(refusal), False)
 
     async def _send(
         self, writer: asyncio.StreamWriter, method: str, fields: Mapping[str, str], response: Response, keep: bool
@@ -203,7 +235,8 @@ class _Site:
         lines = [f"HTTP/1.1 {response.status} {_phrase(response.status)}"]
         lines += [f"{name}: {value}" for name, value in said.items()]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if method == "HEAD" else body))
-        await writer.drain()
+        async with asyncio.timeout(IDLE_S):
+            await writer.drain()
 
 
 async def _read_head(reader: asyncio.StreamReader) -> tuple[str, str, str, dict[str, str]]:
@@ -217,18 +250,19 @@ async def _read_head(reader: asyncio.StreamReader) -> tuple[str, str, str, dict[
     words = request_line.decode("latin-1").split()
     if len(words) != 3 or not words[2].startswith("HTTP/1."):
         raise ValueError("not an HTTP/1.x request line")
-    fields: dict[str, str] = {}
+    given: dict[str, list[str]] = {}
+    size, lines = len(request_line), 0
     while (line := await reader.readline()) not in (b"\r\n", b"\n"):
         if not line.endswith(b"\n"):
             raise asyncio.IncompleteReadError(line, None)
-        if len(fields) >= MAX_HEADERS:
-            raise ValueError("too many headers")
+        size, lines = size + len(line), lines + 1
+        if size > MAX_HEAD or lines > MAX_HEADERS:
+            raise _TooLarge(f"a request's head is at most {MAX_HEAD} bytes in {MAX_HEADERS} lines")
         name, colon, value = line.decode("latin-1").partition(":")
         if not colon or not name.strip() or name != name.strip():
             raise ValueError(f"malformed header {line[:40]!r}")
-        name, value = name.lower(), value.strip()
-        fields[name] = f"{fields[name]}, {value}" if name in fields else value
-    return words[0], words[1], words[2], fields
+        given.setdefault(name.lower(), []).append(value.strip())
+    return words[0], words[1], words[2], {name: ", ".join(values) for name, values in given.items()}
 
 
 def _refusal(refusal: Refused) -> Response:

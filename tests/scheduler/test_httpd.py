@@ -11,7 +11,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
+import pytest
 
+from scheduler import httpd
 from scheduler.httpd import Handler, Refused, Request, Response, serve, text
 
 SAID = {"X-Frame-Options": "DENY"}
@@ -111,6 +113,9 @@ async def test_a_write_a_body_or_a_malformed_request_is_refused_and_its_connecti
         b"HELLO\r\n\r\n": (400, None),
         b"GET /hello HTTP/1.1\r\n" + b"X: " + b"a" * 20000 + b"\r\n\r\n": (400, None),
         b"GET /hello HTTP/1.1\r\n no-name\r\n\r\n": (400, None),
+        b"GET //[x HTTP/1.1\r\nHost: x\r\n\r\n": (400, None),  # a target that is no URL
+        b"GET /hello HTTP/1.1\r\n" + b"X: a\r\n" * 101 + b"\r\n": (431, None),  # one name, said too often
+        b"GET /hello HTTP/1.1\r\n" + (b"X: " + b"a" * 15000 + b"\r\n") * 5 + b"\r\n": (431, None),
     }
     for request, (status, allow) in cases.items():
         async with connected() as (reader, writer):
@@ -118,3 +123,45 @@ async def test_a_write_a_body_or_a_malformed_request_is_refused_and_its_connecti
             with anyio.fail_after(10):
                 assert await reader.read() == b"", request[:30]
         assert (answer[0], answer[1].get("allow"), answer[1]["connection"]) == (status, allow, "close"), request[:30]
+
+
+async def test_stopping_the_server_ends_a_request_still_being_answered() -> None:
+    """A handler that never returns does not keep the server from stopping: it is cancelled with it."""
+    entered, cancelled = anyio.Event(), anyio.Event()
+
+    async def stuck(_: Request) -> Response:
+        entered.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.set()
+        raise AssertionError("unreachable")
+
+    urls: list[str] = []
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: serve({"/stuck": stuck}, "[::1]:0", urls.append, any_host="::", headers=SAID))
+            while not urls:
+                await anyio.wait_all_tasks_blocked()
+            host, port = urls[0].removeprefix("http://").rsplit(":", 1)
+            assert host == "[::1]"
+            _, writer = await asyncio.open_connection("::1", int(port))
+            writer.write(b"GET /stuck HTTP/1.1\r\nHost: x\r\n\r\n")
+            await entered.wait()
+            group.cancel_scope.cancel()
+        await cancelled.wait()
+        writer.close()
+
+
+async def test_connections_past_the_most_served_at_once_are_answered_503(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(httpd, "MAX_CONNECTIONS", 1)
+    async with connected() as (reader, writer):
+        first = await exchange(reader, writer, b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")  # kept open
+        host, port = writer.get_extra_info("peername")[:2]
+        other_reader, other_writer = await asyncio.open_connection(host, port)
+        try:
+            second = await exchange(other_reader, other_writer, b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+        finally:
+            other_writer.close()
+        third = await exchange(reader, writer, b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert (first[0], second[0], second[2], third[0]) == (200, 503, b"503: too many connections\n", 200)

@@ -121,3 +121,41 @@ async def test_an_https_server_is_reached_through_a_connect_tunnel_with_the_prox
     authority = url.removeprefix("https://")
     assert {line for line, _ in asked} == {f"CONNECT {authority} HTTP/1.1"}
     assert callers == [{"certificate": None, "authorization": "Bearer t"}] * 2  # the server saw no proxy
+
+
+@pytest.mark.parametrize(
+    ("server", "no_proxy", "proxied"),
+    [
+        ("https://127.0.0.1:6443", "", False),  # loopback is never proxied (kind, minikube behind a proxy)
+        ("https://localhost:6443", "", False),
+        ("https://[::1]:6443", "", False),
+        ("https://api.example.com:6443", "example.com", False),  # a name and every name under it
+        ("https://example.com:6443", "example.com", False),
+        ("https://example.com:6443", ".example.com", True),  # a leading dot: only the names under it
+        ("https://api.example.com:6443", "*.example.com", False),
+        ("https://notexample.com:6443", "example.com", True),
+        ("https://api.example.com:6443", "api.example.com:6443", False),  # a port: that port only
+        ("https://api.example.com:6443", "api.example.com:443", True),
+        ("https://10.0.0.1:6443", "10.0.0.1:6443", False),
+        ("https://[fd00::1]:6443", "fd00::1", False),
+        ("https://api.example.com:6443", "*", False),
+    ],
+)
+def test_no_proxy_is_read_as_kubectl_reads_it(
+    monkeypatch: pytest.MonkeyPatch, server: str, no_proxy: str, proxied: bool
+) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", no_proxy)
+    assert (KubeCluster(client_for(server)).proxy is not None) == proxied
+
+
+def test_the_upper_case_variable_wins_and_an_http_server_takes_http_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://upper.example:3128")
+    monkeypatch.setenv("https_proxy", "http://lower.example:3128")
+    monkeypatch.setenv("http_proxy", "plain.example:8080")  # no scheme: http, as Go reads it
+    assert KubeCluster(client_for("https://api.example:6443")).proxy == "http://upper.example:3128"
+    assert KubeCluster(client_for("http://api.example:8080")).proxy == "http://plain.example:8080"

@@ -16,7 +16,7 @@ from scheduler.ports.errors import Conflict, Throttled, Unavailable
 from scheduler.ports.kube.client import client_for
 from scheduler.ports.kube.cluster import KubeCluster
 from scheduler.ports.kube.http1 import Http1
-from scheduler.ports.port import NODES, ApiResource
+from scheduler.ports.port import NODES, OPENED, ApiResource
 from tests.scheduler.support import eventually, served
 
 EVENTS = ApiResource("events.k8s.io", "v1", "events", "Event")
@@ -249,16 +249,41 @@ async def test_an_interim_answer_is_passed_over_for_the_final_one_and_the_next_w
 
 async def test_a_kept_connection_closed_unanswered_is_asked_again_only_for_a_write_that_may_be_repeated() -> None:
     """The server closes each connection at its second request without answering it (as a server closing
-    an idle connection just as it is reused): an update is sent again on a new connection; a binding, which
-    must not be sent twice unseen, fails as unavailable, and its caller retries it."""
+    an idle connection just as it is reused): an update or a read is sent again on a new connection; a
+    binding, which must not be sent twice unseen, fails as unavailable, and its caller retries it."""
     first_only = raw_server(lambda _, index: answer("200 OK") if index == 0 else None)
     async with first_only as (url, requests), opened(url) as port:
         await port.update(EVENTS, "team", "e", event("e"))
         await port.update(EVENTS, "team", "e", event("e"))  # the kept connection fails: asked again
         assert len(requests) == 3
+        await port.get(EVENTS, "team", "e")
+        assert len(requests) == 5 and requests[-1].startswith(b"GET ")
         with pytest.raises(Unavailable, match="closed the connection before it answered"):
             await port.bind("team", "a", "uid-a", "node-1")
-        assert len(requests) == 4
+        assert len(requests) == 6
+
+
+async def test_a_server_behind_a_gateway_is_asked_under_its_path() -> None:
+    """A kubeconfig's server may carry a path (Rancher's ``/k8s/clusters/<id>``, ``kubectl proxy
+    --api-prefix``): every request, reads, watches and writes, goes under it."""
+    # The list and the binding share the first connection; the watch, its own, answered with no event.
+    answers = raw_server(lambda connection, _: answer("200 OK", b"" if connection else b'{"items": []}'))
+    async with answers as (url, requests), opened(url + "/k8s/clusters/c-1/") as port:
+        await port.list(NODES)
+        await port.bind("team", "a", "uid-a", "node-1")
+        assert [change.type async for change in port.watch(NODES, "1", timeout=5)] == [OPENED]
+    assert [request.split(b"?")[0].split(b" HTTP")[0] for request in requests] == [
+        b"GET /k8s/clusters/c-1/api/v1/nodes",
+        b"POST /k8s/clusters/c-1/api/v1/namespaces/team/pods/a/binding",
+        b"GET /k8s/clusters/c-1/api/v1/nodes",
+    ]
+
+
+async def test_an_answer_in_a_transfer_coding_not_asked_for_fails_as_unavailable() -> None:
+    encoded = raw_server(lambda _, __: answer("200 OK", b"{}", "Transfer-Encoding: gzip, chunked"))
+    async with encoded as (url, _), opened(url) as port:
+        with pytest.raises(Unavailable, match="only chunked is read"):
+            await port.get(EVENTS, "team", "e")
 
 
 async def test_a_header_with_a_line_break_is_refused_before_anything_is_sent() -> None:

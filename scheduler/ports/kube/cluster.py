@@ -57,58 +57,104 @@ def _path(resource: ApiResource, namespace: str | None = None, name: str | None 
     return base
 
 
-def _proxy(connection: Connection) -> tuple[str | None, dict[str, str] | None]:
+def _proxy(
+    connection: Connection, environ: Mapping[str, str] = os.environ
+) -> tuple[str | None, dict[str, str] | None]:
     """The proxy to reach the API server through, and its headers: the kubeconfig's ``proxy-url``, else the
-    environment's (``HTTPS_PROXY``/``HTTP_PROXY``, unless ``NO_PROXY`` names the server), looked up once.
+    environment's, read by Go's rules as kubectl reads them (:func:`_env_proxy`), looked up once.
     ``~/.netrc`` is not read, as kubectl does not read it. Raises :class:`KubeConfigError` for a proxy that
     is not ``http://`` or ``https://`` (a SOCKS proxy): no request could be made."""
     if connection.proxy:
-        return _checked(connection.proxy, "the kubeconfig's proxy-url"), None
-    url = urlsplit(connection.host)
-    host = url.hostname or ""
-    if not any(name.lower() in ("http_proxy", "https_proxy") for name in os.environ):
-        return None, None  # the usual case: nothing more to look up (nor to import)
-    if _in_no_proxy_network(host):
-        return None, None
-    import urllib.request  # noqa: PLC0415  (only where a proxy is set: it imports http.client and email)
-
-    if urllib.request.proxy_bypass(host):
-        return None, None
-    proxy = urllib.request.getproxies_environment().get(url.scheme)
-    if not proxy:
-        return None, None
-    found = urlsplit(_checked(proxy if "://" in proxy else f"http://{proxy}", f"{url.scheme.upper()}_PROXY"))
-    if found.username is None:
-        return urlunsplit(found), None
-    credentials = f"{unquote(found.username)}:{unquote(found.password or '')}".encode()
-    bare = found._replace(netloc=found.netloc.rpartition("@")[2])
-    return urlunsplit(bare), {"Proxy-Authorization": "Basic " + base64.b64encode(credentials).decode()}
-
-
-def _checked(proxy: str, source: str) -> str:
-    parts = urlsplit(proxy)
+        proxy, source = connection.proxy, "the kubeconfig's proxy-url"
+    else:
+        found = _env_proxy(connection.host, environ)
+        if found is None:
+            return None, None
+        proxy, source = found
+    parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()  # no credentials in the message
         raise KubeConfigError(f"proxy {shown!r} ({source}): only http:// and https:// proxies are supported")
-    return proxy
+    if parts.username is None:
+        return urlunsplit(parts), None
+    credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+    bare = parts._replace(netloc=parts.netloc.rpartition("@")[2])
+    return urlunsplit(bare), {"Proxy-Authorization": "Basic " + base64.b64encode(credentials).decode()}
 
 
-def _in_no_proxy_network(host: str) -> bool:
-    """Whether ``NO_PROXY`` names a network (``10.0.0.0/8``) that holds the API server's address, as Go's
-    proxy rules read it; Python's read only names and addresses, and a cluster's service network is a range."""
+def _env_proxy(server: str, environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """The environment's proxy for ``server`` and the variable naming it, by the rules of Go's
+    ``httpproxy`` (kubectl, client-go): ``HTTPS_PROXY`` for an https server, ``HTTP_PROXY`` for http, the
+    upper-case name before the lower-case one; never for ``localhost`` or a loopback address; not where
+    ``NO_PROXY`` names the server (see :func:`_bypassed`)."""
+    url = urlsplit(server)
+    host = (url.hostname or "").lower()
+    name = "HTTPS_PROXY" if url.scheme == "https" else "HTTP_PROXY"
+    proxy = environ.get(name) or environ.get(name.lower())
+    if not proxy or host == "localhost" or _loopback(host):
+        return None
+    port = url.port or (443 if url.scheme == "https" else 80)
+    no_proxy = environ.get("NO_PROXY") or environ.get("no_proxy") or ""
+    if _bypassed(host, port, no_proxy):
+        return None
+    return proxy, name
+
+
+def _bypassed(host: str, port: int, no_proxy: str) -> bool:
+    """Whether ``NO_PROXY`` names ``host``: ``*``; an address or a network (``10.0.0.0/8``) that holds it; a
+    name, itself or any name under it (``example.com``: ``example.com`` and ``api.example.com``); a name with
+    a leading dot (or ``*.``), only the names under it. An entry with a port matches that port only."""
     try:
-        address = ipaddress.ip_address(host.strip("[]"))
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
     except ValueError:
-        return False
-    for entry in (os.environ.get("NO_PROXY") or os.environ.get("no_proxy") or "").split(","):
-        if "/" not in entry:
+        address = None
+    for entry in (entry.strip().lower() for entry in no_proxy.split(",")):
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        if "/" in entry:
+            try:
+                if address is not None and address in ipaddress.ip_network(entry, strict=False):
+                    return True
+            except ValueError:
+                pass
+            continue
+        name, given_port = _split_port(entry)
+        if given_port is not None and given_port != port:
             continue
         try:
-            if address in ipaddress.ip_network(entry.strip(), strict=False):
-                return True
+            named = ipaddress.ip_address(name.strip("[]"))
         except ValueError:
+            named = None
+        if named is not None:  # an address matches only itself
+            if named == address:
+                return True
             continue
+        if name.startswith("*."):
+            name = name[1:]
+        if name.startswith("."):
+            if host.endswith(name):
+                return True
+        elif host == name or host.endswith("." + name):
+            return True
     return False
+
+
+def _split_port(entry: str) -> tuple[str, int | None]:
+    """``host:port`` (``[::1]:6443`` for an IPv6 address) split; an entry without a port, or a bare IPv6
+    address, whole."""
+    host, colon, port = entry.rpartition(":")
+    if not colon or not port.isdigit() or (":" in host and not host.endswith("]")):
+        return entry, None
+    return host, int(port)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class KubeCluster:

@@ -29,10 +29,10 @@ IDLE_S = 15.0
 #: How much of an answer is read ahead, at most, before the reader stops taking more from the socket; also
 #: the longest line of an answer's head.
 BUFFER = 2**21
-#: Asked again once when a kept-alive connection turns out closed before any answer, as aiohttp does: the
-#: methods that may be repeated (a binding or an Event created twice is not retried here; its caller
-#: retries, and finds a second binding refused as a conflict).
-REPEATABLE = frozenset({"PUT", "DELETE"})
+#: Asked again once when a kept-alive connection turns out closed before any answer, as aiohttp and Go's
+#: transport do: the methods that may be repeated (a binding or an Event created twice is not retried
+#: here; its caller retries, and finds a second binding refused as a conflict).
+REPEATABLE = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 #: The longest chunk-size line: a size in hex and perhaps an extension.
 MAX_SIZE_LINE = 4096
 
@@ -101,11 +101,12 @@ class Http1:
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.authority = f"{host}:{parts.port}" if parts.port else host  # as aiohttp sends it, no credentials
+        self.prefix = parts.path.rstrip("/")  # a server behind a gateway: https://rancher/k8s/clusters/c-1
         if tls is None and parts.scheme == "https":
             tls = ssl.create_default_context()
         self.tls = tls
         self.server_name = (server_name or self.host).rstrip(".")  # a certificate names no trailing dot
-        self.proxy = _proxy(proxy, proxy_headers) if proxy else None
+        self.proxy = _proxy(proxy, proxy_headers, tls) if proxy else None
         # A plain-HTTP server behind a proxy is asked in absolute form, the proxy's credentials with each request.
         forwarded = self.proxy is not None and tls is None
         self._origin = f"http://{self.authority}" if forwarded else ""
@@ -159,7 +160,7 @@ class Http1:
     def _request(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> bytes:
         if self._extra:
             headers = {**headers, **self._extra}
-        return _request(method, self._origin + target, self.authority, headers, body)
+        return _request(method, self._origin + self.prefix + target, self.authority, headers, body)
 
     async def _once(self, data: bytes, *, fresh: bool = False) -> Answer:
         line = None if fresh else self._kept()
@@ -345,7 +346,9 @@ class _Chunks:
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
-def _proxy(url: str, headers: Mapping[str, str] | None) -> _Proxy:
+def _proxy(url: str, headers: Mapping[str, str] | None, tls: ssl.SSLContext | None) -> _Proxy:
+    """An ``https://`` proxy is checked with the server's TLS settings (its authority, the client's
+    certificate), as client-go checks one; the system's authorities where the server has no TLS."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"proxy {url!r}: only http:// and https:// proxies are supported")
@@ -353,8 +356,10 @@ def _proxy(url: str, headers: Mapping[str, str] | None) -> _Proxy:
     if parts.username is not None and not any(name.lower() == "proxy-authorization" for name in said):
         credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
         said["Proxy-Authorization"] = "Basic " + base64.b64encode(credentials).decode()
-    tls = ssl.create_default_context() if parts.scheme == "https" else None
-    return _Proxy(parts.hostname, parts.port or (443 if tls else 80), tls, said)
+    if parts.scheme == "https":
+        tls = tls or ssl.create_default_context()
+        return _Proxy(parts.hostname, parts.port or 443, tls, said)
+    return _Proxy(parts.hostname, parts.port or 80, None, said)
 
 
 def _request(method: str, target: str, authority: str, headers: dict[str, str], body: bytes | None) -> bytes:
@@ -387,7 +392,7 @@ async def _exchange(line: _Line, data: bytes) -> tuple[Answer, bool]:
     if not status_line:
         raise Unanswered("the server closed the connection before it answered")
     try:
-        return await _answer(line.reader, status_line)
+        return await _answer(line.reader, status_line, head_only=data.startswith(b"HEAD "))
     except (asyncio.IncompleteReadError, ConnectionError) as error:
         raise Broken("the server closed the connection in the middle of its answer") from error
     except ValueError as error:  # a line past BUFFER, a status or length that is no number
@@ -405,12 +410,12 @@ async def _read_head(reader: asyncio.StreamReader) -> _Head:
             return head
 
 
-async def _answer(reader: asyncio.StreamReader, status_line: bytes) -> tuple[Answer, bool]:
+async def _answer(reader: asyncio.StreamReader, status_line: bytes, *, head_only: bool) -> tuple[Answer, bool]:
     head = await _head(reader, status_line)
     if 100 <= head.status < 200:
         head = await _read_head(reader)
     keep = head.keep
-    if head.status in (204, 304):
+    if head.status in (204, 304) or head_only:
         body = b""
     elif head.chunked:
         body, clean = await _chunked(reader)
@@ -440,7 +445,10 @@ async def _head(reader: asyncio.StreamReader, status_line: bytes) -> _Head:
                 raise ValueError(f"Content-Length {value[:40]!r}")
             length = int(value)
         elif name == b"transfer-encoding":
-            chunked = b"chunked" in value.lower()
+            codings = [coding.strip() for coding in value.lower().split(b",")]
+            if any(coding not in (b"chunked", b"identity") for coding in codings):
+                raise ValueError(f"Transfer-Encoding {value[:40]!r}: only chunked is read")
+            chunked = b"chunked" in codings
         elif name == b"connection":
             tokens = {token.strip() for token in value.lower().split(b",")}
             keep = False if b"close" in tokens else (keep or b"keep-alive" in tokens)
