@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 import orjson
 import pytest
 from aiohttp import web
@@ -146,3 +147,27 @@ async def test_a_watch_cut_off_in_the_middle_of_a_chunk_fails_as_unavailable() -
         (OPENED, None),
         ("ADDED", "a"),
     ]
+
+
+async def test_a_stream_that_goes_quiet_ends_at_its_timeout() -> None:
+    """A server that sends the head and one event, then nothing: the read waiting past the stream's
+    timeout fails as a timeout (the informer then watches again), not as the stream's end."""
+
+    async def quiet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        whole = event("ADDED", "a", 2) + b"\n"
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(whole), whole))
+        await writer.drain()
+        await reader.read()  # until the client goes
+        writer.close()
+
+    server = await asyncio.start_server(quiet, "127.0.0.1", 0)
+    http = http1.Http1(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", None, most=1)
+    try:
+        stream = await http.stream("/api/v1/pods?watch=true", {}, timeout=0.3)
+        assert orjson.loads(await stream.read())["object"]["metadata"]["name"] == "a"
+        with anyio.fail_after(10), pytest.raises(TimeoutError):
+            await stream.read()
+        stream.close()
+    finally:
+        server.close()

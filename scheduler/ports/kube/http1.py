@@ -134,7 +134,7 @@ class Http1:
     async def stream(self, target: str, headers: dict[str, str], *, timeout: float) -> Stream:
         """A GET whose answer is read as it comes, on a connection of its own (a watch holds one for minutes),
         within ``timeout`` in all. Raises as :meth:`request` until the head of the answer is read."""
-        deadline = time.monotonic() + timeout
+        deadline = asyncio.get_running_loop().time() + timeout
         data = self._request("GET", target, headers, None)
         with anyio.fail_after(timeout):
             line = await self._connect()
@@ -243,28 +243,35 @@ class Stream:
     """An answer read as it comes (a watch's events): its status, then its body piece by piece."""
 
     def __init__(self, line: _Line, head: _Head, deadline: float) -> None:
+        """``deadline``: on the event loop's clock."""
         self.status = head.status
         self.retry_after = head.retry_after
         self._line = line
-        self._deadline = deadline  # on time.monotonic()
         self._left = head.length  # of a body of known length, the bytes still to come
         self._chunks = _Chunks() if head.chunked else None
         self._ended = head.status in (204, 304) or head.length == 0
+        # One timer for the whole answer, which cuts the connection at the deadline: a timeout around every
+        # read cost a watch's event more than the read itself.
+        self._expired = False
+        self._timer = asyncio.get_running_loop().call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        self._expired = True
+        transport = self._line.writer.transport
+        transport.abort()  # the read waiting, if any, ends with the connection
 
     async def read(self) -> bytes:
         """What has come of the body since the last read (at least a byte); ``b""`` at its end. Raises
         ``Broken`` when the server breaks off and ``TimeoutError`` past the stream's timeout."""
         while not self._ended:
-            left = self._deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("the answer did not end within its timeout")
             try:
-                with anyio.fail_after(left):
-                    data = await self._line.reader.read(BUFFER if self._left is None else min(self._left, BUFFER))
-            except TimeoutError:
-                raise
+                data = await self._line.reader.read(BUFFER if self._left is None else min(self._left, BUFFER))
             except OSError as error:
+                if self._expired:
+                    raise TimeoutError("the answer did not end within its timeout") from error
                 raise Broken(f"the connection failed in the middle of the answer: {error}") from error
+            if self._expired:
+                raise TimeoutError("the answer did not end within its timeout")
             if not data:
                 if self._chunks is not None or self._left is not None:
                     raise Broken("the server closed the connection in the middle of its answer")
@@ -293,6 +300,7 @@ class Stream:
         return b"".join(parts)
 
     def close(self) -> None:
+        self._timer.cancel()
         self._line.writer.close()
 
 
