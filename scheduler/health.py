@@ -17,10 +17,9 @@ from importlib import resources
 
 import anyio
 from anyio.abc import TaskStatus
-from prometheus_client import CONTENT_TYPE_LATEST
 
 from scheduler.httpd import Handler, Refused, Request, Response, serve, text
-from scheduler.metrics import Metrics
+from scheduler.metrics import CONTENT_TYPE, Metrics
 from scheduler.picture import Busy, Pictures
 
 #: The view's own files, and their types: nothing else is served from the package.
@@ -57,7 +56,7 @@ class HealthServer:
         self.url = ""
 
     async def _metrics(self, _: Request) -> Response:
-        return Response(self.metrics.exposition(), content_type=CONTENT_TYPE_LATEST)
+        return Response(self.metrics.exposition(), content_type=CONTENT_TYPE)
 
     async def _healthz(self, _: Request) -> Response:
         return text("ok\n")

@@ -19,13 +19,12 @@ import anyio
 import numpy as np
 import structlog
 from anyio.abc import TaskStatus
-from prometheus_client import Gauge
 
 from scheduler.clock import Clock
 from scheduler.cycle import Cycle
 from scheduler.decision import Code, DecisionRecorder, JobSink, Outcome, Reason, Subject, Wake
 from scheduler.gangs import GangKey, GangSpec, ObjectRef
-from scheduler.metrics import Metrics
+from scheduler.metrics import Gauge, Metrics
 from scheduler.permit.holds import Permit
 from scheduler.preemption.evictions import EvictionSink
 from scheduler.preemption.nominations import Nominations

@@ -95,7 +95,7 @@ def gang_pod(gang: int, member: int, size: int, gpus: int) -> dict[str, Any]:
 
 
 def bound_count(app: Phalanx) -> float:
-    return app.metrics.registry.get_sample_value("phalanx_api_writes_total", {"kind": "bind"}) or 0.0
+    return app.metrics.registry.value("phalanx_api_writes_total", {"kind": "bind"}) or 0.0
 
 
 async def wait_for(check: Any, timeout: float) -> None:

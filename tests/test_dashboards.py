@@ -10,10 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from prometheus_client import Counter, Gauge, Histogram
-from prometheus_client.metrics import MetricWrapperBase
 
-from scheduler.metrics import Metrics
+from scheduler.metrics import Counter, Gauge, Histogram, Metrics
 
 OPTIONAL = Path(__file__).resolve().parent.parent / "manifests" / "optional"
 SUFFIXES = {Counter: ("_total",), Gauge: ("",), Histogram: ("_bucket", "_sum", "_count")}
@@ -25,9 +23,9 @@ def exported() -> dict[str, tuple[str, ...]]:
     """Every series name Phalanx exports, with the labels of its metric."""
     names: dict[str, tuple[str, ...]] = {}
     for metric in vars(Metrics()).values():
-        if isinstance(metric, MetricWrapperBase):
+        if isinstance(metric, Counter | Gauge | Histogram):
             for suffix in SUFFIXES[type(metric)]:
-                names[metric._name + suffix] = tuple(metric._labelnames)
+                names[metric.name + suffix] = metric.labelnames
     return names
 
 

@@ -72,7 +72,7 @@ def priority_classes(where: Cluster, **values: int) -> None:
 
 
 def preemptions(app: Phalanx) -> float:
-    return app.metrics.registry.get_sample_value("phalanx_preemption_attempts_total", {"result": "preempted"}) or 0.0
+    return app.metrics.registry.value("phalanx_preemption_attempts_total", {"result": "preempted"}) or 0.0
 
 
 def api_errors(rate: float = 0.15) -> list[FaultRule]:

@@ -23,7 +23,7 @@ LEASE_SECONDS = 1.5
 
 
 def binds(app: Phalanx) -> float:
-    return app.metrics.registry.get_sample_value("phalanx_api_writes_total", {"kind": "bind"}) or 0.0
+    return app.metrics.registry.value("phalanx_api_writes_total", {"kind": "bind"}) or 0.0
 
 
 @contextlib.asynccontextmanager

@@ -113,7 +113,7 @@ async def evict(port: Answers, victims: tuple[Victim, ...] = (Victim("team/a", "
             while not evictor.idle:
                 await anyio.sleep(0)
         group.cancel_scope.cancel()
-    reporter.refused = metrics.registry.get_sample_value("phalanx_preemption_victims_refused_total")  # type: ignore[attr-defined]
+    reporter.refused = metrics.registry.value("phalanx_preemption_victims_refused_total")  # type: ignore[attr-defined]
     return reporter
 
 

@@ -11,7 +11,7 @@ from tests.scheduler.support import FAST, cluster, elected, eventually, gpu_pod,
 
 
 def binds(app: Phalanx) -> float:
-    return app.metrics.registry.get_sample_value("phalanx_api_writes_total", {"kind": "bind"}) or 0.0
+    return app.metrics.registry.value("phalanx_api_writes_total", {"kind": "bind"}) or 0.0
 
 
 async def test_two_replicas_never_both_bind_and_the_follower_takes_over() -> None:

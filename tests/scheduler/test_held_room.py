@@ -186,7 +186,7 @@ def test_the_replacement_grace_is_a_setting_and_zero_keeps_nothing() -> None:
 def held(loop: Loop, resource: str) -> float | None:
     """``phalanx_reserved{resource}`` as the loop publishes it (at each sync)."""
     loop.loop.sync()
-    return loop.loop.metrics.registry.get_sample_value("phalanx_reserved", {"resource": resource})
+    return loop.loop.metrics.registry.value("phalanx_reserved", {"resource": resource})
 
 
 def test_a_partial_gang_times_out_and_releases_the_room_it_held_to_the_next_gang() -> None:
@@ -220,5 +220,5 @@ def test_running_out_of_time_while_members_are_gated_is_waiting_not_unschedulabl
     assert timed_out.condition == "GangWaiting"  # not Unschedulable: room would not help
     assert loop.told.conditions["ml/g-0"] == "GangWaiting"  # the reason its PodScheduled condition is given
     assert not [event for event in loop.told.events if event[0] == "FailedScheduling"]
-    attempts = loop.loop.metrics.registry.get_sample_value
+    attempts = loop.loop.metrics.registry.value
     assert not attempts("phalanx_schedule_attempts_total", {"result": "unschedulable"})  # no attempt failed

@@ -103,8 +103,8 @@ async def test_a_production_gang_evicts_one_whole_batch_gang_in_one_rack_and_bin
         assert len({node.split("-")[0] for node in prod_nodes}) == 1  # one rack
         preempted = await eventually(lambda: where.events("Preempted"), what="Preempted Events")
         assert {event["regarding"]["name"] for event in preempted} == {victim.split("/")[1] for victim in victims}
-        assert app.metrics.registry.get_sample_value("phalanx_preemption_victims_total", {"reason": "gang"}) == 2
-        assert app.metrics.registry.get_sample_value("phalanx_preemption_to_bind_seconds_count") == 1
+        assert app.metrics.registry.value("phalanx_preemption_victims_total", {"reason": "gang"}) == 2
+        assert app.metrics.registry.value("phalanx_preemption_to_bind_seconds_count") == 1
         # The other batch gang is untouched, whole.
         survivors = {key for key in where.bound() if key.startswith("team/batch")}
         assert len(survivors) == 2 and len({key[:-2] for key in survivors}) == 1
@@ -290,7 +290,7 @@ async def test_victims_whose_deletion_fails_for_a_while_still_all_go(monkeypatch
         assert faults.injected, "no deletion failed: the test proves nothing"
         survivors = [key for key in where.bound() if key.startswith("team/batch")]
         assert len(survivors) == 2 and len({key[:-2] for key in survivors}) == 1  # one whole gang left
-        assert app.metrics.registry.get_sample_value("phalanx_preemption_victims_total", {"reason": "gang"}) == 2
+        assert app.metrics.registry.value("phalanx_preemption_victims_total", {"reason": "gang"}) == 2
         await check_invariants(where)
 
 
@@ -322,7 +322,7 @@ async def test_a_victim_whose_delete_keeps_failing_is_deleted_once_it_can_be_and
         where.create(member("late-0", "late", 1, "production"))
         late = await eventually(lambda: where.condition("team/late-0"), what="the late gang pending")
         assert "1 pod of lower priority is being evicted for other gangs already" in late["message"]
-        assert app.metrics.registry.get_sample_value("phalanx_preemption_attempts_total", {"result": "preempted"}) == 1
+        assert app.metrics.registry.value("phalanx_preemption_attempts_total", {"result": "preempted"}) == 1
         del faults.failing[("delete", stuck)]
         await eventually(lambda: "team/late-0" in where.bound(), what="the late gang bound where it went")
         assert where.bound()["team/late-0"] == stuck_node
@@ -371,7 +371,7 @@ async def test_a_new_leader_finishes_the_evictions_its_predecessor_began_whole_u
             # A mark that lands after this leader took over (the old one's write was still in flight).
             mark_as_victim(where, "team/plain-0")
             await eventually(lambda: "team/plain-0" in terminating(where), what="the late-marked pod")
-            assert app.metrics.registry.get_sample_value("phalanx_preemption_victims_resumed_total") == 5
+            assert app.metrics.registry.value("phalanx_preemption_victims_resumed_total") == 5
             await eventually(lambda: len(where.events("Preempted")) == 5, what="a Preempted Event on each pod")
             preempted = {event["regarding"]["name"] for event in where.events("Preempted")}
             assert preempted == {"wide-0", "wide-1", "wide-2", "elastic-2", "plain-0"}

@@ -161,7 +161,7 @@ async def test_extras_and_a_replacement_join_a_running_gang_only_inside_its_requ
         assert set(gang_nodes(where).values()) == {"n0", "n1"}
 
         def failed_attempts() -> float:
-            return app.metrics.registry.get_sample_value("phalanx_schedule_attempts_total", {"result": "unschedulable"})
+            return app.metrics.registry.value("phalanx_schedule_attempts_total", {"result": "unschedulable"})
 
         async def free(node: str) -> None:
             before = failed_attempts()

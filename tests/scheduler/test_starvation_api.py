@@ -63,7 +63,7 @@ async def test_the_gang_that_waited_holds_a_rack_says_so_and_binds_there_when_it
         )
         assert condition["reason"] == "Unschedulable"  # cluster-autoscaler still reads what it expects
         assert "reserves rack r1 for its 16 GPUs; 8 GPUs there are still in use" in condition["message"]
-        assert app.metrics.starvation_reservations.labels(RACK)._value.get() == 1
+        assert app.metrics.starvation_reservations.labels(RACK).value == 1
 
         # Another gang that needs the free GPUs of rack r1 waits, and says for whom.
         where.create(gpu_pod("small", gpus=4, annotations={"scheduling.phalanx.dev/topology-required": RACK}))
@@ -78,7 +78,7 @@ async def test_the_gang_that_waited_holds_a_rack_says_so_and_binds_there_when_it
         await eventually(lambda: all(pod in where.bound() for pod in gang), what="the big gang bound")
         assert {where.bound()[pod] for pod in gang} == {"r1-n0", "r1-n1"}
         assert app.scheduler.starvation.get("pfn:team/big") is None  # type: ignore[arg-type]
-        assert app.metrics.starvation_released.labels("bound")._value.get() == 1
+        assert app.metrics.starvation_released.labels("bound").value == 1
 
 
 async def test_simulate_lists_the_reservation_and_marks_its_nodes_on_the_map(tmp_path: Path) -> None:
