@@ -137,7 +137,8 @@ class _HistogramChild(_Child):
 
     def observe(self, amount: float) -> None:
         self.value += amount
-        self.counts[bisect.bisect_left(self.bounds, amount)] += 1
+        if not math.isnan(amount):  # a NaN is in no bucket, as prometheus_client had it
+            self.counts[bisect.bisect_left(self.bounds, amount)] += 1
 
 
 class Histogram(_Metric):
@@ -179,7 +180,8 @@ class Histogram(_Metric):
 def _labels(labels: Mapping[str, str]) -> str:
     if not labels:
         return ""
-    escaped = (f'{name}="{_escaped(value, quote=True)}"' for name, value in labels.items())
+    # Sorted, as prometheus_client wrote them: a text match on a scraped line finds the same bytes.
+    escaped = (f'{name}="{_escaped(value, quote=True)}"' for name, value in sorted(labels.items()))
     return "{" + ",".join(escaped) + "}"
 
 

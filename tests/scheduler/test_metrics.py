@@ -60,6 +60,10 @@ def test_the_scheduler_s_metrics_are_all_exposed_before_anything_happens() -> No
     assert not any(name == "phalanx_api_writes_total" for name, _ in shown)
     metrics.api_write_errors.labels("event", 422).inc()
     assert parsed(metrics.registry)[("phalanx_api_write_errors_total", (("code", "422"), ("kind", "event")))] == 1.0
+    # Labels in sorted order, as prometheus_client wrote them: a text match on a scraped line still finds it.
+    assert b'phalanx_api_write_errors_total{code="422",kind="event"} 1.0\n' in metrics.exposition()
+    metrics.bind_duration.observe(float("nan"))  # in no bucket, as before
+    assert parsed(metrics.registry)[("phalanx_bind_duration_seconds_count", ())] == 0.0
 
 
 def test_misuse_is_refused() -> None:

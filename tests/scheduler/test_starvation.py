@@ -71,7 +71,7 @@ def reservation(loop: Loop, gang: str = "pfn:ml/big") -> str | None:
 
 
 def released(loop: Loop, reason: str) -> float:
-    return loop.loop.metrics.starvation_released.labels(reason).value  # type: ignore[no-any-return]
+    return loop.loop.metrics.starvation_released.labels(reason).value
 
 
 def test_a_gang_that_waited_too_long_holds_the_rack_with_least_in_use_and_says_so() -> None:
