@@ -11,7 +11,7 @@ show, not only the end of a run:
 - no pod is bound twice or moved to a second node, and no pod of another scheduler is bound;
 - whenever asked (:meth:`check_gangs`, at quiet moments): no gang is bound below its minimum, except
   gangs whose members the test deleted itself (:meth:`user_deleted`) or that had members on a node
-  that was deleted;
+  that was deleted, or bound to it after its deletion (a bind that raced it);
 - at every preemption (a victim's ``DisruptionTarget`` condition): the victim's priority (its gang's, if
   it is in one) is strictly below its preemptor's; a gang left partly running by a preemption is caught by
   the gang check below (pods being deleted are no members);
@@ -259,6 +259,12 @@ class InvariantMonitor:
         ours = (pod.get("spec") or {}).get("schedulerName") in self.scheduler_names
         if newly_bound:
             self.checks["bind"] += 1
+            if ours and node not in self._allocatable:
+                # A bind that raced the node's deletion: placed before the scheduler's watch showed the node
+                # gone (the API server binds to a node that is not there, as a real one does), so that the
+                # rest of its gang stays unbound. Losing the node is not the scheduler's doing: its gang may
+                # end below its minimum, as when the node is lost just after (``_node``).
+                self.user_deleted(key)
             if uid in self._ever_bound:
                 self._violate(f"pod {key} bound twice: to {self._ever_bound[uid]} and to {node}")
             if not ours and key not in self._others_may_bind:
