@@ -19,6 +19,7 @@ import orjson
 import yaml
 
 from scheduler.frontends.playback import playback_routes, serve_playback
+from tests.scheduler.support import listening
 from tests.sim.workloads import RUN_SECONDS, gang, job
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,20 +95,12 @@ def test_simulate_refuses_a_bad_serve_address_in_one_line(tmp_path: Path) -> Non
 @asynccontextmanager
 async def played(frames: list[tuple[float, bytes]]) -> AsyncIterator[aiohttp.ClientSession]:
     """A client of the recorded run's view, served on loopback."""
-    urls: list[str] = []
-    serving = anyio.Event()
-
-    def started(url: str) -> None:
-        urls.append(url)
-        serving.set()
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(serve_playback, playback_routes(frames, title="t", cut=False), "127.0.0.1:0", started)
-        with anyio.fail_after(10):
-            await serving.wait()
-        async with aiohttp.ClientSession(base_url=urls[0].rstrip("/")) as client:
-            yield client
-        group.cancel_scope.cancel()
+    routes = playback_routes(frames, title="t", cut=False)
+    async with (
+        listening(lambda started: serve_playback(routes, "127.0.0.1:0", started)) as url,
+        aiohttp.ClientSession(base_url=url.rstrip("/")) as client,
+    ):
+        yield client
 
 
 async def test_the_recorded_run_is_served_read_only_and_not_frameable() -> None:

@@ -12,7 +12,7 @@ import socket
 import ssl
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -331,6 +331,25 @@ def kubeconfig(path: Path, server: str, *, token: str | None = None) -> Path:
         )
     )
     return path
+
+
+@contextlib.asynccontextmanager
+async def listening(serve: Callable[[Callable[[str], None]], Awaitable[None]]) -> AsyncIterator[str]:
+    """Runs ``serve(started)`` (a server that calls ``started`` with its URL once it listens, and serves until
+    cancelled) for the block; yields the URL, and stops the server after."""
+    urls: list[str] = []
+    up = anyio.Event()
+
+    def started(url: str) -> None:
+        urls.append(url)
+        up.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(serve, started)
+        with anyio.fail_after(10):
+            await up.wait()
+        yield urls[0]
+        group.cancel_scope.cancel()
 
 
 @contextlib.asynccontextmanager

@@ -6,6 +6,7 @@ the server."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import gzip
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,6 +16,7 @@ import pytest
 
 from scheduler import httpd
 from scheduler.httpd import Handler, Refused, Request, Response, serve, text
+from tests.scheduler.support import listening
 
 SAID = {"X-Frame-Options": "DENY"}
 
@@ -41,24 +43,14 @@ ROUTES: dict[str, Handler] = {"/hello": hello, "/files/": hello, "/big": big, "/
 @asynccontextmanager
 async def connected() -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
     """A raw connection to a server of :data:`ROUTES` on loopback."""
-    urls: list[str] = []
-    up = anyio.Event()
-
-    def started(url: str) -> None:
-        urls.append(url)
-        up.set()
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(lambda: serve(ROUTES, "127.0.0.1:0", started, any_host="127.0.0.1", headers=SAID))
-        with anyio.fail_after(10):
-            await up.wait()
-        host, port = urls[0].removeprefix("http://").split(":")
+    server = functools.partial(serve, ROUTES, "127.0.0.1:0", any_host="127.0.0.1", headers=SAID)
+    async with listening(server) as url:
+        host, port = url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
         try:
             yield reader, writer
         finally:
             writer.close()
-            group.cancel_scope.cancel()
 
 
 async def exchange(
