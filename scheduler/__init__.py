@@ -32,6 +32,11 @@ tests and benchmarks share. It reads the engine; the engine and the ports never 
 (serve), their output (``render``, ``plot``) and ``samples``. The engine never imports them.
 """
 
+from scheduler import dataclass_cache
+
+# Before any of the package's classes is defined: their dataclass methods compiled once, not at every start.
+dataclass_cache.install()
+
 #: The release (pyproject.toml reads it from here): the ``--version`` flag and the User-Agent of every request.
 __version__ = "0.1.0"
 
@@ -40,6 +45,7 @@ __version__ = "0.1.0"
 #: ``ports/kube``, ``ports/sim`` and ``simulation`` do). ``tests/test_layers.py`` holds every module to them.
 ORDER = (
     # what everything uses
+    "dataclass_cache",
     "clock",
     "jobs",
     "logs",
