@@ -66,11 +66,21 @@ class HealthServer:
         return text(f"{why}\n", status=200 if ready else 503)
 
     def _may_view(self, request: Request) -> None:
-        if not self.view_from_anywhere and not _loopback(request.remote):
+        if self.view_from_anywhere:
+            return
+        if not _loopback(request.remote):
             raise Refused(
                 403,
                 "the live view answers on loopback only (kubectl port-forward); server.viewFrom: anywhere "
                 "serves it to every address that reaches this port\n",
+            )
+        if not _local_name(request.headers.get("host")):
+            # A page of another site, its name rebound to 127.0.0.1, would otherwise read the view through the
+            # browser of someone running kubectl port-forward (DNS rebinding): that browser sends its own Host.
+            raise Refused(
+                403,
+                "the live view answers requests addressed to localhost only (open it at http://localhost:PORT/, "
+                "PORT the one kubectl port-forward listens on); server.viewFrom: anywhere lifts this\n",
             )
 
     async def _page(self, request: Request) -> Response:
@@ -143,6 +153,20 @@ def _loopback(remote: str | None) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped.is_loopback
     return address.is_loopback
+
+
+def _local_name(host: str | None) -> bool:
+    """Whether a request's Host names this machine: ``localhost`` (or a name under it) or a loopback
+    address, with or without a port. A request without one (HTTP/1.0) cannot come from a browser."""
+    if host is None:
+        return True
+    name = host.strip().lower()
+    if name.startswith("["):  # an IPv6 address, perhaps with a port after the bracket
+        name = name[1 : name.find("]")] if "]" in name else ""
+    elif name.count(":") == 1:
+        name = name.split(":", 1)[0]
+    name = name.removesuffix(".")
+    return name == "localhost" or name.endswith(".localhost") or _loopback(name)
 
 
 def _retry(busy: Busy) -> dict[str, str]:

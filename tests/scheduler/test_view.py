@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import anyio
@@ -239,6 +240,23 @@ def test_the_view_answers_loopback_only_unless_told_otherwise() -> None:
     )
     with pytest.raises(SettingsError, match=r"server\.viewFrom: loopback or anywhere"):
         load_settings(None, ["server.viewFrom=everyone"])
+
+
+async def test_the_view_refuses_a_page_of_another_site_whose_name_was_rebound_to_loopback() -> None:
+    """DNS rebinding: while someone runs kubectl port-forward, a page of evil.example whose name now resolves
+    to 127.0.0.1 makes their browser ask the forwarded port, with ``Host: evil.example:PORT``."""
+    async with cluster() as where, phalanx(where, OFTEN) as app, viewer(app) as http:
+        assert app.health is not None
+        port = urlsplit(app.health.url).port
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "localhost", "view.localhost."):
+            async with http.get("/api/cluster", headers={"Host": host}) as response:
+                assert response.status == 200, host
+        for host in (f"evil.example:{port}", "evil.example", "127.0.0.1.evil.example", f"[2001:db8::1]:{port}"):
+            async with http.get("/", headers={"Host": host}) as response:
+                assert response.status == 403, host
+                assert "addressed to localhost only" in await response.text()
+        async with http.get("/metrics", headers={"Host": "evil.example"}) as response:
+            assert response.status == 200  # what Prometheus scrapes is not the view
 
 
 def test_gang_pages_share_the_view_s_budget_however_many_gangs_are_asked_for() -> None:
