@@ -32,8 +32,9 @@ TLS = Path(__file__).resolve().parents[1] / "data" / "tls"
 
 
 @asynccontextmanager
-async def https_server() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
-    """An HTTPS server on loopback that asks for (and does not require) a client certificate."""
+async def https_server(certificates: Path = TLS) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """An HTTPS server on loopback that asks for (and does not require) a client certificate; its own
+    certificate and authority from ``certificates``."""
     callers: list[dict[str, Any]] = []
 
     async def nodes(request: web.Request) -> web.Response:
@@ -44,8 +45,8 @@ async def https_server() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
         )
         return web.json_response({"kind": "NodeList", "metadata": {"resourceVersion": "1"}, "items": []})
 
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(TLS / "ca.crt"))
-    context.load_cert_chain(str(TLS / "server.crt"), str(TLS / "server.key"))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(certificates / "ca.crt"))
+    context.load_cert_chain(str(certificates / "server.crt"), str(certificates / "server.key"))
     context.verify_mode = ssl.CERT_OPTIONAL
 
     async def binding(request: web.Request) -> web.Response:

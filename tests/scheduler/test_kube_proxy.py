@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import replace
@@ -15,15 +16,16 @@ from scheduler.ports.errors import Unavailable
 from scheduler.ports.kube import KubeCluster, client_for, connect
 from scheduler.ports.port import NODES
 from tests.scheduler.support import cluster
-from tests.scheduler.test_kube_connection import data, https_server, write_kubeconfig
+from tests.scheduler.test_kube_connection import TLS, data, https_server, write_kubeconfig
 
 PROXY_USER = ("squid", "p@ss word")
 
 
 @asynccontextmanager
-async def tunnelling_proxy() -> AsyncIterator[tuple[str, list[tuple[str, str]]]]:
+async def tunnelling_proxy(tls: ssl.SSLContext | None = None) -> AsyncIterator[tuple[str, list[tuple[str, str]]]]:
     """A forward proxy that opens CONNECT tunnels for a client showing :data:`PROXY_USER`, and refuses every
-    other request with 407. Yields its address and each request's (request line, Proxy-Authorization)."""
+    other request with 407; spoken to over TLS with ``tls``. Yields its address and each request's (request
+    line, Proxy-Authorization)."""
     asked: list[tuple[str, str]] = []
     expected = "Basic " + base64.b64encode(":".join(PROXY_USER).encode()).decode()
 
@@ -49,7 +51,7 @@ async def tunnelling_proxy() -> AsyncIterator[tuple[str, list[tuple[str, str]]]]
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await asyncio.gather(pipe(reader, server_writer), pipe(server_reader, writer))
 
-    proxy = await asyncio.start_server(handle, "127.0.0.1", 0)
+    proxy = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=tls)
     try:
         yield f"127.0.0.1:{proxy.sockets[0].getsockname()[1]}", asked
     finally:
@@ -121,6 +123,45 @@ async def test_an_https_server_is_reached_through_a_connect_tunnel_with_the_prox
     authority = url.removeprefix("https://")
     assert {line for line, _ in asked} == {f"CONNECT {authority} HTTP/1.1"}
     assert callers == [{"certificate": None, "authorization": "Bearer t"}] * 2  # the server saw no proxy
+
+
+async def test_an_https_proxy_is_checked_against_the_cluster_s_authority_and_tunnels_tls_inside_tls(
+    tmp_path: Path,
+) -> None:
+    """``proxy-url: https://...``: the proxy's own certificate is checked as client-go checks it, against the
+    authority the kubeconfig gives for the cluster and the proxy's address; the server's TLS runs inside the
+    proxy's. A proxy whose certificate that authority did not sign is never sent the credentials."""
+    proxied = TLS / "proxied"  # one authority signed both the server's certificate and the proxy's (127.0.0.1)
+    proxy_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    proxy_tls.load_cert_chain(str(proxied / "proxy.crt"), str(proxied / "proxy.key"))
+    async with https_server(proxied) as (url, callers), tunnelling_proxy(proxy_tls) as (proxy, asked):
+        user, password = PROXY_USER
+        credentials = f"{user}:{password.replace(' ', '%20').replace('@', '%40')}"
+        server = {
+            "server": url,
+            "tls-server-name": "kubernetes.default.svc",
+            "proxy-url": f"https://{credentials}@{proxy}",
+        }
+        given = {**server, "certificate-authority-data": base64.b64encode((proxied / "ca.crt").read_bytes()).decode()}
+        port = KubeCluster(await connect(str(write_kubeconfig(tmp_path, given, {"token": "t"}))), request_timeout=10)
+        try:
+            assert (await port.list(NODES)).items == []
+            await port.bind("team", "a", "uid-a", "node-1")
+        finally:
+            await port.close()
+        assert callers == [{"certificate": None, "authorization": "Bearer t"}] * 2
+        assert {line for line, _ in asked} == {f"CONNECT {url.removeprefix('https://')} HTTP/1.1"}
+
+        untrusted = {**server, "certificate-authority-data": data("ca.crt")}  # signed neither certificate
+        refused = KubeCluster(
+            await connect(str(write_kubeconfig(tmp_path, untrusted, {"token": "t"}))), request_timeout=10
+        )
+        try:
+            with pytest.raises(Unavailable, match="CERTIFICATE_VERIFY_FAILED"):
+                await refused.list(NODES)
+        finally:
+            await refused.close()
+        assert len(asked) == 1, "the proxy that could not be verified was asked nothing"
 
 
 @pytest.mark.parametrize(
