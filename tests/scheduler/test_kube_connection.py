@@ -4,7 +4,8 @@ The server here is a small HTTPS server that answers a node list and says who ca
 certificate's name and the Authorization header). Its certificates (``tests/data/tls``) were made once for
 these tests by a throwaway authority valid for a century: the server's names only
 ``kubernetes.default.svc``, the client's is ``alice``; ``other-ca.crt`` is another authority, which signed
-neither.
+neither. ``proxied/`` was made the same way for the HTTPS proxy's test: one authority signed a server's
+certificate (``kubernetes.default.svc``) and a proxy's (``127.0.0.1``, ``localhost``).
 """
 
 from __future__ import annotations
