@@ -214,9 +214,14 @@ class Phalanx:
         async with anyio.create_task_group() as group:
             if self.serve:
                 pictures = self.pictures if self.settings.server.view else None
-                anywhere = self.settings.server.view_from == "anywhere"
+                server = self.settings.server
                 self.health = HealthServer(
-                    self.settings.server.address, self.metrics, self.ready, pictures, view_from_anywhere=anywhere
+                    server.address,
+                    self.metrics,
+                    self.ready,
+                    pictures,
+                    view_from_anywhere=server.view_from == "anywhere",
+                    view_hosts=server.view_hosts,
                 )
                 await group.start(self.health.run)
             if self.freeze_heap:

@@ -10,7 +10,8 @@ rules:
 - the key is the generated text itself, so an entry can only ever stand for the code it was compiled from:
   a class that changed writes other text, which is compiled as before;
 - the file is named for the interpreter (``sys.implementation.cache_tag``) and starts with its bytecode's
-  magic number; a file of another interpreter, or one that cannot be read, is ignored;
+  magic number and a checksum of the rest; a file of another interpreter, damaged, or that cannot be read
+  is ignored (and replaced at exit);
 - it is written at exit, only when something was compiled that it did not hold, never when
   ``sys.dont_write_bytecode`` is set (``PYTHONDONTWRITEBYTECODE``), into the directory Python gives this
   module's bytecode (``PYTHONPYCACHEPREFIX`` included), by an atomic rename, and silently not where that
@@ -30,6 +31,7 @@ import importlib.util
 import marshal
 import os
 import sys
+import zlib
 from pathlib import Path
 from types import CodeType
 from typing import Any
@@ -37,6 +39,7 @@ from typing import Any
 #: Past this many entries the file keeps only what the process writing it compiled or used: stale texts
 #: of classes since edited would otherwise pile up in a checkout.
 MAX_ENTRIES = 4000
+_CHECKSUM = 4  # bytes: the CRC-32 of what follows it
 
 
 def default_path() -> Path | None:
@@ -51,11 +54,12 @@ def default_path() -> Path | None:
 
 class MethodCache:
     """Generated methods' code by their text: read from ``path`` on first use, written back at exit when
-    something new was compiled."""
+    something new was compiled. Each entry stays marshalled until it is asked for: a process keeps the
+    file's size, not every code object's (a writer process uses a tenth of them)."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self.codes: dict[str, CodeType] | None = None  # read on first use
+        self.kept: dict[str, bytes] | None = None  # read on first use
         self.used: set[str] = set()
         self.compiled = 0  # texts compiled here, not found in the file
 
@@ -64,53 +68,73 @@ class MethodCache:
         if not isinstance(source, str):
             exec(source, globals, locals)
             return
-        codes = self._codes()
-        code = codes.get(source)
+        exec(self.code(source), globals, locals)
+
+    def code(self, source: str) -> CodeType:
+        kept = self.entries()
+        code = _loaded(kept.get(source))
         if code is None:
-            code = codes[source] = compile(source, "<string>", "exec", dont_inherit=True)
+            code = compile(source, "<string>", "exec", dont_inherit=True)
+            kept[source] = marshal.dumps(code)
             self.compiled += 1
         self.used.add(source)
-        exec(code, globals, locals)
+        return code
 
-    def _codes(self) -> dict[str, CodeType]:
-        if self.codes is None:
-            self.codes = read(self.path) if self.path is not None else {}
-        return self.codes
+    def entries(self) -> dict[str, bytes]:
+        """Every entry, each text's code marshalled."""
+        if self.kept is None:
+            self.kept = read(self.path) if self.path is not None else {}
+        return self.kept
 
     def save(self) -> bool:
         """Write the file if this process compiled something it lacked; True if written."""
-        if self.path is None or self.compiled == 0 or sys.dont_write_bytecode or self.codes is None:
+        if self.path is None or self.compiled == 0 or sys.dont_write_bytecode or self.kept is None:
             return False
-        codes = self.codes
-        if len(codes) > MAX_ENTRIES:
-            codes = {text: code for text, code in codes.items() if text in self.used}
-        return write(self.path, codes)
+        kept = self.kept
+        if len(kept) > MAX_ENTRIES:
+            kept = {text: code for text, code in kept.items() if text in self.used}
+        return write(self.path, kept)
 
 
-def read(path: Path) -> dict[str, CodeType]:
-    """The codes kept at ``path``; none if it is missing, of another interpreter, or unreadable."""
+def _loaded(entry: bytes | None) -> CodeType | None:
+    if entry is None:
+        return None
+    try:
+        code = marshal.loads(entry)
+    except Exception:  # a damaged entry is compiled again, whatever marshal makes of it
+        return None
+    return code if isinstance(code, CodeType) else None
+
+
+def read(path: Path) -> dict[str, bytes]:
+    """The entries kept at ``path``; none if it is missing, of another interpreter, damaged or unreadable."""
     try:
         data = path.read_bytes()
     except OSError:
         return {}
     magic = importlib.util.MAGIC_NUMBER
-    if not data.startswith(magic):
+    payload = data[len(magic) + _CHECKSUM :]
+    if data[: len(magic)] != magic or data[len(magic) : len(magic) + _CHECKSUM] != _crc(payload):
         return {}
     try:
-        codes = marshal.loads(data[len(magic) :])
-    except (EOFError, ValueError, TypeError):
+        entries = marshal.loads(payload)
+    except Exception:  # marshal raises SystemError and MemoryError too on bad input
         return {}
-    if not isinstance(codes, dict):
+    if not isinstance(entries, dict):
         return {}
-    return {text: code for text, code in codes.items() if isinstance(text, str) and isinstance(code, CodeType)}
+    return {text: code for text, code in entries.items() if isinstance(text, str) and isinstance(code, bytes)}
 
 
-def write(path: Path, codes: dict[str, CodeType]) -> bool:
-    """Replace ``path`` by ``codes`` at once (a reader sees the old file or the new, never half of one)."""
-    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+def write(path: Path, entries: dict[str, bytes]) -> bool:
+    """Replace ``path`` by ``entries`` at once (a reader sees the old file or the new, never half of one)."""
+    payload = marshal.dumps(entries)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_bytes(importlib.util.MAGIC_NUMBER + marshal.dumps(codes))
+        # O_EXCL: two processes never write one partial file, whatever their PIDs (in other PID namespaces).
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with open(descriptor, "wb") as stream:
+            stream.write(importlib.util.MAGIC_NUMBER + _crc(payload) + payload)
         os.replace(partial, path)
     except OSError:
         with contextlib.suppress(OSError):
@@ -119,13 +143,17 @@ def write(path: Path, codes: dict[str, CodeType]) -> bool:
     return True
 
 
+def _crc(payload: bytes) -> bytes:
+    return zlib.crc32(payload).to_bytes(_CHECKSUM, "little")
+
+
 #: The process's cache, installed by ``scheduler/__init__``.
 cache = MethodCache(default_path())
 
 
 def install() -> None:
     """Route ``dataclasses``' compiles through :data:`cache` from now on, and write it at exit."""
-    if getattr(dataclasses, "exec", None) is cache.exec:
+    if getattr(dataclasses, "exec", None) == cache.exec:  # (a bound method is made anew at each access)
         return
     dataclasses.exec = cache.exec  # type: ignore[attr-defined]
     atexit.register(cache.save)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from importlib import resources
 
 import anyio
@@ -45,10 +45,13 @@ class HealthServer:
         pictures: Pictures | None = None,
         *,
         view_from_anywhere: bool = False,
+        view_hosts: Collection[str] = (),
     ) -> None:
         """Without ``pictures`` the live view is off: ``/`` and ``/api/`` answer 404. It answers requests from
-        loopback only (``kubectl port-forward``) unless ``view_from_anywhere``."""
+        loopback only (``kubectl port-forward``), addressed to localhost, a loopback address or one of
+        ``view_hosts``, unless ``view_from_anywhere``."""
         self.view_from_anywhere = view_from_anywhere
+        self.view_hosts = frozenset(_host_name(host) for host in view_hosts)
         self.address = address
         self.metrics = metrics
         self.ready = ready
@@ -74,13 +77,16 @@ class HealthServer:
                 "the live view answers on loopback only (kubectl port-forward); server.viewFrom: anywhere "
                 "serves it to every address that reaches this port\n",
             )
-        if not _local_name(request.headers.get("host")):
+        host = request.headers.get("host")
+        if host is not None and not _local(name := _host_name(host)) and name not in self.view_hosts:
             # A page of another site, its name rebound to 127.0.0.1, would otherwise read the view through the
             # browser of someone running kubectl port-forward (DNS rebinding): that browser sends its own Host.
+            # (A request without one, HTTP/1.0, comes from no browser.)
             raise Refused(
                 403,
-                "the live view answers requests addressed to localhost only (open it at http://localhost:PORT/, "
-                "PORT the one kubectl port-forward listens on); server.viewFrom: anywhere lifts this\n",
+                f"the live view answers requests addressed to localhost only, not {name!r} (open it at "
+                "http://localhost:PORT/, PORT the one kubectl port-forward listens on); server.viewHosts names "
+                "others\n",
             )
 
     async def _page(self, request: Request) -> Response:
@@ -155,18 +161,20 @@ def _loopback(remote: str | None) -> bool:
     return address.is_loopback
 
 
-def _local_name(host: str | None) -> bool:
-    """Whether a request's Host names this machine: ``localhost`` (or a name under it) or a loopback
-    address, with or without a port. A request without one (HTTP/1.0) cannot come from a browser."""
-    if host is None:
-        return True
+def _host_name(host: str) -> str:
+    """A Host header's name, without its port, brackets or final dot, in lower case."""
     name = host.strip().lower()
     if name.startswith("["):  # an IPv6 address, perhaps with a port after the bracket
         name = name[1 : name.find("]")] if "]" in name else ""
     elif name.count(":") == 1:
         name = name.split(":", 1)[0]
-    name = name.removesuffix(".")
-    return name == "localhost" or name.endswith(".localhost") or _loopback(name)
+    return name.removesuffix(".")
+
+
+def _local(name: str) -> bool:
+    """Whether a name is this machine's: ``localhost`` (or a name under it), a loopback address, or the
+    unspecified one a browser opens as this machine (``0.0.0.0``)."""
+    return name in ("localhost", "0.0.0.0", "::") or name.endswith(".localhost") or _loopback(name)
 
 
 def _retry(busy: Busy) -> dict[str, str]:

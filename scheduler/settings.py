@@ -133,6 +133,11 @@ class ServerSettings:
     view_from: str = "loopback"
     """Who the live view answers: ``loopback`` (``kubectl port-forward`` arrives on the pod's loopback; a
     request through the Service is refused, since the view names every tenant's gangs), or ``anywhere``."""
+    view_hosts: tuple[str, ...] = ()
+    """With ``viewFrom: loopback``, the names the view answers to besides ``localhost`` and loopback addresses:
+    a browser sends the name it opened (the Host header), and a page of another site whose name was rebound
+    to 127.0.0.1 sends its own (DNS rebinding). Name here a machine where ``kubectl port-forward --address``
+    listens for others, as browsers reach it (``bastion.example.com``, ``10.0.0.5``)."""
     view_interval_seconds: float = 2.0
     """A picture for the view is taken at most this often, only while someone looks, and never so often that
     pictures take more than 5% of the scheduler's time (on a large cluster, less often)."""
@@ -242,6 +247,8 @@ def _coerce(where: str, value: object, kind: Any) -> object:
         if value < 0:
             raise SettingsError(f"{where}: must not be negative, got {value}")
         return kind(value)
+    if kind == tuple[str, ...]:
+        return _strings(value, where, allow_empty=True)
     if kind is str:
         if not isinstance(value, str):
             raise SettingsError(f"{where}: must be a string, got {value!r}")

@@ -5,8 +5,8 @@ used or written costs nothing but the compile."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import inspect
+import marshal
 import os
 import subprocess
 import sys
@@ -88,20 +88,34 @@ def test_a_class_built_from_kept_methods_is_the_class_python_builds(
     assert behaviour(kept) == behaviour(fresh) == behaviour(plain)
 
 
+def damaged(content: bytes) -> bytes:
+    """A whole file of kept methods with one byte changed in its middle."""
+    middle = len(content) // 2
+    return content[:middle] + bytes([content[middle] ^ 0x40]) + content[middle + 1 :]
+
+
 @pytest.mark.parametrize(
-    "content",
-    [b"", b"not a cache", b"\x00\x00\r\n" + b"\xe3" * 40, importlib.util.MAGIC_NUMBER + b"\xe3\x01"],
-    ids=["empty", "garbage", "another interpreter", "cut short"],
+    "spoil",
+    [
+        lambda _: b"",
+        lambda _: b"not a cache",
+        lambda whole: b"\x00\x00\r\n" + whole[4:],  # another interpreter's
+        lambda whole: whole[: len(whole) // 2],
+        damaged,  # (unchecked, one such byte made marshal raise SystemError at every start)
+    ],
+    ids=["empty", "garbage", "another interpreter", "cut short", "a byte changed"],
 )
 def test_a_file_that_cannot_be_used_is_ignored_and_replaced(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spoil: Callable[[bytes], bytes]
 ) -> None:
     path = tmp_path / "methods.marshal"
-    path.write_bytes(content)
+    built_through(whole := MethodCache(path), monkeypatch)
+    assert whole.save()
+    path.write_bytes(spoil(path.read_bytes()))
     cache = MethodCache(path)
     built = built_through(cache, monkeypatch)
     assert cache.compiled > 0 and built("a").gpus == 0
-    assert cache.save() and MethodCache(path)._codes().keys() == cache.used
+    assert cache.save() and MethodCache(path).entries().keys() == cache.used
 
 
 def test_nothing_is_written_where_python_writes_no_bytecode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,13 +142,13 @@ def test_past_its_limit_the_file_keeps_only_what_the_writing_process_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "methods.marshal"
-    stale = {f"x = {n}": compile(f"x = {n}", "<string>", "exec") for n in range(5)}
+    stale = {f"x = {n}": marshal.dumps(compile(f"x = {n}", "<string>", "exec")) for n in range(5)}
     assert dataclass_cache.write(path, stale)
     monkeypatch.setattr(dataclass_cache, "MAX_ENTRIES", 5)
     cache = MethodCache(path)
     built_through(cache, monkeypatch)
     assert cache.save()
-    assert MethodCache(path)._codes().keys() == cache.used
+    assert MethodCache(path).entries().keys() == cache.used
 
 
 def test_the_run_path_compiles_its_dataclass_methods_only_at_its_first_start(tmp_path: Path) -> None:

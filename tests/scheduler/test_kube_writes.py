@@ -73,14 +73,15 @@ async def test_writes_one_after_another_share_one_connection_and_are_answered_wi
 
 
 async def test_connections_probe_a_silent_server_so_that_one_gone_without_a_word_is_noticed_in_a_minute() -> None:
-    """A server lost without closing its connections (its node down, a partition) answers no keepalive
-    probe: the kernel drops the connection after 30 s of silence and three probes 10 s apart, and the watch
-    on it ends then, not at its timeout."""
+    """A server whose machine is lost without closing its connections (its node down, a partition) answers
+    no keepalive probe: the kernel drops the connection after 30 s of silence and three probes 10 s apart,
+    and a watch on it ends then, not at its timeout."""
     async with serving(stored) as (url, _), opened(url) as port:
         await port.create(EVENTS, "team", event("e0"))
         sock = port._http._idle[0].writer.get_extra_info("socket")  # type: ignore[union-attr]
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
-        timing = [socket.TCP_KEEPIDLE, socket.TCP_KEEPINTVL, socket.TCP_KEEPCNT]
+        idle = getattr(socket, "TCP_KEEPIDLE", None) or socket.TCP_KEEPALIVE  # (macOS's name)
+        timing = [idle, socket.TCP_KEEPINTVL, socket.TCP_KEEPCNT]
         assert [sock.getsockopt(socket.IPPROTO_TCP, option) for option in timing] == [30, 10, 3]
 
 

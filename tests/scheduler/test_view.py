@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from scheduler.app import Phalanx
-from scheduler.settings import ServerSettings, SettingsError, load_settings
+from scheduler.settings import ServerSettings, SettingsError, load_settings, parse_settings
 from tests.scheduler.support import FAST, Cluster, cluster, create_manifests, eventually, gpu_pod, pfn, phalanx
 
 RACK = "example.com/rack"
@@ -248,7 +248,14 @@ async def test_the_view_refuses_a_page_of_another_site_whose_name_was_rebound_to
     async with cluster() as where, phalanx(where, OFTEN) as app, viewer(app) as http:
         assert app.health is not None
         port = urlsplit(app.health.url).port
-        for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "localhost", "view.localhost."):
+        for host in (
+            f"localhost:{port}",
+            f"127.0.0.1:{port}",
+            f"[::1]:{port}",
+            "LOCALHOST",
+            "view.localhost.",
+            "0.0.0.0",
+        ):
             async with http.get("/api/cluster", headers={"Host": host}) as response:
                 assert response.status == 200, host
         for host in (f"evil.example:{port}", "evil.example", "127.0.0.1.evil.example", f"[2001:db8::1]:{port}"):
@@ -257,6 +264,19 @@ async def test_the_view_refuses_a_page_of_another_site_whose_name_was_rebound_to
                 assert "addressed to localhost only" in await response.text()
         async with http.get("/metrics", headers={"Host": "evil.example"}) as response:
             assert response.status == 200  # what Prometheus scrapes is not the view
+
+
+async def test_the_view_answers_the_names_it_is_told_a_bastion_s_port_forward_is_opened_by() -> None:
+    """``kubectl port-forward --address 0.0.0.0`` on a bastion, opened from a laptop by the bastion's name."""
+    bastion = replace(OFTEN, server=replace(OFTEN.server, view_hosts=("Bastion.Example.com",)))
+    async with cluster() as where, phalanx(where, bastion) as app, viewer(app) as http:
+        for host, status in (("bastion.example.com:8080", 200), ("bastion.example.com.", 200), ("evil.example", 403)):
+            async with http.get("/api/cluster", headers={"Host": host}) as response:
+                assert response.status == status, host
+    settings = load_settings(None, ["server.viewHosts=bastion.example.com, 10.0.0.5"])
+    assert settings.server.view_hosts == ("bastion.example.com", "10.0.0.5")
+    with pytest.raises(SettingsError, match=r"server\.viewHosts: must be a list of strings"):
+        parse_settings({"server": {"viewHosts": [3]}})
 
 
 def test_gang_pages_share_the_view_s_budget_however_many_gangs_are_asked_for() -> None:

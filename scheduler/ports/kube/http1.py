@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import socket
 import ssl
 import time
@@ -37,10 +38,11 @@ REPEATABLE = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 #: The longest chunk-size line: a size in hex and perhaps an extension.
 MAX_SIZE_LINE = 4096
 #: TCP keepalive on every connection: after this long without a byte either way, a probe every
-#: ``KEEPALIVE_INTERVAL_S``, and the connection is dropped after ``KEEPALIVE_PROBES`` unanswered. A watch
-#: whose server vanished without closing it (a node lost, a partition) ends within a minute and is resumed,
-#: not at its timeout (5 min 30 s); a kept connection to such a server is not used again.
-#: (client-go gets the same from HTTP/2's pings, 30 s then 15 s; on HTTP/1.1 from the kernel's probes.)
+#: ``KEEPALIVE_INTERVAL_S``, and the connection is dropped after ``KEEPALIVE_PROBES`` unanswered. A watch, or
+#: a request awaiting its answer, on a server whose machine vanished without closing it (a node lost, a
+#: partition) ends within a minute and is resumed, not at its timeout (a watch's: 5 min 30 s). Behind a
+#: proxy the probes reach the proxy only; a server process that hangs on a live machine still answers them.
+#: (client-go gets much the same from HTTP/2's pings, 30 s then 15 s.)
 KEEPALIVE_IDLE_S = 30
 KEEPALIVE_INTERVAL_S = 10
 KEEPALIVE_PROBES = 3
@@ -251,18 +253,20 @@ class Http1:
 
 
 def _keep_alive(writer: asyncio.StreamWriter) -> None:
-    """Turn TCP keepalive on for the connection's socket, with the probes' timing where the system has it."""
+    """Turn TCP keepalive on for the connection's socket, with the probes' timing where the system has it
+    (macOS names the idle time ``TCP_KEEPALIVE``). A socket that refuses (one the peer just reset) is left
+    as it is: the request on it fails or succeeds by itself."""
     sock = writer.get_extra_info("socket")
     if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for option, value in (
-        ("TCP_KEEPIDLE", KEEPALIVE_IDLE_S),
-        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
-        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
-    ):
-        if hasattr(socket, option):
-            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+    idle = getattr(socket, "TCP_KEEPIDLE", None) or getattr(socket, "TCP_KEEPALIVE", None)
+    timing = [(idle, KEEPALIVE_IDLE_S), (getattr(socket, "TCP_KEEPINTVL", None), KEEPALIVE_INTERVAL_S)]
+    timing.append((getattr(socket, "TCP_KEEPCNT", None), KEEPALIVE_PROBES))
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for option, value in timing:
+            if option is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
 class Stream:
