@@ -141,7 +141,7 @@ def test_the_image_is_slim_multi_stage_and_runs_as_a_numeric_non_root_user() -> 
     assert not any(tool in line for line in final for tool in ("apt-get", "gcc", "build-essential"))
     # The dataclass methods are compiled at build, while the package's directory can still be written.
     built = final[: final.index(f"USER {user}")]
-    assert any('python -c "import scheduler.frontends.cli"' in line for line in built)
+    assert any('python -c "import anyio, scheduler.frontends.cli; anyio.run(anyio.sleep, 0)"' in line for line in built)
 
 
 def granted() -> set[tuple[str, str, str]]:
