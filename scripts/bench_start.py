@@ -41,6 +41,7 @@ import http.client
 import json
 import os
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
@@ -81,9 +82,12 @@ def pending_pods() -> list[dict[str, Any]]:
 
 def kubeconfig(folder: Path, url: str) -> Path:
     path = folder / "kubeconfig"
+    cluster = {"server": url}
+    if url.startswith("https://"):
+        cluster |= {"certificate-authority": str(TLS / "ca.crt"), "tls-server-name": "kubernetes.default.svc"}
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "sim",
-        "clusters": [{"name": "sim", "cluster": {"server": url}}],
+        "clusters": [{"name": "sim", "cluster": cluster}],
         "users": [{"name": "sim", "user": {}}],
         "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
     }))  # fmt: skip
@@ -123,17 +127,32 @@ def children_cpu_seconds(pid: int) -> float:
     return total
 
 
+#: ``--tls``: the emulator serves HTTPS with the tests' throwaway certificate (``tests/data/tls``: it names
+#: ``kubernetes.default.svc``, which the kubeconfig gives as ``tls-server-name``), as every real server does.
+TLS = ROOT / "tests" / "data" / "tls"
+
+
+def connect(url: str, timeout: float) -> http.client.HTTPConnection:
+    """The benchmark's own connection to the server (its authority checked, not its name: 127.0.0.1)."""
+    where = urlsplit(url)
+    if where.scheme != "https":
+        return http.client.HTTPConnection(where.hostname or "", where.port, timeout=timeout)
+    context = ssl.create_default_context(cafile=str(TLS / "ca.crt"))
+    context.check_hostname = False
+    return http.client.HTTPSConnection(where.hostname or "", where.port, timeout=timeout, context=context)
+
+
 class LastBind(threading.Thread):
     """Watches the server's pods until every one is bound, then notes the scheduler's CPU and the time."""
 
     def __init__(self, url: str, version: str, started: float) -> None:
         super().__init__(daemon=True)
-        self.where, self.version, self.started = urlsplit(url), version, started
+        self.url, self.version, self.started = url, version, started
         self.pid = 0
         self.found: dict[str, float] = {}
 
     def run(self) -> None:
-        connection = http.client.HTTPConnection(self.where.hostname or "", self.where.port, timeout=120)
+        connection = connect(self.url, timeout=120)
         connection.request("GET", f"/api/v1/namespaces/bench/pods?watch=true&resourceVersion={self.version}")
         response, bound = connection.getresponse(), set()
         for line in response:
@@ -156,21 +175,24 @@ class LastBind(threading.Thread):
 
 
 def resource_version(url: str) -> str:
-    where = urlsplit(url)
-    connection = http.client.HTTPConnection(where.hostname or "", where.port, timeout=30)
+    connection = connect(url, timeout=30)
     connection.request("GET", "/api/v1/namespaces/bench/pods?limit=1")
     version = str(json.loads(connection.getresponse().read())["metadata"]["resourceVersion"])
     connection.close()
     return version
 
 
-def one_run(folder: Path, env: dict[str, str], writers: str, profile: str | None = None) -> dict[str, float]:
+def one_run(
+    folder: Path, env: dict[str, str], writers: str, profile: str | None = None, *, tls: bool = False
+) -> dict[str, float]:
     """A fresh server (so that every run finds the pods pending) and a fresh ``phalanx run``."""
     manifest = folder / "pods.yaml"
     if not manifest.exists():
         manifest.write_text(yaml.safe_dump_all(pending_pods()))
+    serving = ["--tls-cert-file", str(TLS / "server.crt"), "--tls-private-key-file", str(TLS / "server.key")]
     server = subprocess.Popen(
-        [sys.executable, "-m", "scheduler.ports.sim.apiserver", "--shape", SHAPE, "--manifests", str(manifest)],
+        [sys.executable, "-m", "scheduler.ports.sim.apiserver", "--shape", SHAPE, "--manifests", str(manifest),
+         *(serving if tls else [])],
         stdout=subprocess.PIPE, text=True, cwd=ROOT,
     )  # fmt: skip
     try:
@@ -237,20 +259,23 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one run")
     parser.add_argument("--profile", metavar="FILE", help="one more run, sampled (scripts/sampled.py), to FILE")
     parser.add_argument("--writers", default="auto", help="binding.writerProcesses (default auto)")
+    parser.add_argument("--tls", action="store_true", help="the server speaks HTTPS, as a real one does")
     args = parser.parse_args()
     repeat = 1 if args.quick else args.repeat
     print(f"command: scripts/bench_start.py {' '.join(sys.argv[1:])}".rstrip(), file=sys.stderr)
     print(f"machine: {machine()}", file=sys.stderr)
-    print(f"cluster: {SHAPE} (256 nodes), {GANGS * SIZE:,} pending pods in gangs of {SIZE}; runs: {repeat} "
+    print(f"cluster: {SHAPE} (256 nodes), {GANGS * SIZE:,} pending pods in gangs of {SIZE}, over "
+          f"{'HTTPS' if args.tls else 'plain HTTP'}; runs: {repeat} "
           "(figures are medians)", file=sys.stderr)  # fmt: skip
     runs, imports = [], []
     with tempfile.TemporaryDirectory() as folder:
         env = compiled()
         for _ in range(repeat):
-            runs.append(one_run(Path(folder), env, args.writers))
+            runs.append(one_run(Path(folder), env, args.writers, tls=args.tls))
             imports.append(imports_cpu(env))
         if args.profile:
-            one_run(Path(folder), {**env, "PYTHONPATH": str(ROOT)}, args.writers, str(Path(args.profile).resolve()))
+            profiled = {**env, "PYTHONPATH": str(ROOT)}
+            one_run(Path(folder), profiled, args.writers, str(Path(args.profile).resolve()), tls=args.tls)
     result = {key: round(statistics.median(run[key] for run in runs), 3) for key in runs[0]}
     result["imports cpu"] = round(statistics.median(imports), 3)
     result["targets"] = "first bind cpu <= 0.6 s; per pod <= 0.35 ms"

@@ -3,7 +3,8 @@
 (``phalanx serve``, in ``frontends/sandbox.py``, is another thing: the sandbox for people with kubectl,
 the emulator and Phalanx in one process.)
 
-Prints one line, ``serving http://127.0.0.1:<port>``, once it listens, then serves until interrupted.
+Prints one line, ``serving http://127.0.0.1:<port>``, once it listens, then serves until interrupted; with
+``--tls-cert-file`` and ``--tls-private-key-file`` (kube-apiserver's flags), HTTPS, as every real one does.
 Used by benchmarks that keep the API server off the scheduler's process (and core), and handy for
 pointing ``phalanx run`` or ``kubectl`` at a throwaway cluster.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import ssl
 import sys
 
 import anyio
@@ -59,7 +61,11 @@ async def serve(args: argparse.Namespace) -> None:
     for namespace in ("default", "phalanx-system", "kube-system"):
         store.ensure_namespace(namespace)
     server = SimServer(store, bookmark_interval=args.bookmark_interval)
-    url = await server.start(args.host, args.port)
+    tls = None
+    if args.tls_cert_file:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(args.tls_cert_file, args.tls_private_key_file)
+    url = await server.start(args.host, args.port, tls=tls)
     print(f"serving {url}", flush=True)
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for _ in signals:
@@ -76,10 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--history", type=int, default=100_000, help="watch events kept for resuming watches")
     parser.add_argument("--bookmark-interval", type=float, default=5.0)
+    parser.add_argument("--tls-cert-file", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
+    parser.add_argument("--tls-private-key-file", metavar="FILE", help="and this key (PEM)")
     args = parser.parse_args(argv)
+    if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
+        parser.error("--tls-cert-file and --tls-private-key-file go together")
     try:
         anyio.run(serve, args)
-    except ManifestError as error:
+    except (ManifestError, OSError) as error:  # (a certificate that cannot be read is an ssl.SSLError, an OSError)
         sys.stderr.write(f"serve: {error}\n")
         return 2
     return 0

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import socket
+import ssl
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -120,15 +121,15 @@ class SimServer:
         #: ``Authorization`` headers received (a test checks the credentials it gave were the ones used).
         self.authorizations: Counter[str] = Counter()
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Listen and return the base URL (``http://127.0.0.1:<port>``)."""
+    async def start(self, host: str = "127.0.0.1", port: int = 0, *, tls: ssl.SSLContext | None = None) -> str:
+        """Listen and return the base URL (``http://127.0.0.1:<port>``; ``https://`` with ``tls``)."""
         self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((host, port))
-        await web.SockSite(self._runner, listener).start()
-        self.url = f"http://{host}:{listener.getsockname()[1]}"
+        await web.SockSite(self._runner, listener, ssl_context=tls).start()
+        self.url = f"{'https' if tls else 'http'}://{host}:{listener.getsockname()[1]}"
         return self.url
 
     async def stop(self) -> None:
