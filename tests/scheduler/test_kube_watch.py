@@ -149,6 +149,35 @@ async def test_a_watch_cut_off_in_the_middle_of_a_chunk_fails_as_unavailable() -
     ]
 
 
+async def test_watches_and_lists_one_after_another_share_one_connection() -> None:
+    """A watch takes the connection its list left, and gives it back when its answer ends (at its timeout):
+    over TLS each new connection is a handshake, and a start that opened one per watch paid some 40."""
+    peers: list[int] = []
+
+    async def pods(request: web.Request) -> web.StreamResponse:
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        peers.append(peer[1] if peer else 0)
+        if "watch" not in request.query:
+            return web.json_response({"kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": []})
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(event("ADDED", "a", 2) + b"\n")
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/api/v1/pods", pods)
+    async with served(app) as url:
+        port = KubeCluster(client_for(url))
+        try:
+            for _ in range(2):
+                assert (await port.list(PODS)).items == []
+                assert [change.type async for change in port.watch(PODS, "1", timeout=10)] == [OPENED, "ADDED"]
+        finally:
+            await port.close()
+    assert len(peers) == 4 and len(set(peers)) == 1
+
+
 async def test_a_stream_that_goes_quiet_ends_at_its_timeout() -> None:
     """A server that sends the head and one event, then nothing: the read waiting past the stream's
     timeout fails as a timeout (the informer then watches again), not as the stream's end."""

@@ -277,11 +277,22 @@ async def test_a_kept_connection_closed_unanswered_is_asked_again_only_for_a_wri
         assert len(requests) == 6
 
 
+async def test_a_watch_on_a_kept_connection_closed_as_it_is_taken_is_asked_again_on_a_new_one() -> None:
+    """A watch takes the connection its list left (no TLS handshake more); the server closes it just then,
+    unanswered: the watch is sent again on a new connection, and opens."""
+    replies = {(0, 0): answer("200 OK", b'{"items": []}'), (1, 0): answer("200 OK", b"")}
+    async with raw_server(lambda *at: replies.get(at)) as (url, requests), opened(url) as port:
+        await port.list(NODES)
+        assert [change.type async for change in port.watch(NODES, "1", timeout=5)] == [OPENED]
+    assert [request.split(b"?")[0].split(b" HTTP")[0] for request in requests] == [b"GET /api/v1/nodes"] * 3
+    assert b"watch=true" in requests[1] and b"watch=true" in requests[2]
+
+
 async def test_a_server_behind_a_gateway_is_asked_under_its_path() -> None:
     """A kubeconfig's server may carry a path (Rancher's ``/k8s/clusters/<id>``, ``kubectl proxy
     --api-prefix``): every request, reads, watches and writes, goes under it."""
-    # The list and the binding share the first connection; the watch, its own, answered with no event.
-    answers = raw_server(lambda connection, _: answer("200 OK", b"" if connection else b'{"items": []}'))
+    # The list, the binding and the watch share one connection; the watch is answered with no event.
+    answers = raw_server(lambda _, request: answer("200 OK", b"" if request == 2 else b'{"items": []}'))
     async with answers as (url, requests), opened(url + "/k8s/clusters/c-1/") as port:
         await port.list(NODES)
         await port.bind("team", "a", "uid-a", "node-1")

@@ -19,7 +19,7 @@ import contextlib
 import socket
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -143,24 +143,33 @@ class Http1:
                 return await self._once(data, fresh=True)
 
     async def stream(self, target: str, headers: dict[str, str], *, timeout: float) -> Stream:
-        """A GET whose answer is read as it comes, on a connection of its own (a watch holds one for minutes),
-        within ``timeout`` in all. Raises as :meth:`request` until the head of the answer is read."""
+        """A GET whose answer is read as it comes, on a connection of its own while it lasts (a watch holds
+        one for minutes), within ``timeout`` in all. Raises as :meth:`request` until the head of the answer is
+        read.
+
+        The connection is a kept one if one is idle (a watch follows its list, whose connection has just come
+        back), and goes back to be kept when the answer ended cleanly (a watch's timeout): over TLS, each new
+        connection is a handshake that costs both ends CPU, and a start that opened one per watch paid some
+        40 of them before its first bind."""
         deadline = asyncio.get_running_loop().time() + timeout
         data = self._request("GET", target, headers, None)
         with anyio.fail_after(timeout):
-            line = await self._connect()
-            try:
+            kept = self._kept()
+            if kept is not None:
                 try:
-                    await _send(line, data)
-                    head = await _read_head(line.reader)
-                except asyncio.IncompleteReadError as error:
-                    raise Broken("the server closed the connection in the middle of its answer") from error
-                except ValueError as error:
-                    raise Broken(f"the server's answer is not HTTP/1.1: {error}") from error
-            except BaseException:
-                line.writer.close()
-                raise
-        return Stream(line, head, deadline)
+                    return Stream(kept, await _open(kept, data), deadline, self._keep)
+                except Unanswered:
+                    pass  # closed by the server as it was taken: asked again on a new connection
+            line = await self._connect()
+            return Stream(line, await _open(line, data), deadline, self._keep)
+
+    def _keep(self, line: _Line) -> None:
+        """Keep a connection whose answer ended cleanly for the next request."""
+        if self._closed:
+            line.writer.close()
+            return
+        line.idle_since = time.monotonic()
+        self._idle.append(line)
 
     async def close(self) -> None:
         self._closed = True  # connections still answering are closed when they are done
@@ -272,11 +281,16 @@ def _keep_alive(writer: asyncio.StreamWriter) -> None:
 class Stream:
     """An answer read as it comes (a watch's events): its status, then its body piece by piece."""
 
-    def __init__(self, line: _Line, head: _Head, deadline: float) -> None:
-        """``deadline``: on the event loop's clock."""
+    def __init__(self, line: _Line, head: _Head, deadline: float, keep: Callable[[_Line], None]) -> None:
+        """``deadline``: on the event loop's clock; ``keep`` takes the connection back if the answer ended
+        cleanly when the stream is closed."""
         self.status = head.status
         self.retry_after = head.retry_after
         self._line = line
+        self._keep = keep
+        # Whether the connection may carry another request once the body is read: not when the body ends
+        # with the connection.
+        self._reusable = head.keep and (head.chunked or head.length is not None or head.status in (204, 304))
         self._left = head.length  # of a body of known length, the bytes still to come
         self._chunks = _Chunks() if head.chunked else None
         self._ended = head.status in (204, 304) or head.length == 0
@@ -330,8 +344,13 @@ class Stream:
         return b"".join(parts)
 
     def close(self) -> None:
+        """Done with the answer: its connection is kept if the answer was read to its end, else closed."""
         self._timer.cancel()
-        self._line.writer.close()
+        clean = self._ended and self._reusable and not self._expired
+        if clean and (self._chunks is None or not self._chunks.rest) and not self._line.reader.at_eof():
+            self._keep(self._line)
+        else:
+            self._line.writer.close()
 
 
 class _Chunks:
@@ -435,6 +454,30 @@ async def _exchange(line: _Line, data: bytes) -> tuple[Answer, bool]:
         raise Broken("the server closed the connection in the middle of its answer") from error
     except ValueError as error:  # a line past BUFFER, a status or length that is no number
         raise Broken(f"the server's answer is not HTTP/1.1: {error}") from error
+
+
+async def _open(line: _Line, data: bytes) -> _Head:
+    """Send a request whose answer is read as it comes, and read the head of that answer. Raises
+    ``Unanswered`` when the connection failed before a byte of it came; the connection is closed on any
+    failure."""
+    try:
+        await _send(line, data)
+        try:
+            status_line = await line.reader.readline()
+        except (ConnectionError, asyncio.IncompleteReadError) as error:
+            raise Unanswered(f"the connection failed before the server answered: {error}") from error
+        if not status_line:
+            raise Unanswered("the server closed the connection before it answered")
+        try:
+            head = await _head(line.reader, status_line)
+            return await _read_head(line.reader) if 100 <= head.status < 200 else head
+        except (asyncio.IncompleteReadError, ConnectionError) as error:
+            raise Broken("the server closed the connection in the middle of its answer") from error
+        except ValueError as error:  # a line past BUFFER, a status that is no number
+            raise Broken(f"the server's answer is not HTTP/1.1: {error}") from error
+    except BaseException:
+        line.writer.close()
+        raise
 
 
 async def _read_head(reader: asyncio.StreamReader) -> _Head:
