@@ -17,6 +17,7 @@ and a real server's pods carry a kilobyte or more of it each (the emulator's car
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -135,18 +136,21 @@ class Informer:
     async def _watch(self, version: str) -> str:
         """One watch request; returns the last resource version seen when the server ends it."""
         applied = 0
-        stream = self.port.watch(self.resource, version, timeout=self.settings.watch_timeout_seconds)
-        async for change in stream:
-            self.healthy = True  # the server accepted the watch (OPENED comes first), or sent something
-            if change.type == OPENED:
-                continue
-            metadata = change.object.get("metadata") or {}
-            version = str(metadata.get("resourceVersion") or version)
-            if change.type != "BOOKMARK":
-                kept = _trimmed(change.object)  # a new Change only when there was something to drop
-                self.state.apply(self.resource, change if kept is change.object else Change(change.type, kept))
-                self.poke()  # cheap: the scheduling loop coalesces pokes
-                applied += 1
-                if applied % 256 == 0:
-                    await anyio.sleep(0)  # a burst of events must not starve the scheduling loop
+        # Closed as soon as the loop ends, however it ends: the connection is kept or dropped then, not when
+        # the collector finds the generator.
+        watching = self.port.watch(self.resource, version, timeout=self.settings.watch_timeout_seconds)
+        async with contextlib.aclosing(watching) as stream:
+            async for change in stream:
+                self.healthy = True  # the server accepted the watch (OPENED comes first), or sent something
+                if change.type == OPENED:
+                    continue
+                metadata = change.object.get("metadata") or {}
+                version = str(metadata.get("resourceVersion") or version)
+                if change.type != "BOOKMARK":
+                    kept = _trimmed(change.object)  # a new Change only when there was something to drop
+                    self.state.apply(self.resource, change if kept is change.object else Change(change.type, kept))
+                    self.poke()  # cheap: the scheduling loop coalesces pokes
+                    applied += 1
+                    if applied % 256 == 0:
+                        await anyio.sleep(0)  # a burst of events must not starve the scheduling loop
         return version

@@ -7,7 +7,7 @@ read-only: the scheduler never modifies what it receives.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeAlias
 
@@ -102,7 +102,7 @@ class ClusterPort(Protocol):
         without a limit), with the list's resourceVersion."""
         ...
 
-    def watch(self, resource: ApiResource, resource_version: str, *, timeout: float) -> AsyncIterator[Change]:
+    def watch(self, resource: ApiResource, resource_version: str, *, timeout: float) -> AsyncGenerator[Change, None]:
         """Changes after ``resource_version`` with bookmarks, until ``timeout`` seconds pass or the
         server ends the stream, after an OPENED change as soon as the server has accepted the watch (a
         quiet resource may send nothing else for a minute). Raises ``Expired`` when the version is too old

@@ -1,6 +1,6 @@
 """What an informer keeps of the objects a real server sends."""
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
@@ -27,7 +27,9 @@ class _RealServer(SimCluster):
         items = [{**item, "metadata": {**item["metadata"], "managedFields": MANAGED}} for item in listing.items]
         return Listing(items, listing.resource_version, listing.continue_token)
 
-    async def watch(self, resource: ApiResource, resource_version: str, *, timeout: float) -> AsyncIterator[Change]:
+    async def watch(
+        self, resource: ApiResource, resource_version: str, *, timeout: float
+    ) -> AsyncGenerator[Change, None]:
         async for change in super().watch(resource, resource_version, timeout=timeout):
             obj = change.object
             if "metadata" in obj:

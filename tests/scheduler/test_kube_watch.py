@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -176,6 +177,74 @@ async def test_watches_and_lists_one_after_another_share_one_connection() -> Non
         finally:
             await port.close()
     assert len(peers) == 4 and len(set(peers)) == 1
+
+
+async def test_a_connection_is_kept_after_a_watch_only_when_its_answer_ended_cleanly_and_once() -> None:
+    """Kept: an answer read to its end, on a connection the server keeps. Not kept: a watch left after its
+    first event (its answer still coming), an answer with ``Connection: close``, an answer past its
+    timeout, one closed after the client was; and a stream closed twice is kept once."""
+
+    connections: list[asyncio.StreamWriter] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                whole = event("ADDED", "a", 2) + b"\n"
+                if b"/unending" in head:  # one event, then nothing until the client goes
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(whole), whole)
+                    )
+                elif b"/closing" in head:
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(whole), whole)
+                    )
+                else:
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(whole), whole))
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    http = http1.Http1(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", None, most=4)
+
+    async def streamed(path: str, timeout: float = 10) -> http1.Stream:
+        return await http.stream(path, {}, timeout=timeout)
+
+    try:
+        ended = await streamed("/ended")
+        assert orjson.loads(await ended.whole())["object"]["metadata"]["name"] == "a"
+        ended.close()
+        ended.close()
+        assert len(http._idle) == 1
+
+        unending = await streamed("/unending")  # on the kept connection
+        assert await unending.read()
+        unending.close()  # its answer still coming: the connection goes
+        assert http._idle == []
+
+        closing = await streamed("/closing")
+        await closing.whole()
+        closing.close()
+        assert http._idle == []
+
+        expired = await streamed("/unending", timeout=0.3)
+        await expired.read()
+        with anyio.fail_after(10), pytest.raises(TimeoutError):
+            await expired.read()
+        expired.close()
+        assert http._idle == []
+
+        late = await streamed("/ended")
+        await late.whole()
+        await http.close()
+        late.close()  # after the client: closed, not kept
+        assert http._idle == []
+    finally:
+        server.close()
+        for writer in connections:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
 
 
 async def test_a_stream_that_goes_quiet_ends_at_its_timeout() -> None:

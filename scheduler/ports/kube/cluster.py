@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import os
-from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
+from collections.abc import AsyncGenerator, Collection, Coroutine, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit, urlunsplit
 
@@ -57,9 +57,7 @@ def _path(resource: ApiResource, namespace: str | None = None, name: str | None 
     return base
 
 
-def _proxy(
-    connection: Connection, environ: Mapping[str, str] = os.environ
-) -> tuple[str | None, dict[str, str] | None]:
+def _proxy(connection: Connection, environ: Mapping[str, str] = os.environ) -> tuple[str | None, dict[str, str] | None]:
     """The proxy to reach the API server through, and its headers: the kubeconfig's ``proxy-url``, else the
     environment's, read by Go's rules as kubectl reads them (:func:`_env_proxy`), looked up once.
     ``~/.netrc`` is not read, as kubectl does not read it. Raises :class:`KubeConfigError` for a proxy that
@@ -284,7 +282,9 @@ class KubeCluster:
             continue_token=metadata.get("continue") or None,
         )
 
-    async def watch(self, resource: ApiResource, resource_version: str, *, timeout: float) -> AsyncIterator[Change]:
+    async def watch(
+        self, resource: ApiResource, resource_version: str, *, timeout: float
+    ) -> AsyncGenerator[Change, None]:
         query = [
             ("watch", "true"),
             ("allowWatchBookmarks", "true"),
@@ -294,7 +294,10 @@ class KubeCluster:
         path = _path(resource)
         try:
             stream = await self._open().stream(
-                f"{path}?{urlencode(query)}", await self._said(), timeout=timeout + 30
+                f"{path}?{urlencode(query)}",
+                await self._said(),
+                timeout=timeout + 30,
+                head_timeout=self.request_timeout,
             )
         except (TimeoutError, OSError, ValueError) as error:
             raise Unavailable(f"GET {path}: {type(error).__name__}: {error}") from error

@@ -142,10 +142,13 @@ class Http1:
                         raise
                 return await self._once(data, fresh=True)
 
-    async def stream(self, target: str, headers: dict[str, str], *, timeout: float) -> Stream:
+    async def stream(
+        self, target: str, headers: dict[str, str], *, timeout: float, head_timeout: float | None = None
+    ) -> Stream:
         """A GET whose answer is read as it comes, on a connection of its own while it lasts (a watch holds
-        one for minutes), within ``timeout`` in all. Raises as :meth:`request` until the head of the answer is
-        read.
+        one for minutes), within ``timeout`` in all and its head within ``head_timeout`` (a server gone with
+        a kept connection acknowledges nothing, and keepalive probes only a connection with nothing unsent).
+        Raises as :meth:`request` until the head of the answer is read.
 
         The connection is a kept one if one is idle (a watch follows its list, whose connection has just come
         back), and goes back to be kept when the answer ended cleanly (a watch's timeout): over TLS, each new
@@ -153,7 +156,7 @@ class Http1:
         40 of them before its first bind."""
         deadline = asyncio.get_running_loop().time() + timeout
         data = self._request("GET", target, headers, None)
-        with anyio.fail_after(timeout):
+        with anyio.fail_after(min(timeout, head_timeout or timeout)):
             kept = self._kept()
             if kept is not None:
                 try:
@@ -286,7 +289,7 @@ class Stream:
         cleanly when the stream is closed."""
         self.status = head.status
         self.retry_after = head.retry_after
-        self._line = line
+        self._line: _Line | None = line
         self._keep = keep
         # Whether the connection may carry another request once the body is read: not when the body ends
         # with the connection.
@@ -301,12 +304,14 @@ class Stream:
 
     def _expire(self) -> None:
         self._expired = True
-        transport = self._line.writer.transport
-        transport.abort()  # the read waiting, if any, ends with the connection
+        if self._line is not None:
+            self._line.writer.transport.abort()  # the read waiting, if any, ends with the connection
 
     async def read(self) -> bytes:
         """What has come of the body since the last read (at least a byte); ``b""`` at its end. Raises
         ``Broken`` when the server breaks off and ``TimeoutError`` past the stream's timeout."""
+        if self._line is None:
+            raise Broken("the answer was closed")
         while not self._ended:
             try:
                 data = await self._line.reader.read(BUFFER if self._left is None else min(self._left, BUFFER))
@@ -344,13 +349,17 @@ class Stream:
         return b"".join(parts)
 
     def close(self) -> None:
-        """Done with the answer: its connection is kept if the answer was read to its end, else closed."""
+        """Done with the answer: its connection is kept if the answer was read to its end, else closed. Once:
+        the connection is no longer the stream's (read again, the stream is at its end)."""
+        line, self._line = self._line, None
+        if line is None:
+            return
         self._timer.cancel()
         clean = self._ended and self._reusable and not self._expired
-        if clean and (self._chunks is None or not self._chunks.rest) and not self._line.reader.at_eof():
-            self._keep(self._line)
+        if clean and (self._chunks is None or not self._chunks.rest) and not line.reader.at_eof():
+            self._keep(line)
         else:
-            self._line.writer.close()
+            line.writer.close()
 
 
 class _Chunks:
@@ -466,6 +475,8 @@ async def _open(line: _Line, data: bytes) -> _Head:
             status_line = await line.reader.readline()
         except (ConnectionError, asyncio.IncompleteReadError) as error:
             raise Unanswered(f"the connection failed before the server answered: {error}") from error
+        except ValueError as error:  # a status line past BUFFER
+            raise Broken(f"the server's answer is not HTTP/1.1: {error}") from error
         if not status_line:
             raise Unanswered("the server closed the connection before it answered")
         try:

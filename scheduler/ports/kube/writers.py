@@ -28,7 +28,7 @@ import itertools
 import math
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,7 +182,7 @@ class Writers:
     ) -> Listing:
         return await self.port.list(resource, limit=limit, continue_token=continue_token)
 
-    def watch(self, resource: ApiResource, resource_version: str, *, timeout: float) -> AsyncIterator[Change]:
+    def watch(self, resource: ApiResource, resource_version: str, *, timeout: float) -> AsyncGenerator[Change, None]:
         return self.port.watch(resource, resource_version, timeout=timeout)
 
     async def get(self, resource: ApiResource, namespace: str, name: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from scheduler.ports.errors import PortError, from_status
@@ -50,7 +50,9 @@ class SimCluster:
         )
         return Listing(items=items, resource_version=str(version), continue_token=token)
 
-    async def watch(self, resource: ApiResource, resource_version: str, *, timeout: float) -> AsyncIterator[Change]:
+    async def watch(
+        self, resource: ApiResource, resource_version: str, *, timeout: float
+    ) -> AsyncGenerator[Change, None]:
         stream = self._call(
             lambda: self.store.watch(
                 self._resource(resource),

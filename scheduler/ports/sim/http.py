@@ -408,6 +408,8 @@ class SimServer:
                 sent += 1
                 if self.faults.unavailable:  # an outage cuts open connections too (bookmarks bring us here)
                     self.faults.injected["watch cut"] += 1
+                    if request.transport is not None:
+                        request.transport.abort()  # cut, not ended: the client may not keep the connection
                     break
                 if self.faults.drop_watch_after is not None and sent >= self.faults.drop_watch_after:
                     self.faults.injected["watch dropped"] += 1
