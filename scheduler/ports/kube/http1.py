@@ -446,8 +446,9 @@ async def _send(line: _Line, data: bytes) -> None:
         raise Unanswered(f"the connection failed before the server answered: {error}") from error
 
 
-async def _exchange(line: _Line, data: bytes) -> tuple[Answer, bool]:
-    """Send one request and read its answer; whether the connection may carry another."""
+async def _asked(line: _Line, data: bytes) -> bytes:
+    """Send a request and read the status line of its answer. Raises ``Unanswered`` when the connection
+    failed before a byte of the answer came (the server may not have read the request)."""
     await _send(line, data)
     try:
         status_line = await line.reader.readline()
@@ -457,6 +458,12 @@ async def _exchange(line: _Line, data: bytes) -> tuple[Answer, bool]:
         raise Broken(f"the server's answer is not HTTP/1.1: {error}") from error
     if not status_line:
         raise Unanswered("the server closed the connection before it answered")
+    return status_line
+
+
+async def _exchange(line: _Line, data: bytes) -> tuple[Answer, bool]:
+    """Send one request and read its answer; whether the connection may carry another."""
+    status_line = await _asked(line, data)
     try:
         return await _answer(line.reader, status_line, head_only=data.startswith(b"HEAD "))
     except (asyncio.IncompleteReadError, ConnectionError) as error:
@@ -470,15 +477,7 @@ async def _open(line: _Line, data: bytes) -> _Head:
     ``Unanswered`` when the connection failed before a byte of it came; the connection is closed on any
     failure."""
     try:
-        await _send(line, data)
-        try:
-            status_line = await line.reader.readline()
-        except (ConnectionError, asyncio.IncompleteReadError) as error:
-            raise Unanswered(f"the connection failed before the server answered: {error}") from error
-        except ValueError as error:  # a status line past BUFFER
-            raise Broken(f"the server's answer is not HTTP/1.1: {error}") from error
-        if not status_line:
-            raise Unanswered("the server closed the connection before it answered")
+        status_line = await _asked(line, data)
         try:
             head = await _head(line.reader, status_line)
             return await _read_head(line.reader) if 100 <= head.status < 200 else head
