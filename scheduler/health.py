@@ -84,7 +84,7 @@ class HealthServer:
             # (A request without one, HTTP/1.0, comes from no browser.)
             raise Refused(
                 403,
-                f"the live view answers requests addressed to localhost only, not {name!r} (open it at "
+                f"the live view answers requests addressed to localhost only, not {name[:100]!r} (open it at "
                 "http://localhost:PORT/, PORT the one kubectl port-forward listens on); server.viewHosts names "
                 "others\n",
             )
