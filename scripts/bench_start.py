@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Start benchmark (issue 40): how long ``phalanx run`` takes from exec to its first bind, and where it goes.
 
-The emulator's API server runs in a process of its own over HTTP, holding 256 nodes of 8 GPUs (32 per rack)
-and 2,000 pending pods in PFN gangs of 8. Each run execs a fresh ``phalanx run --no-leader-elect``
-against it and reads the process's own log lines that mark its start (``logs.since_start``: wall seconds since
-the process started, and the CPU seconds it had used):
+The emulator's API server runs in a process of its own over HTTP (``--tls``: HTTPS, as every real server
+speaks, with the tests' throwaway certificate; each new connection is then a TLS handshake), holding 256
+nodes of 8 GPUs (32 per rack) and 2,000 pending pods in PFN gangs of 8. Each run execs a fresh
+``phalanx run --no-leader-elect`` against it and reads the process's own log lines that mark its start
+(``logs.since_start``: wall seconds since the process started, and the CPU seconds it had used):
 
   imports     exec to the command's first line of code (the interpreter, then every import of the run path)
   discovered  the API's discovery read: which resources are served
