@@ -58,6 +58,16 @@ async def tunnelling_proxy(tls: ssl.SSLContext | None = None) -> AsyncIterator[t
         proxy.close()
 
 
+async def listed_and_bound(folder: Path, cluster: dict[str, str]) -> None:
+    """A read and a write through the kubeconfig's cluster, with a token."""
+    port = KubeCluster(await connect(str(write_kubeconfig(folder, cluster, {"token": "t"}))), request_timeout=10)
+    try:
+        assert (await port.list(NODES)).items == []
+        await port.bind("team", "a", "uid-a", "node-1")
+    finally:
+        await port.close()
+
+
 async def test_requests_go_through_the_proxy_named_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     async with cluster("blocks=1,racks=1,nodes=2,gpus=8") as where:
         # The API server's name does not resolve: only the proxy (the emulator, which serves absolute-form
@@ -107,12 +117,7 @@ async def test_an_https_server_is_reached_through_a_connect_tunnel_with_the_prox
         server = {"server": url, "certificate-authority-data": data("ca.crt")}
         server["tls-server-name"] = "kubernetes.default.svc"
         given = {**server, "proxy-url": f"http://{user}:{password.replace(' ', '%20').replace('@', '%40')}@{proxy}"}
-        port = KubeCluster(await connect(str(write_kubeconfig(tmp_path, given, {"token": "t"}))), request_timeout=10)
-        try:
-            assert (await port.list(NODES)).items == []
-            await port.bind("team", "a", "uid-a", "node-1")
-        finally:
-            await port.close()
+        await listed_and_bound(tmp_path, given)
         wrong = {**server, "proxy-url": f"http://{user}:guess@{proxy}"}
         refused = KubeCluster(await connect(str(write_kubeconfig(tmp_path, wrong, {"token": "t"}))), request_timeout=10)
         try:
@@ -143,12 +148,7 @@ async def test_an_https_proxy_is_checked_against_the_cluster_s_authority_and_tun
             "proxy-url": f"https://{credentials}@{proxy}",
         }
         given = {**server, "certificate-authority-data": base64.b64encode((proxied / "ca.crt").read_bytes()).decode()}
-        port = KubeCluster(await connect(str(write_kubeconfig(tmp_path, given, {"token": "t"}))), request_timeout=10)
-        try:
-            assert (await port.list(NODES)).items == []
-            await port.bind("team", "a", "uid-a", "node-1")
-        finally:
-            await port.close()
+        await listed_and_bound(tmp_path, given)
         assert callers == [{"certificate": None, "authorization": "Bearer t"}] * 2
         assert {line for line, _ in asked} == {f"CONNECT {url.removeprefix('https://')} HTTP/1.1"}
 
