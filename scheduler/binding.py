@@ -298,12 +298,15 @@ class Binder:
                 if self._crowded([(pod, node)]):
                     return BindResult.CROWDED  # checked at the last moment, with the latest state
                 started = self.clock.monotonic()
+                self.state.sending((pod,))
                 try:
                     await self.port.bind(namespace, name, uid, node)
                 except PortError as error:
                     outcome = await self._refusal(pod, node, error, first=first, delay=delay)
                 else:
                     outcome = self._bound(pod, self.clock.monotonic() - started)
+                finally:
+                    self.state.sent((pod,))
             if isinstance(outcome, BindResult):
                 return outcome
             await anyio.sleep(outcome)
@@ -326,31 +329,48 @@ class Binder:
                     outcomes[i] = BindResult.CROWDED
             tried = [(i, uid) for i, uid in tried if pods[i][0] not in crowded]
             bindings = [Binding(*_named(pods[i][0]), str(uid), pods[i][1]) for i, uid in tried]
-            started = self.clock.monotonic()
-            errors = await self.port.bind_all(bindings) if bindings else []
-            took = self.clock.monotonic() - started
-            conflicts: list[tuple[int, PortError]] = []
-            for (i, _), error in zip(tried, errors, strict=True):
-                pod, node = pods[i]
-                if error is None:
-                    outcomes[i] = self._bound(pod, took)
-                    bound.add(pod)
-                elif isinstance(error, Conflict):
-                    conflicts.append((i, error))  # each asks the server about its pod: together, below
-                else:
-                    outcomes[i] = await self._refusal(pod, node, error, first=False, delay=_FIRST_RETRY)
-
-            async def settle(i: int, error: PortError) -> None:
-                pod, node = pods[i]
-                outcomes[i] = await self._refusal(pod, node, error, first=False, delay=_FIRST_RETRY)
-                if outcomes[i] is BindResult.BOUND:
-                    bound.add(pod)
-
-            if conflicts:
-                async with anyio.create_task_group() as group:
-                    for i, error in conflicts:
-                        group.start_soon(settle, i, error)
+            sending = [pods[i][0] for i, _ in tried]
+            self.state.sending(sending)
+            try:
+                await self._answered_together(pods, tried, bindings, outcomes, bound)
+            finally:
+                self.state.sent(sending)
         return outcomes
+
+    async def _answered_together(
+        self,
+        pods: Sequence[tuple[str, str]],
+        tried: Sequence[tuple[int, str]],
+        bindings: list[Binding],
+        outcomes: list[BindResult | float],
+        bound: set[str],
+    ) -> None:
+        """Send ``bindings`` in one ``bind_all`` and read each answer into ``outcomes`` (``tried``: each
+        binding's index in ``pods``, and the uid it names)."""
+        started = self.clock.monotonic()
+        errors = await self.port.bind_all(bindings) if bindings else []
+        took = self.clock.monotonic() - started
+        conflicts: list[tuple[int, PortError]] = []
+        for (i, _), error in zip(tried, errors, strict=True):
+            pod, node = pods[i]
+            if error is None:
+                outcomes[i] = self._bound(pod, took)
+                bound.add(pod)
+            elif isinstance(error, Conflict):
+                conflicts.append((i, error))  # each asks the server about its pod: together, below
+            else:
+                outcomes[i] = await self._refusal(pod, node, error, first=False, delay=_FIRST_RETRY)
+
+        async def settle(i: int, error: PortError) -> None:
+            pod, node = pods[i]
+            outcomes[i] = await self._refusal(pod, node, error, first=False, delay=_FIRST_RETRY)
+            if outcomes[i] is BindResult.BOUND:
+                bound.add(pod)
+
+        if conflicts:
+            async with anyio.create_task_group() as group:
+                for i, error in conflicts:
+                    group.start_soon(settle, i, error)
 
     def _crowded(self, pods: Sequence[tuple[str, str]]) -> set[str]:
         """The pods whose node another scheduler used meanwhile (its bound and assumed requests now exceed

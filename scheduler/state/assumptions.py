@@ -43,6 +43,8 @@ class Assumptions:
         self._accounting = accounting
         self._changes = changes
         self._expiries: list[tuple[float, str]] = []  # heap of (deadline, pod); stale entries are skipped
+        self._sending: set[str] = set()  # pods whose bind request is out, its answer not read yet
+        self._released: set[str] = set()  # of those, the ones their gang gave up meanwhile: forgotten once answered
 
     def assume(self, gang: GangKey, assignments: Iterable[Assignment]) -> None:
         """Assume each assignment: its capacity is taken at once for every later placement."""
@@ -71,10 +73,30 @@ class Assumptions:
         self._changes.freed.add(assumption.node)
 
     def forget_gang(self, gang: GangKey) -> None:
-        """Forget what a gang assumed that is not being bound (a placement, or the room it kept, given up)."""
+        """Forget what a gang assumed that is not being bound (a placement, or the room it kept, given up).
+        A pod whose bind request is out keeps its room until the answer is read (:meth:`sent`): the server may
+        bind it yet, and room given to another gang meanwhile would be the node's twice."""
         for pod, assumption in list(self.by_pod.items()):
             if assumption.gang == gang and assumption.deadline is None:
-                self.forget(pod)
+                if pod in self._sending:
+                    self._released.add(pod)
+                else:
+                    self.forget(pod)
+
+    def sending(self, pods: Iterable[str]) -> None:
+        """Their bind requests are being sent."""
+        self._sending.update(pods)
+
+    def sent(self, pods: Iterable[str]) -> None:
+        """Their bind requests were answered (and :meth:`binding_done` told for those bound). One its gang gave
+        up meanwhile is forgotten now, unless it was bound: then it waits for the watch as any bound pod."""
+        for pod in pods:
+            self._sending.discard(pod)
+            if pod in self._released:
+                self._released.discard(pod)
+                assumption = self.by_pod.get(pod)
+                if assumption is not None and assumption.deadline is None:
+                    self.forget(pod)
 
     def forget_all(self) -> None:
         for pod in list(self.by_pod):

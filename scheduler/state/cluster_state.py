@@ -301,6 +301,14 @@ class ClusterState:
         """The bind call succeeded: the assumption now waits for the watch, but not forever."""
         self.assumptions.binding_done(pod)
 
+    def sending(self, pods: Iterable[str]) -> None:
+        """Their bind requests are being sent: their room stays theirs until answered (``Assumptions.sent``)."""
+        self.assumptions.sending(pods)
+
+    def sent(self, pods: Iterable[str]) -> None:
+        """Their bind requests were answered (``Assumptions.sent``)."""
+        self.assumptions.sent(pods)
+
     def next_expiry(self) -> float | None:
         """When the earliest unconfirmed bind's assumption runs out, if any is waiting for the watch."""
         return self.assumptions.next_expiry()

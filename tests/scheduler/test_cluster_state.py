@@ -46,6 +46,21 @@ def test_a_bind_the_watch_never_confirms_releases_its_room_after_the_assume_time
     assert gpus_taken(state) == 0 and state.next_expiry() is None
 
 
+def test_a_gang_given_up_while_its_binds_are_out_keeps_their_room_until_they_are_answered() -> None:
+    """Its PodGroup deleted (or its minimum raised) while a member's bind request is out: the server may bind it
+    yet, so its room is not given to another gang before the answer (once, with writer processes, two 8-GPU
+    pods were bound to one node this way); then it is let go unless the pod was bound. A member whose bind
+    was not sent yet is let go at once."""
+    state, _ = state_with_nodes("n0", "n1", "n2")
+    state.assume(GANG, [Assignment(pod=f"team/m{i}", node=f"n{i}", shape=SHAPE) for i in range(3)])
+    state.sending(["team/m0", "team/m1"])
+    state.forget_gang(GANG)
+    assert sorted(state.assumed) == ["team/m0", "team/m1"] and gpus_taken(state) == 16
+    state.binding_done("team/m0")  # the server bound it: it waits for the watch as any bound pod
+    state.sent(["team/m0", "team/m1"])  # m1's bind was refused
+    assert list(state.assumed) == ["team/m0"] and gpus_taken(state) == 8
+
+
 def test_a_confirmed_bind_never_expires_and_only_the_late_one_of_two_does() -> None:
     state, clock = state_with_nodes("n0", "n1")
     state.assume(GANG, [Assignment(pod=f"team/w{i}", node=f"n{i}", shape=SHAPE) for i in range(2)])
