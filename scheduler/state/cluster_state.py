@@ -26,7 +26,9 @@ Invariants:
 
 - a pod (or placeholder) counts on at most one node, once;
 - ``snapshot.free[n] == allocatable[n] - requests of bound and assumed pods on n``;
-- an assumption with no deadline never expires: its binding is still in flight or in permit.
+- an assumption with no deadline never expires: its binding is still in flight or in permit;
+- an assumption whose bind request is out (``sending`` until ``sent``) is not given up with its gang before
+  the answer: the server may bind it yet.
 """
 
 from __future__ import annotations
