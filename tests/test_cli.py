@@ -403,6 +403,20 @@ def test_the_phalanx_command_starts_no_blas_threads_unless_the_operator_asks() -
     assert asked.stdout.split()[1] == "2"
 
 
+def test_phalanx_run_loads_nothing_that_only_other_commands_or_device_selectors_need() -> None:
+    """Every library `run` loads costs each start (and a leader taking over) its import: the generated
+    Kubernetes client, aiohttp, the emulator, the simulation, the plots, and the CEL engine (loaded by the
+    first device selector compiled) are left to whatever needs them."""
+    code = "import sys, scheduler.frontends.cli, scheduler.ports.kube; print(' '.join(sys.modules))"
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    )
+    assert "numpy" in loaded and "scheduler.ports.kube.cluster" in loaded  # the run path itself was imported
+    heavy = ("kubernetes_asyncio", "aiohttp", "prometheus_client", "matplotlib", "cel_expr_python")
+    ours = ("scheduler.ports.sim", "scheduler.simulation", "scheduler.frontends.sandbox")
+    assert sorted(name for name in loaded if name.split(".")[0] in heavy or name.startswith(ours)) == []
+
+
 def test_a_configuration_with_a_renamed_setting_works_and_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

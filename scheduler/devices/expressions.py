@@ -29,16 +29,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from math import ceil
 from typing import Any
 
-from cel_expr_python import cel
-from cel_expr_python.ext.ext_bindings import ExtBindings
-
 from topology import QuantityError, parse_quantity
 
-_T = cel.Type
 #: Quantities as thousandths of their unit (a CEL int): exact for every quantity a selector writes.
 MILLI = 1000
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
@@ -90,40 +86,62 @@ def _semver_compare(left: str, right: str) -> int:
     return _compare(_version(left), _version(right))
 
 
-def _overload(name: str, result: Any, parameters: list[Any], impl: Any, *, member: bool = True) -> Any:
-    return cel.Overload(name, result, parameters, is_member=member, impl=impl)
+@cache
+def _environment() -> tuple[Any, Any]:
+    """The CEL environment selectors compile in, and CEL's types. Built on the first selector compiled:
+    most clusters have none, and loading the engine costs a start several milliseconds."""
+    from cel_expr_python import cel  # noqa: PLC0415
+    from cel_expr_python.ext.ext_bindings import ExtBindings  # noqa: PLC0415
 
+    types = cel.Type
 
-_FUNCTIONS = [
-    cel.FunctionDecl("quantity", [_overload("quantity_string", _T.INT, [_T.STRING], _quantity, member=False)]),
-    cel.FunctionDecl("semver", [_overload("semver_string", _T.STRING, [_T.STRING], _checked_version, member=False)]),
-    cel.FunctionDecl(
-        "compareTo",
-        [
-            _overload("quantity_compareTo", _T.INT, [_T.INT, _T.INT], _compare),
-            _overload("semver_compareTo", _T.INT, [_T.STRING, _T.STRING], _semver_compare),
-        ],
-    ),
-    cel.FunctionDecl(
-        "isGreaterThan",
-        [
-            _overload("quantity_isGreaterThan", _T.BOOL, [_T.INT, _T.INT], lambda a, b: a > b),
-            _overload("semver_isGreaterThan", _T.BOOL, [_T.STRING, _T.STRING], lambda a, b: _semver_compare(a, b) > 0),
-        ],
-    ),
-    cel.FunctionDecl(
-        "isLessThan",
-        [
-            _overload("quantity_isLessThan", _T.BOOL, [_T.INT, _T.INT], lambda a, b: a < b),
-            _overload("semver_isLessThan", _T.BOOL, [_T.STRING, _T.STRING], lambda a, b: _semver_compare(a, b) < 0),
-        ],
-    ),
-    cel.FunctionDecl("asInteger", [_overload("quantity_asInteger", _T.INT, [_T.INT], lambda q: q // MILLI)]),
-    cel.FunctionDecl("sign", [_overload("quantity_sign", _T.INT, [_T.INT], lambda q: _compare(q, 0))]),
-    cel.FunctionDecl("major", [_overload("semver_major", _T.INT, [_T.STRING], lambda v: _version(v)[0])]),
-    cel.FunctionDecl("minor", [_overload("semver_minor", _T.INT, [_T.STRING], lambda v: _version(v)[1])]),
-    cel.FunctionDecl("patch", [_overload("semver_patch", _T.INT, [_T.STRING], lambda v: _version(v)[2])]),
-]
+    def overload(name: str, result: Any, parameters: list[Any], impl: Any, *, member: bool = True) -> Any:
+        return cel.Overload(name, result, parameters, is_member=member, impl=impl)
+
+    functions = [
+        cel.FunctionDecl("quantity", [overload("quantity_string", types.INT, [types.STRING], _quantity, member=False)]),
+        cel.FunctionDecl(
+            "semver", [overload("semver_string", types.STRING, [types.STRING], _checked_version, member=False)]
+        ),
+        cel.FunctionDecl(
+            "compareTo",
+            [
+                overload("quantity_compareTo", types.INT, [types.INT, types.INT], _compare),
+                overload("semver_compareTo", types.INT, [types.STRING, types.STRING], _semver_compare),
+            ],
+        ),
+        cel.FunctionDecl(
+            "isGreaterThan",
+            [
+                overload("quantity_isGreaterThan", types.BOOL, [types.INT, types.INT], lambda a, b: a > b),
+                overload(
+                    "semver_isGreaterThan",
+                    types.BOOL,
+                    [types.STRING, types.STRING],
+                    lambda a, b: _semver_compare(a, b) > 0,
+                ),
+            ],
+        ),
+        cel.FunctionDecl(
+            "isLessThan",
+            [
+                overload("quantity_isLessThan", types.BOOL, [types.INT, types.INT], lambda a, b: a < b),
+                overload(
+                    "semver_isLessThan",
+                    types.BOOL,
+                    [types.STRING, types.STRING],
+                    lambda a, b: _semver_compare(a, b) < 0,
+                ),
+            ],
+        ),
+        cel.FunctionDecl("asInteger", [overload("quantity_asInteger", types.INT, [types.INT], lambda q: q // MILLI)]),
+        cel.FunctionDecl("sign", [overload("quantity_sign", types.INT, [types.INT], lambda q: _compare(q, 0))]),
+        cel.FunctionDecl("major", [overload("semver_major", types.INT, [types.STRING], lambda v: _version(v)[0])]),
+        cel.FunctionDecl("minor", [overload("semver_minor", types.INT, [types.STRING], lambda v: _version(v)[1])]),
+        cel.FunctionDecl("patch", [overload("semver_patch", types.INT, [types.STRING], lambda v: _version(v)[2])]),
+    ]
+    variables = {"device": types.Map(types.STRING, types.DYN)}
+    return cel.NewEnv(variables=variables, functions=functions, extensions=[ExtBindings()]), types
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +159,6 @@ class Selectors:
     (keyed by the caller's device key and its version)."""
 
     def __init__(self) -> None:
-        self._env = cel.NewEnv(
-            variables={"device": _T.Map(_T.STRING, _T.DYN)}, functions=_FUNCTIONS, extensions=[ExtBindings()]
-        )
         self._compiled: dict[str, Any] = {}
         self._failed: dict[str, str] = {}
         self._results: dict[tuple[str, object], bool | str] = {}
@@ -179,12 +194,13 @@ class Selectors:
         program = self._compiled.get(expression)
         if program is None and expression not in self._failed:
             self.compilations += 1
+            environment, types = _environment()
             try:
-                program = self._env.compile(expression)
+                program = environment.compile(expression)
             except RuntimeError as error:
                 self._failed[expression] = f"selector {expression!r} does not compile: {_first_line(error)}"
                 return None
-            if program.return_type() not in (_T.BOOL, _T.DYN):
+            if program.return_type() not in (types.BOOL, types.DYN):
                 self._failed[expression] = f"selector {expression!r} must evaluate to a bool"
                 return None
             self._compiled[expression] = program
@@ -203,7 +219,7 @@ class Selectors:
             "capacity": {domain: device.capacity.get(domain, {}) for domain in self._domains},
         }
         result = program.eval(data={"device": value})
-        if result.type() == _T.ERROR:
+        if result.type() == _environment()[1].ERROR:
             return f"selector {expression!r} failed on a device of {device.driver}: {result.value()}"
         answer = result.value()
         if not isinstance(answer, bool):
