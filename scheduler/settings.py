@@ -8,16 +8,18 @@ default. The schema and defaults are documented in the README.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
 
 import yaml
 
-from scheduler.gangs.gang_settings import GangSettings, SettingsError
+from scheduler.gangs.fields import label_key_problem
+from scheduler.gangs.gang_settings import GANG_SPELLINGS, GangSettings, SettingsError
 
 DEFAULT_LEVELS = ("topology.kubernetes.io/zone", "example.com/block", "example.com/rack", "kubernetes.io/hostname")
 
@@ -204,6 +206,18 @@ SECTIONS: dict[str, type] = {
     "informers": InformerSettings,
 }
 _TOP = ("schedulerNames", "topology", "gangs", *SECTIONS)
+#: The keys of the ``gangs`` section: PFN's gang plugin arguments, in both of their spellings.
+GANG_KEYS = frozenset({"annotationPrefix", *(key for keys in GANG_SPELLINGS.values() for key in keys)})
+#: Settings that must be above zero: a wait of zero loops without a pause, a limit of zero lets nothing through.
+POSITIVE = (
+    "queue.initialBackoffSeconds",
+    "placement.maxDomainTries",
+    "binding.assumeTimeoutSeconds",
+    "binding.deviceBindingTimeoutSeconds",
+    "leaderElection.retryPeriodSeconds",
+    "reporting.statusIntervalSeconds",
+    "informers.initialBackoffSeconds",
+)
 #: Keys that were renamed, by section: a configuration that uses the old name still works, with a warning.
 RENAMED = {"starvation": {"maxHoldSeconds": "maxReserveSeconds"}}
 
@@ -244,6 +258,8 @@ def _coerce(where: str, value: object, kind: Any) -> object:
                 raise SettingsError(f"{where}: must be a number, got {value!r}") from None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and isinstance(value, float)):
             raise SettingsError(f"{where}: must be {'a whole number' if kind is int else 'a number'}, got {value!r}")
+        if not math.isfinite(value):
+            raise SettingsError(f"{where}: must be a finite number, got {value}")
         if value < 0:
             raise SettingsError(f"{where}: must not be negative, got {value}")
         return kind(value)
@@ -313,12 +329,23 @@ def parse_settings(raw: object) -> Settings:
         if not isinstance(topology, Mapping) or set(topology) - {"levels"}:
             raise SettingsError("topology: must be a mapping with one key, levels")
         values["levels"] = _strings(topology.get("levels", []), "topology.levels", allow_empty=True)
+        for level in values["levels"]:
+            problem = label_key_problem(level)
+            if problem is not None:
+                raise SettingsError(f"topology.levels: {level!r} is not a node label key: {problem}")
         if len(set(values["levels"])) != len(values["levels"]):
             raise SettingsError(f"topology.levels: must not repeat a key, got {list(values['levels'])}")
     gangs = raw.get("gangs")
     if gangs is not None:
         if not isinstance(gangs, Mapping):
             raise SettingsError("gangs: must be a mapping of settings")
+        for key in gangs:
+            if key == "schedulerName":
+                raise SettingsError(
+                    "gangs.schedulerName: Phalanx's pods are chosen by schedulerNames, at the top level"
+                )
+            if key not in GANG_KEYS:
+                raise _unknown("gangs.", key, sorted(GANG_KEYS))
         plugin_args = {
             ("gangAnnotationPrefix" if key == "annotationPrefix" else key): value for key, value in gangs.items()
         }
@@ -336,7 +363,22 @@ def parse_settings(raw: object) -> Settings:
     return settings
 
 
+def _setting(settings: Settings, key: str) -> Any:
+    section, name = key.split(".")
+    return getattr(getattr(settings, _snake(section)), _snake(name))
+
+
 def _check(settings: Settings) -> None:
+    for key in POSITIVE:
+        if not _setting(settings, key) > 0:
+            raise SettingsError(f"{key}: must be positive, got {_setting(settings, key)}")
+    if settings.informers.watch_timeout_seconds < 1:
+        raise SettingsError(
+            f"informers.watchTimeoutSeconds: must be at least 1 (the API server takes whole seconds), got "
+            f"{settings.informers.watch_timeout_seconds}"
+        )
+    if settings.informers.initial_backoff_seconds > settings.informers.max_backoff_seconds:
+        raise SettingsError("informers.initialBackoffSeconds: must not exceed informers.maxBackoffSeconds")
     if settings.permit.max_cooldown_seconds <= 0:
         raise SettingsError("permit.maxCooldownSeconds: must be positive")
     if settings.permit.replacement_grace_seconds < 0:
@@ -373,17 +415,26 @@ def _check(settings: Settings) -> None:
             "leaderElection: retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds must hold, got "
             f"{leader.retry_period_seconds}, {leader.renew_deadline_seconds}, {leader.lease_duration_seconds}"
         )
-    _, _, port = settings.server.address.rpartition(":")
-    if not port.isdigit() or int(port) > 65535:
-        raise SettingsError(f"server.address: must be host:port, got {settings.server.address!r}")
+    _, colon, port = settings.server.address.rpartition(":")
+    if not colon or not port.isdigit() or int(port) > 65535:
+        raise SettingsError(
+            f"server.address: must be HOST:PORT with a port up to 65535, e.g. 0.0.0.0:10251, got "
+            f"{settings.server.address!r}"
+        )
     if not settings.server.view_interval_seconds > 0:  # (NaN too)
         raise SettingsError("server.viewIntervalSeconds: must be positive")
     if settings.server.view_from not in ("loopback", "anywhere"):
         raise SettingsError(f"server.viewFrom: loopback or anywhere, got {settings.server.view_from!r}")
 
 
-def load_settings(path: str | Path | None = None, overrides: list[str] | None = None) -> Settings:
-    """Read a YAML file (or start from defaults) and apply ``key.path=value`` overrides in order."""
+def load_settings(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    flags: Sequence[tuple[str, str, object]] = (),
+) -> Settings:
+    """Read a YAML file (or start from defaults), apply ``key.path=value`` overrides (``--set``) in order, then
+    ``flags``: ``(flag, key.path, value)`` for the command's own flags, whose values are taken as given (not
+    read as YAML) and whose problems are told by the flag's name."""
     raw: dict[str, Any] = {}
     if path is not None:
         try:
@@ -395,24 +446,49 @@ def load_settings(path: str | Path | None = None, overrides: list[str] | None = 
         try:
             raw = yaml.safe_load(text) or {}
         except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark is not None else ""
-            raise SettingsError(f"{path}: not valid YAML{where}") from None
+            raise SettingsError(f"{path}: not valid YAML{_where_and_why(error)}") from None
         if not isinstance(raw, dict):
             raise SettingsError(f"{path}: the configuration must be a mapping of settings")
     for override in overrides or []:
         key, sep, value = override.partition("=")
         if not sep or not key:
             raise SettingsError(f"--set {override!r}: use key.path=value, e.g. binding.concurrency=32")
-        target = raw
-        parts = key.split(".")
-        for part in parts[:-1]:
-            target = target.setdefault(part, {})
-            if not isinstance(target, dict):
-                raise SettingsError(f"--set {override!r}: {part} is not a section")
-        target[parts[-1]] = yaml.safe_load(value) if value else ""
+        try:
+            parsed = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError as error:
+            raise SettingsError(
+                f"--set {override!r}: the value is not valid YAML{_where_and_why(error)}; quote a string that "
+                f"starts with [, {{ or another YAML sign: {key}='...'"
+            ) from None
+        _place(raw, key, parsed, f"--set {override!r}")
+    for flag, key, given in flags:
+        _place(raw, key, given, flag)
     try:
         return parse_settings(raw)
     except SettingsError as error:
+        message = str(error)
+        for flag, key, _ in flags:
+            if message.startswith(f"{key}: "):
+                raise SettingsError(f"{flag}{message.removeprefix(key)}") from None
         source = f"{path}: " if path is not None else ""
-        raise SettingsError(f"{source}{error}") from None
+        raise SettingsError(f"{source}{message}") from None
+
+
+def _place(raw: dict[str, Any], key: str, value: object, given_by: str) -> None:
+    """Set ``key.path`` in the raw configuration to ``value``, making its sections as needed."""
+    target = raw
+    parts = key.split(".")
+    for part in parts[:-1]:
+        section = target.setdefault(part, {})
+        if not isinstance(section, dict):
+            raise SettingsError(f"{given_by}: {part} is not a section")
+        target = section
+    target[parts[-1]] = value
+
+
+def _where_and_why(error: yaml.YAMLError) -> str:
+    """`` at line 3: mapping values are not allowed here``, as much of it as the parser said."""
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}" if mark is not None else ""
+    problem = getattr(error, "problem", None)
+    return f"{where}: {problem}" if problem else where

@@ -87,6 +87,7 @@ def test_simulate_json_is_the_documented_shape_and_keeps_every_gang_whole(capsys
         "peak_gpu_allocation",
         "simulated_seconds",
         "until_reached",
+        "timed_out",
         "not_arrived",
         "seconds",
     ]
@@ -164,6 +165,20 @@ def test_cluster_from_node_manifests_and_several_workload_files(
     assert sorted(report["bound"]) == ["team/a-0", "team/a-1", "team/solo"]
 
 
+def test_a_run_stopped_by_timeout_exits_124_and_says_its_result_is_partial(capsys: pytest.CaptureFixture[str]) -> None:
+    """A script must be able to tell a partial result from a whole one: the status ``timeout(1)`` gives, and
+    ``stats.timed_out``; the objects not reached are blamed on the timeout, not on ``--until``."""
+    assert main(["simulate", "--timeout", "1e-9", "--output", "json"]) == 124
+    out, err = capsys.readouterr()
+    assert json.loads(out)["stats"]["timed_out"] is True
+    assert err == "phalanx: stopped after --timeout 1e-09s; the result is partial\n"
+    assert main(["simulate", "--timeout", "1e-9"]) == 124
+    table = capsys.readouterr().out
+    assert "(no gangs yet: --timeout stopped the run first)" in table
+    assert "object(s) had not arrived yet when --timeout stopped the run." in table and "--until" not in table
+    assert simulate_json(capsys)["stats"]["timed_out"] is False
+
+
 def test_plot_draws_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     picture = tmp_path / "racks.png"
     assert main(["simulate", "--plot", str(picture)]) == 0
@@ -187,14 +202,24 @@ def test_plot_without_matplotlib_says_how_to_install_it(
         (["--workload", "missing.yaml"], "missing.yaml: No such file or directory"),
         (["--config", "missing.yaml"], "missing.yaml: No such file or directory"),
         (["--set", "binding.concurency=3"], "binding.concurency: unknown setting; did you mean 'concurrency'?"),
+        (["--set", "placement.maxDomainTries=0"], "placement.maxDomainTries: must be positive, got 0"),
+        (["--set", "binding.concurrency=["], "--set 'binding.concurrency=[': the value is not valid YAML at line 1"),
+        (["--levels", "{"], "--levels: '{' is not a node label key"),
+        (["--until", "inf"], "--until: 'inf' is not a finite number of seconds"),
+        (
+            ["--plot", "racks.txt"],
+            "--plot racks.txt: matplotlib cannot write .txt files; name a .png, .svg or .pdf file",
+        ),
+        (["--plot", "no/such/folder/racks.png"], "--plot no/such/folder/racks.png: there is no folder no/such/folder"),
     ],
 )
 def test_bad_input_is_one_readable_line_and_exit_2(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["simulate", *argv]) == 2
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert err.count("\n") == 1 and err.startswith("phalanx: ") and message in err
+    assert out == ""  # refused before the run, not after it
 
 
 def test_a_workload_file_that_is_not_kubernetes_objects_is_refused(
@@ -219,7 +244,16 @@ def test_a_workload_file_that_is_not_kubernetes_objects_is_refused(
     )
 
 
-@pytest.mark.parametrize("argv", [["--no-such-flag"], ["frobnicate"], ["simulate", "--output", "xml"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--no-such-flag"],
+        ["frobnicate"],
+        ["simulate", "--output", "xml"],
+        ["simulate", "--timeout", "nan"],
+        ["simulate", "--timeout", "0"],
+    ],
+)
 def test_a_bad_command_line_is_one_readable_line_and_exit_2(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import re
 import signal
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from scheduler.simulation.timeline import Scheduled
 
 EXIT_USAGE, EXIT_CLUSTER = 2, 1
+#: ``simulate`` stopped by ``--timeout``: its result is partial (the status ``timeout(1)`` gives).
+EXIT_TIMED_OUT = 124
 #: What a shell reports for a command killed by SIGPIPE (128 + 13), as `phalanx simulate | head` ends.
 EXIT_BROKEN_PIPE = 141
 
@@ -170,10 +173,10 @@ def _simulate_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     simulate.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
     simulate.add_argument(
         "--timeout",
-        type=float,
+        type=_positive_seconds,
         default=300.0,
         metavar="SECONDS",
-        help="stop after this long, in wall seconds (default 300)",
+        help=f"stop after this long, in wall seconds, and exit {EXIT_TIMED_OUT} with a partial result (default 300)",
     )
     simulate.add_argument(
         "--until",
@@ -288,16 +291,23 @@ def _read_workloads(paths: list[str]) -> list[tuple[Scheduled, list[dict[str, An
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    overrides = list(args.overrides)
+    flags: list[tuple[str, str, object]] = []
     if args.scheduler_name:
-        overrides.append(f"schedulerNames=[{','.join(args.scheduler_name)}]")
+        names = [name.strip() for value in args.scheduler_name for name in value.split(",") if name.strip()]
+        flags.append(("--scheduler-name", "schedulerNames", names))
     if args.levels is not None:
-        overrides.append(f"topology.levels=[{args.levels}]")
+        flags.append(("--levels", "topology.levels", args.levels))
     if getattr(args, "metrics_address", None):
-        overrides.append(f"server.address={args.metrics_address}")
+        flags.append(("--metrics-address", "server.address", args.metrics_address))
     if getattr(args, "leader_elect", None) is not None:
-        overrides.append(f"leaderElection.enabled={'true' if args.leader_elect else 'false'}")
-    return load_settings(args.config, overrides)
+        flags.append(
+            (
+                "--leader-elect" if args.leader_elect else "--no-leader-elect",
+                "leaderElection.enabled",
+                args.leader_elect,
+            )
+        )
+    return load_settings(args.config, list(args.overrides), flags)
 
 
 # -- run ------------------------------------------------------------------------------------------
@@ -382,7 +392,7 @@ def _command_simulate(args: argparse.Namespace, settings: Settings) -> int:
     from scheduler.simulation.timeline import Scheduled, parse_seconds  # noqa: PLC0415
 
     if args.plot:
-        _require_plotting()
+        _require_plotting(args.plot)
     until = parse_seconds(args.until, what="--until")
     nodes = cluster_nodes(args.cluster)
     workloads = _read_workloads(args.workload)
@@ -437,7 +447,17 @@ def _command_simulate(args: argparse.Namespace, settings: Settings) -> int:
     if args.serve is not None and simulation.frames is not None:
         source = "the embedded sample" if not args.workload else ", ".join(args.workload)
         _serve_timeline(args.serve, simulation.frames, f"{report.nodes} nodes, {source}", simulation.frames_cut)
-    return 0
+    return EXIT_TIMED_OUT if report.timed_out else 0
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive, finite number of seconds")
+    return seconds
 
 
 def _check_address(flag: str, address: str) -> None:
@@ -472,13 +492,21 @@ def _serve_timeline(address: str, frames: list[tuple[float, bytes]], title: str,
         raise UserError(f"--serve {address}: {str(leaf).split(': ', 1)[-1]}", EXIT_CLUSTER) from None
 
 
-def _require_plotting() -> None:
+def _require_plotting(path: str) -> None:
+    """Refuse before the run, not after it, a plot that cannot be drawn or written."""
     from scheduler.frontends.plot import INSTALL_HINT  # noqa: PLC0415
 
     try:
-        import matplotlib  # noqa: F401, PLC0415
+        from matplotlib.backend_bases import FigureCanvasBase  # noqa: PLC0415
     except ImportError:
         raise UserError(INSTALL_HINT) from None
+    suffix = Path(path).suffix.lstrip(".").lower()
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix and suffix not in formats:
+        raise UserError(f"--plot {path}: matplotlib cannot write .{suffix} files; name a .png, .svg or .pdf file")
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise UserError(f"--plot {path}: there is no folder {folder}")
 
 
 # -- serve ------------------------------------------------------------------------------------------

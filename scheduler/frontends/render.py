@@ -57,8 +57,12 @@ def table(report: Report, *, title: str, levels: Iterable[str], would: bool = Fa
             f"{times}{_where(gang.domains)}".rstrip()
         )
     if not report.gangs:
-        lines.append("(no pending gang: every pod Phalanx owns is bound)" if would else
-                     "(no gangs: no pod with a schedulerName Phalanx owns was created)")  # fmt: skip
+        if would:
+            lines.append("(no pending gang: every pod Phalanx owns is bound)")
+        elif report.timed_out:
+            lines.append("(no gangs yet: --timeout stopped the run first)")
+        else:
+            lines.append("(no gangs: no pod with a schedulerName Phalanx owns was created)")
     waiting = [gang for gang in report.gangs if gang.state != BOUND and gang.reason]
     if waiting:
         lines += ["", "Why:"]
@@ -96,7 +100,10 @@ def table(report: Report, *, title: str, levels: Iterable[str], would: bool = Fa
     if report.until_reached:
         lines.append("The clock stopped at --until with more still to happen.")
     if report.not_arrived:
-        lines.append(f"{report.not_arrived} object(s) due after --until never arrived.")
+        if report.timed_out:
+            lines.append(f"{report.not_arrived} object(s) had not arrived yet when --timeout stopped the run.")
+        else:
+            lines.append(f"{report.not_arrived} object(s) due after --until never arrived.")
     if report.timed_out:
         lines.append("The run stopped at --timeout while the scheduler was still busy; the figures are partial.")
     return "\n".join(lines)

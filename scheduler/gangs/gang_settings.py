@@ -7,6 +7,7 @@ either, so both are accepted (giving both with different values is an error).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
@@ -19,7 +20,7 @@ class SettingsError(ValueError):
 
 DEFAULT_PREFIX = "gang-scheduling.preferred.jp/gang"
 
-_SPELLINGS = {
+GANG_SPELLINGS = {
     "annotation_prefix": ("gangAnnotationPrefix",),
     "timeout_limit_seconds": ("gangScheduleTimeoutSecondLimit", "gangScheduleTimeoutSecondsLimit"),
     "default_timeout_seconds": ("gangScheduleDefaultTimeoutSecond", "gangScheduleDefaultTimeoutSeconds"),
@@ -56,8 +57,11 @@ class GangSettings:
         if not self.annotation_prefix:
             raise SettingsError("gangAnnotationPrefix must not be empty")
         for name in ("timeout_limit_seconds", "default_timeout_seconds", "timeout_jitter_seconds"):
-            if getattr(self, name) < 0:
-                raise SettingsError(f"{_SPELLINGS[name][0]} must not be negative, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if not math.isfinite(value):
+                raise SettingsError(f"{GANG_SPELLINGS[name][0]} must be a finite number, got {value}")
+            if value < 0:
+                raise SettingsError(f"{GANG_SPELLINGS[name][0]} must not be negative, got {value}")
         if isinstance(self.max_gang_size, bool) or not isinstance(self.max_gang_size, int) or self.max_gang_size < 1:
             raise SettingsError(f"maxGangSize must be an integer of at least 1, got {self.max_gang_size!r}")
 
@@ -70,7 +74,7 @@ class GangSettings:
     def from_plugin_args(args: Mapping[str, object], **overrides: object) -> GangSettings:
         """Read PFN gang plugin arguments (``pluginConfig[].args`` of a KubeSchedulerConfiguration)."""
         values: dict[str, object] = {}
-        for attribute, keys in _SPELLINGS.items():
+        for attribute, keys in GANG_SPELLINGS.items():
             given = {key: args[key] for key in keys if key in args}
             if len(set(map(repr, given.values()))) > 1:
                 raise SettingsError(f"{' and '.join(given)} are the same setting but were given different values")
@@ -85,7 +89,7 @@ class GangSettings:
                 elif isinstance(value, bool) or not isinstance(value, (int, float)):
                     raise SettingsError(f"{key} must be a number of seconds, got {value!r}")
                 values[attribute] = value
-        unknown = set(args) - {key for keys in _SPELLINGS.values() for key in keys} - {"schedulerName"}
+        unknown = set(args) - {key for keys in GANG_SPELLINGS.values() for key in keys} - {"schedulerName"}
         if unknown:
             raise SettingsError(f"unknown gang plugin setting(s): {', '.join(sorted(unknown))}")
         if isinstance(args.get("schedulerName"), str):

@@ -147,6 +147,7 @@ class Report:
                 "peak_gpu_allocation": round(self.peak_gpu_allocation, 4),
                 "simulated_seconds": round(self.simulated_seconds, 3),
                 "until_reached": self.until_reached,
+                "timed_out": self.timed_out,
                 "not_arrived": self.not_arrived,
                 "seconds": round(self.seconds, 3),
             },

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,9 @@ def parse_seconds(text: str, *, what: str) -> float:
                 f"{what}: {text!r} is not a time; give seconds (600) or a duration such as 90s, 10m, 1h30m"
             ) from None
         seconds = sum(float(part) * unit for part, unit in zip(match.groups(), _UNITS.values(), strict=True) if part)
-    if not 0 <= seconds < float("inf"):
+    if not math.isfinite(seconds):
+        raise ManifestError(f"{what}: {text!r} is not a finite number of seconds")
+    if seconds < 0:
         raise ManifestError(f"{what}: {text!r} must be zero or more seconds")
     return seconds
 

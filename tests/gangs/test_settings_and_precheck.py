@@ -62,6 +62,10 @@ def test_defaults_are_pfns() -> None:
             "gangScheduleDefaultTimeoutSeconds must be a number of seconds, got 'ten'",
         ),
         ({"gangScheduleTimeoutJitterSeconds": -1}, "gangScheduleTimeoutJitterSecond must not be negative, got -1"),
+        (
+            {"gangScheduleTimeoutSecondLimit": float("inf")},
+            "gangScheduleTimeoutSecondLimit must be a finite number, got inf",
+        ),
         ({"gangScheduleTimeoutLimit": 5}, "unknown gang plugin setting(s): gangScheduleTimeoutLimit"),
     ],
 )

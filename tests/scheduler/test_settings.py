@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from scheduler.gangs import SettingsError
-from scheduler.settings import SECTIONS, Settings, load_settings, parse_settings, yaml_key
+from scheduler.settings import POSITIVE, SECTIONS, Settings, load_settings, parse_settings, yaml_key
 
 FULL = """
 schedulerNames: [phalanx, phalanx-gpu]
@@ -82,7 +82,30 @@ def test_the_documented_example_configuration_is_every_setting_at_its_default() 
             "got 2.0, 20.0, 15.0",
         ),
         ("topology: {levels: [a, a]}", "topology.levels: must not repeat a key, got ['a', 'a']"),
-        ("server: {address: nowhere}", "server.address: must be host:port, got 'nowhere'"),
+        (
+            "server: {address: nowhere}",
+            "server.address: must be HOST:PORT with a port up to 65535, e.g. 0.0.0.0:10251, got 'nowhere'",
+        ),
+        ("placement: {maxDomainTries: 0}", "placement.maxDomainTries: must be positive, got 0"),
+        (
+            "informers: {watchTimeoutSeconds: 0.5}",
+            "informers.watchTimeoutSeconds: must be at least 1 (the API server takes whole seconds), got 0.5",
+        ),
+        ("queue: {initialBackoffSeconds: .nan}", "queue.initialBackoffSeconds: must be a finite number, got nan"),
+        ("permit: {maxCooldownSeconds: .inf}", "permit.maxCooldownSeconds: must be a finite number, got inf"),
+        (
+            "gangs: {gangScheduleTimeoutSecondLimt: 5}",
+            "gangs.gangScheduleTimeoutSecondLimt: unknown setting; did you mean 'gangScheduleTimeoutSecondLimit'?",
+        ),
+        (
+            "gangs: {schedulerName: x}",
+            "gangs.schedulerName: Phalanx's pods are chosen by schedulerNames, at the top level",
+        ),
+        (
+            "topology: {levels: [example.com/rack, rack name]}",
+            "topology.levels: 'rack name' is not a node label key: a label key's name must be 63 characters or "
+            "fewer, start and end with a letter or digit, and contain only letters, digits, '-', '_' and '.'",
+        ),
         (
             "gangs: {gangScheduleTimeoutSecondLimit: 1, gangScheduleTimeoutSecondsLimit: 2}",
             "gangs.gangScheduleTimeoutSecondLimit and gangScheduleTimeoutSecondsLimit are the same setting "
@@ -99,6 +122,17 @@ def test_a_bad_setting_is_named(tmp_path: Path, yaml_text: str, message: str) ->
     assert str(raised.value) == f"{path}: {message}"
 
 
+@pytest.mark.parametrize("key", POSITIVE)
+def test_a_setting_that_must_be_positive_is_refused_at_zero(key: str) -> None:
+    """Each of these at zero loops without a pause or lets nothing through (``placement.maxDomainTries: 0``
+    was taken, then crashed the scheduler at its first pending pod)."""
+    section, name = key.split(".")
+    assert name in {yaml_key(item.name) for item in fields(SECTIONS[section])}  # a setting, spelled as in YAML
+    with pytest.raises(SettingsError) as raised:
+        parse_settings({section: {name: 0}})
+    assert str(raised.value).startswith(f"{key}: must be positive")
+
+
 def test_command_line_overrides_apply_after_the_file(tmp_path: Path) -> None:
     path = tmp_path / "phalanx.yaml"
     path.write_text("binding: {concurrency: 8}\n")
@@ -107,6 +141,29 @@ def test_command_line_overrides_apply_after_the_file(tmp_path: Path) -> None:
     assert not settings.leader_election.enabled
     with pytest.raises(SettingsError, match=r"use key\.path=value"):
         load_settings(None, ["binding.concurrency"])
+
+
+def test_a_set_value_that_is_not_yaml_says_so_and_how_to_quote_it() -> None:
+    with pytest.raises(SettingsError) as raised:
+        load_settings(None, ["binding.concurrency=["])
+    assert str(raised.value).startswith("--set 'binding.concurrency=[': the value is not valid YAML at line 1: ")
+    assert str(raised.value).endswith(
+        "quote a string that starts with [, { or another YAML sign: binding.concurrency='...'"
+    )
+    assert load_settings(None, ["schedulerNames='[x'"]).scheduler_names == ("[x",)
+
+
+def test_a_command_s_own_flag_is_taken_as_typed_and_its_problem_told_by_its_name() -> None:
+    """``--metrics-address 18558`` was read as YAML, a number, and refused as ``server.address: must be a
+    string``; a flag's value is its text, and the error names the flag the operator typed."""
+    flag = [("--metrics-address", "server.address", "18558")]
+    with pytest.raises(SettingsError) as raised:
+        load_settings(None, [], flag)
+    assert str(raised.value) == (
+        "--metrics-address: must be HOST:PORT with a port up to 65535, e.g. 0.0.0.0:10251, got '18558'"
+    )
+    levels = [("--levels", "topology.levels", "example.com/rack, kubernetes.io/hostname")]
+    assert load_settings(None, ["topology.levels=[a]"], levels).levels == ("example.com/rack", "kubernetes.io/hostname")
 
 
 def test_a_renamed_setting_is_still_read_under_its_old_name_and_said_to_be_renamed() -> None:
