@@ -283,8 +283,10 @@ class _Choice:
         return device.id in self.spent or self.spent_before(device.id)
 
     def fits(self, device: Device, budget: Budget) -> bool:
-        return not device.sharing.consumes or self.counted(device) or budget.fits(
-            device.driver, device.pool, device.sharing
+        return (
+            not device.sharing.consumes
+            or self.counted(device)
+            or budget.fits(device.driver, device.pool, device.sharing)
         )
 
     def spend(self, device: Device, amounts: Mapping[str, int]) -> None:
@@ -315,9 +317,7 @@ def _result(way: Request, device: Device, share_id: Callable[[], str]) -> tuple[
     return result, amounts
 
 
-def _partitions_short(
-    devices: Devices, ways: Mapping[str, tuple[Request, list[Device], int]], choice: _Choice
-) -> str:
+def _partitions_short(devices: Devices, ways: Mapping[str, tuple[Request, list[Device], int]], choice: _Choice) -> str:
     """Why partitions that match were not enough, in words: the first that its GPU's counters, with the
     partitions before it, have no room for."""
     for _, found, _ in ways.values():

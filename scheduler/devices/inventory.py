@@ -143,9 +143,11 @@ class Devices:
                     self.classes[key] = read_class(obj)
             elif resource.plural == RESOURCE_CLAIMS.plural:
                 before = self.claims.pop(key, None)
-                if before is not None and before.extended_for is not None and self.extended_of.get(
-                    before.extended_for
-                ) == key:
+                if (
+                    before is not None
+                    and before.extended_for is not None
+                    and self.extended_of.get(before.extended_for) == key
+                ):
                     del self.extended_of[before.extended_for]
                 for device in before.allocated if before is not None else ():
                     holders = self._allocated.get(device, set())
@@ -175,8 +177,11 @@ class Devices:
                         self.in_flight.pop(device, None)  # the watch shows it given: the allocation counts now
                         self.in_flight_shares.get(device, {}).pop(key, None)
                 changed = (*(before.allocated if before is not None else ()), *(claim.allocated if claim else ()))
-                if self.sharing_pools and changed and (before is None or claim is None or
-                                                       before.allocated != claim.allocated):
+                if (
+                    self.sharing_pools
+                    and changed
+                    and (before is None or claim is None or before.allocated != claim.allocated)
+                ):
                     # Counters, and the capacity of shared devices, are what allocations leave: offers change.
                     self._touch(device for device in changed if self._counts_use(device))
                 for wake in self.wakers:
