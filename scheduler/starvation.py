@@ -101,8 +101,8 @@ class DomainReservation:
 
 @dataclass(frozen=True, slots=True)
 class Ended:
-    """A reservation that ended, and why: the ``reason`` of ``phalanx_starvation_released_total`` (bound,
-    deleted, expired, displaced, nodes_gone, or the code of a decision that needs no reservation)."""
+    """A reservation that ended, and why: the ``reason`` of ``phalanx_starvation_reservations_released_total``
+    (bound, deleted, expired, displaced, nodes_gone, or the code of a decision that needs no reservation)."""
 
     reservation: DomainReservation
     why: str

@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 import yaml
+from aiohttp import web
 
 from scheduler.frontends.dryrun import dry_run, read_real_cluster
 from scheduler.frontends.explain import explain
@@ -18,7 +19,8 @@ from scheduler.frontends.render import table
 from scheduler.ports.kube import KubeCluster, ReadOnlyViolation, connect
 from scheduler.ports.port import NODES, PODS, Binding
 from scheduler.settings import Settings, StarvationSettings
-from tests.scheduler.support import Cluster, cluster, free_port, gpu_pod, kubeconfig, pfn
+from tests.scheduler.support import Cluster, cluster, free_port, gpu_pod, kubeconfig, pfn, served
+from tests.scheduler.test_kube_connection import TLS, https_server, write_kubeconfig
 
 SETTINGS = Settings(levels=("example.com/block", "example.com/rack", "kubernetes.io/hostname"))
 RACKS = "blocks=1,racks=2,nodes=4,gpus=8"
@@ -204,6 +206,46 @@ async def test_the_commands_exit_codes_and_messages(tmp_path: Path) -> None:
         1,
         "phalanx: proxy 'socks5://proxy.example:1080' (the kubeconfig's proxy-url): only http:// and https:// "
         "proxies are supported\n",
+    )
+
+
+async def test_a_cluster_that_cannot_be_used_is_told_by_what_went_wrong(tmp_path: Path) -> None:
+    """Each in one line, naming what to fix: "the cluster did not answer" was said of a server that answered
+    404, of a certificate the kubeconfig does not trust, and of a proxy that was not there; a missing exec
+    plugin was told twice, once bare."""
+    untrusted = tmp_path / "untrusted"
+    untrusted.mkdir()
+    async with https_server() as (url, _):
+        config = write_kubeconfig(untrusted, {"server": url, "certificate-authority": str(TLS / "other-ca.crt")}, {})
+        code, _, err = await phalanx_command("dry-run", "--kubeconfig", str(config))
+    assert code == 1 and err.count("\n") == 1, err
+    assert err.startswith("phalanx: the cluster's certificate is not trusted (")
+    assert "the kubeconfig's certificate-authority must be the authority that signed it" in err
+
+    async with served(web.Application()) as url:  # answers 404 to everything
+        config = kubeconfig(tmp_path / "not-kubernetes", url)
+        code, _, err = await phalanx_command("dry-run", "--kubeconfig", str(config))
+    assert code == 1 and err.count("\n") == 1, err
+    assert err.startswith("phalanx: the cluster answered with an error: GET /api")
+    assert err.endswith(f"HTTP 404: {url} is not a Kubernetes API server\n")
+
+    proxied = yaml.safe_load(kubeconfig(tmp_path / "proxied", "https://api.example:6443").read_text())
+    proxy = f"127.0.0.1:{free_port()}"
+    proxied["clusters"][0]["cluster"]["proxy-url"] = f"http://{proxy}"
+    (tmp_path / "proxied").write_text(yaml.safe_dump(proxied))
+    code, _, err = await phalanx_command("dry-run", "--kubeconfig", str(tmp_path / "proxied"))
+    assert code == 1 and err.count("\n") == 1, err
+    assert err.startswith("phalanx: the cluster did not answer: ") and f"the proxy {proxy} did not answer" in err
+
+    plugin = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(tmp_path / "no-helper")}}
+    exec_folder = tmp_path / "exec"
+    exec_folder.mkdir()
+    config = write_kubeconfig(exec_folder, {"server": "https://api.example:6443"}, plugin)
+    code, _, err = await phalanx_command("dry-run", "--kubeconfig", str(config))
+    assert (code, err) == (
+        1,
+        f"phalanx: kubeconfig {config}: its exec plugin '{tmp_path / 'no-helper'}' failed: No such file or "
+        f"directory: {tmp_path / 'no-helper'}\n",
     )
 
 

@@ -654,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
         who = user_of(getattr(args, "kubeconfig", None), getattr(args, "context", None))
         return _fail(f"the API server refused the request of {who} ({status}): {error}", EXIT_CLUSTER)
     except PortError as error:
-        return _fail(f"the cluster did not answer: {error}", EXIT_CLUSTER)
+        return _fail(_cluster_problem(error), EXIT_CLUSTER)
     except UserError as error:
         return _fail(str(error), error.code)
     except KeyboardInterrupt:
@@ -674,6 +674,24 @@ def _unwrapped(command: Callable[[argparse.Namespace, Settings], int], args: arg
         if isinstance(leaf, BaseExceptionGroup):
             raise
         raise leaf from None
+
+
+def _cluster_problem(error: PortError) -> str:
+    """A request the cluster did not carry out, told by what went wrong: no answer, a certificate the
+    kubeconfig does not trust, or an answer that was an error."""
+    import ssl  # noqa: PLC0415  (loaded already by the port; imported here to name its errors)
+
+    cause = error.__cause__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return (
+            f"the cluster's certificate is not trusted ({cause.verify_message}): the kubeconfig's "
+            f"certificate-authority must be the authority that signed it ({error})"
+        )
+    if isinstance(cause, ssl.SSLError):
+        return f"TLS with the cluster failed: {error}"
+    if isinstance(cause, (OSError, TimeoutError)) or error.transient:
+        return f"the cluster did not answer: {error}"
+    return f"the cluster answered with an error: {error}"
 
 
 def _warn_renamed(settings: Settings) -> None:

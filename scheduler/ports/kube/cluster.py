@@ -21,7 +21,7 @@ import anyio
 import orjson
 
 import scheduler
-from scheduler.ports.errors import PortError, Unavailable, from_status
+from scheduler.ports.errors import NotFound, PortError, Unavailable, from_status
 from scheduler.ports.kube.connection import Connection, KubeConfigError
 from scheduler.ports.kube.http1 import Http1
 from scheduler.ports.port import OPENED, PODS, ApiResource, Binding, Change, Listing, Outcomes
@@ -240,7 +240,10 @@ class KubeCluster:
         roots: dict[str, dict[str, Any]] = {}
 
         async def root(path: str) -> None:
-            roots[path] = await self._json("GET", path)
+            try:
+                roots[path] = await self._json("GET", path)
+            except NotFound as error:
+                raise NotFound(f"{error}: {self.connection.host} is not a Kubernetes API server") from error
 
         await _all(root("/api"), root("/apis"))
         found: set[tuple[str, str, str]] = set()

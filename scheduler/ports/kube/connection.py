@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import os
 import re
 import ssl
@@ -160,7 +161,9 @@ async def from_kubeconfig(path: str, context: str | None = None) -> Connection:
     # current-context has become since.
     origin = ("--kubeconfig", os.path.abspath(path), "--context", str(named))
     if user.get("exec") or user.get("auth-provider"):
-        return replace(await _through_client_library(path, context), origin=origin)
+        plugin = user.get("exec")
+        command = str(plugin.get("command", "")) if isinstance(plugin, Mapping) else ""
+        return replace(await _through_client_library(path, context, command), origin=origin)
     server = str(cluster.get("server") or "")
     parts = urlsplit(server)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -304,18 +307,31 @@ def _tls(
     return context
 
 
-async def _through_client_library(path: str, context: str | None) -> Connection:
-    """A kubeconfig whose tokens come from an exec plugin or an auth provider, read by kubernetes_asyncio."""
+async def _through_client_library(path: str, context: str | None, command: str) -> Connection:
+    """A kubeconfig whose tokens come from an exec plugin (``command``) or an auth provider (``command`` empty),
+    read by kubernetes_asyncio."""
     # Imported here: most processes never need it, and it costs a fifth of a start.
     from kubernetes_asyncio.client import Configuration  # noqa: PLC0415
     from kubernetes_asyncio.config import load_kube_config  # noqa: PLC0415
 
     configuration = Configuration()
+    # The library logs a failure of the plugin as well as raising it: told once, in the error below.
+    library = logging.getLogger("kubernetes_asyncio.config.kube_config")
+    told = _Kept()
+    library.addHandler(told)
+    library.propagate = False
     try:
         await load_kube_config(config_file=path, context=context, client_configuration=configuration)
     except Exception as error:
         where = f"kubeconfig {path}" + (f", context {context!r}" if context else "")
+        if command:
+            raise KubeConfigError(f"{where}: its exec plugin {command!r} failed: {_reason(error)}") from None
         raise KubeConfigError(f"{where}: {_reason(error)}") from None
+    finally:
+        library.removeHandler(told)
+        library.propagate = True
+    for message in told.messages:  # logged without failing (a plugin's answer with no token): still worth a line
+        logging.getLogger("phalanx").warning("kubeconfig %s: %s", path, message)
     host = str(configuration.host or "")
     scheme = urlsplit(host).scheme
 
@@ -340,9 +356,22 @@ async def _through_client_library(path: str, context: str | None) -> Connection:
     )
 
 
+class _Kept(logging.Handler):
+    """The messages a library logged, kept instead of printed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 def _reason(error: BaseException) -> str:
     """An error's first line, in words a user can act on."""
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if isinstance(error, OSError) and not isinstance(error, ssl.SSLError) and error.strerror:
+        return f"{error.strerror}: {error.filename}" if error.filename else error.strerror
     if isinstance(error, ssl.SSLError):
         return f"not a usable certificate or key ({text})"
     # kubernetes_asyncio's words for a certificate or key file that is not there.

@@ -56,6 +56,10 @@ class Unanswered(Broken):
     """The connection failed before a byte of the answer came: the server may not have read the request."""
 
 
+class ProxyUnreachable(ConnectionError):
+    """No connection could be made to the proxy the requests go through (``HTTPS_PROXY``, ``proxy-url``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     status: int
@@ -228,9 +232,12 @@ class Http1:
             _keep_alive(writer)
             return _Line(reader, writer)
         proxy = self.proxy
-        reader, writer = await asyncio.open_connection(
-            proxy.host, proxy.port, ssl=proxy.tls, server_hostname=proxy.host if proxy.tls else None, limit=BUFFER
-        )
+        try:
+            reader, writer = await asyncio.open_connection(
+                proxy.host, proxy.port, ssl=proxy.tls, server_hostname=proxy.host if proxy.tls else None, limit=BUFFER
+            )
+        except OSError as error:  # said as the proxy's: the server's address appears nowhere in the error
+            raise ProxyUnreachable(f"the proxy {proxy.host}:{proxy.port} did not answer: {error}") from error
         _keep_alive(writer)
         line = _Line(reader, writer)
         if self.tls is None:
