@@ -246,3 +246,33 @@ def test_a_dra_example_on_a_cluster_without_its_devices_says_which_classes_are_m
     assert main(["simulate", "--workload", str(EXAMPLES / "dra" / "job.yaml"), "--output", "json"]) == 0
     (train,) = json.loads(capsys.readouterr().out)["gangs"]
     assert (train["state"], train["min"]) == ("Pending", 4)  # the Job's gang of four, while it waits
+
+
+def pfn_gang_names(node: object) -> set[str]:
+    """Every PFN gang name an object or its pod templates give, at any depth."""
+    found: set[str] = set()
+    if isinstance(node, dict):
+        name = (node.get("annotations") or {}).get("gang-scheduling.preferred.jp/gang-name")
+        if isinstance(name, str):
+            found.add(name)
+        for value in node.values():
+            found |= pfn_gang_names(value)
+    elif isinstance(node, list):
+        for value in node:
+            found |= pfn_gang_names(value)
+    return found
+
+
+@pytest.mark.parametrize("folder", sorted(path.name for path in EXAMPLES.iterdir() if path.is_dir()))
+def test_the_files_of_an_example_folder_can_be_applied_together(folder: str) -> None:
+    """``kubectl apply -f examples/dra/`` applies every file of the folder: two files naming one gang in one
+    namespace made it one gang of both, refused as Invalid (two required topology keys disagreed)."""
+    named: dict[tuple[str, str], list[str]] = {}
+    for path in sorted((EXAMPLES / folder).glob("*.yaml")):
+        for obj in read_manifest_file(str(path)):
+            namespace = obj.get("metadata", {}).get("namespace", "default")
+            for gang in pfn_gang_names(obj):
+                files = named.setdefault((namespace, gang), [])
+                if path.name not in files:
+                    files.append(path.name)
+    assert {key: files for key, files in named.items() if len(files) > 1} == {}
