@@ -22,6 +22,7 @@ from tests.scheduler.support import refusing_server
 from topology import pod_requests
 
 GPU = "nvidia.com/gpu"
+DRA = Path(__file__).resolve().parents[1] / "examples" / "dra"
 
 
 def simulate_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
@@ -199,6 +200,10 @@ def test_plot_without_matplotlib_says_how_to_install_it(
     [
         (["--cluster", "nowhere.yaml"], "--cluster nowhere.yaml: no such file, and not a shape such as"),
         (["--cluster", "blocks=two"], "cluster shape 'blocks=two': blocks must be a whole number"),
+        (["--cluster", ""], "--cluster is empty: give a file of Node manifests or a shape such as blocks=2"),
+        (["--cluster", str(DRA)], f"--cluster {DRA}: a folder; give a file of Node manifests or a shape"),
+        (["--workload", str(DRA)], f"--workload {DRA}: a folder; give its files, e.g. --workload {DRA}/*.yaml"),
+        (["--workload", ""], "--workload '': no file named; give a file of manifests"),
         (["--workload", "missing.yaml"], "missing.yaml: No such file or directory"),
         (["--config", "missing.yaml"], "missing.yaml: No such file or directory"),
         (["--set", "binding.concurency=3"], "binding.concurency: unknown setting; did you mean 'concurrency'?"),

@@ -280,12 +280,17 @@ def _workload_flags(command: argparse.ArgumentParser, *, timed: bool = True) -> 
 
 def _read_workloads(paths: list[str]) -> list[tuple[Scheduled, list[dict[str, Any]]]]:
     """Each ``--workload`` argument: when it arrives, and its objects."""
-    from scheduler.ports.sim.builders import read_manifest_file  # noqa: PLC0415
+    from scheduler.ports.sim.builders import ManifestError, read_manifest_file  # noqa: PLC0415
     from scheduler.simulation.timeline import scheduled  # noqa: PLC0415
 
     workloads = []
     for value in paths:
         when = scheduled(value)
+        if not when.path.strip():
+            raise ManifestError(f"--workload {value!r}: no file named; give a file of manifests")
+        if Path(when.path).is_dir():
+            folder = when.path.rstrip("/")
+            raise ManifestError(f"--workload {value}: a folder; give its files, e.g. --workload {folder}/*.yaml")
         workloads.append((when, read_manifest_file(when.path)))
     return workloads
 
@@ -359,6 +364,11 @@ def cluster_nodes(value: str | None) -> list[dict[str, Any]]:
 
     if value is None:
         return default_cluster()
+    wanted = "give a file of Node manifests or a shape such as blocks=2,racks=4,nodes=8,gpus=8"
+    if not value.strip():
+        raise ManifestError(f"--cluster is empty: {wanted}")
+    if Path(value).is_dir():
+        raise ManifestError(f"--cluster {value}: a folder; {wanted}")
     if Path(value).exists():
         objects = read_manifest_file(value)
         strays = [obj for obj in objects if obj.get("kind") not in _CLUSTER_KINDS]
@@ -401,6 +411,7 @@ def _command_simulate(args: argparse.Namespace, settings: Settings) -> int:
     nodes += [obj for _, objects in workloads for obj in objects if obj.get("kind") == "Node"]
     if args.serve is not None:
         _check_address("--serve", args.serve)
+        _check_free("--serve", args.serve)  # before the run, which may take minutes, not after it
     simulation = Simulation(settings, seed=args.seed, controller_gangs=args.controller_gangs == "on", until=until)
     if args.serve is not None:
         simulation.record_frames()
@@ -464,6 +475,20 @@ def _check_address(flag: str, address: str) -> None:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or int(port) > 65535:
         raise UserError(f"{flag} {address}: give it as HOST:PORT, e.g. 127.0.0.1:8080 (a port up to 65535)")
+
+
+def _check_free(flag: str, address: str) -> None:
+    """Refuse an address nothing could listen on now (taken, or not this machine's), as serving it would."""
+    import socket  # noqa: PLC0415
+
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, int(port)))
+        except OSError as error:
+            raise UserError(f"{flag} {address}: {error.strerror or error}", EXIT_CLUSTER) from None
 
 
 def _serve_timeline(address: str, frames: list[tuple[float, bytes]], title: str, cut: bool) -> None:

@@ -143,6 +143,14 @@ def test_command_line_overrides_apply_after_the_file(tmp_path: Path) -> None:
         load_settings(None, ["binding.concurrency"])
 
 
+def test_a_configuration_that_is_not_yaml_says_where_and_what_the_parser_found(tmp_path: Path) -> None:
+    path = tmp_path / "phalanx.yaml"
+    path.write_text("binding: concurrency: 3\n")
+    with pytest.raises(SettingsError) as raised:
+        load_settings(path)
+    assert str(raised.value) == f"{path}: not valid YAML at line 1: mapping values are not allowed here"
+
+
 def test_a_set_value_that_is_not_yaml_says_so_and_how_to_quote_it() -> None:
     with pytest.raises(SettingsError) as raised:
         load_settings(None, ["binding.concurrency=["])
