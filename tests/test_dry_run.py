@@ -249,6 +249,24 @@ async def test_a_cluster_that_cannot_be_used_is_told_by_what_went_wrong(tmp_path
     )
 
 
+async def test_explain_of_a_gang_of_two_shapes_names_the_one_no_node_takes(tmp_path: Path) -> None:
+    """Its 8-GPU pods fit every node, its 1-GPU pod's selector matches none: the reason said "8/8 nodes are
+    available", and two room tables were headed alike save the GPUs, neither naming the selector."""
+    async with cluster(RACKS) as where:
+        for i in range(2):
+            where.create(gpu_pod(f"mixed-{i}", annotations=pfn("mixed", 3)))
+        where.create(gpu_pod("mixed-2", gpus=1, annotations=pfn("mixed", 3), nodeSelector={"gpu-type": "h100"}))
+        copy = await read_real_cluster(str(kubeconfig(tmp_path / "kubeconfig", where.url)), None)
+    lines = (await explain(copy, SETTINGS, "team/mixed-0")).splitlines()
+    assert lines[0].endswith("{nvidia.com/gpu 1; nodeSelector gpu-type=h100}; {nvidia.com/gpu 8}.")
+    assert lines[1] == (
+        "Pending: 0/8 nodes are available: 8 node(s) didn't match Pod's node affinity/selector. Gang team/mixed "
+        "needs 3 pods of 2 shapes; the cluster fits 2 of them together."
+    )
+    heading = "Room per example.com/rack for pods of {nvidia.com/gpu 1; nodeSelector gpu-type=h100} (bound pods only, "
+    assert f"{heading}before this pass):" in lines
+
+
 async def test_explain_of_a_gang_already_bound_says_where_it_runs(tmp_path: Path) -> None:
     async with cluster(RACKS) as where:
         where.create(gpu_pod("done-0", annotations=pfn("done", 2), nodeName="b0-r1-n0"))

@@ -401,10 +401,13 @@ class _Search:
         self.trial.rollback(mark)
         if self._exact(part, scope, need):
             return None
-        biggest = max(active, key=lambda i: part.shapes[i].size)
+        # The nodes' reasons are told for the shape with the least room for its pods: a shape whose node selector
+        # matches no node is why, not the biggest shape, which may fit everywhere ("8/8 nodes are available").
+        room = {i: int(self._fit(part.shapes[i], scope).sum()) / part.waiting(i) for i in active}
+        limiting = min(active, key=lambda i: (room[i], -part.shapes[i].size))
         return _Failure(
             f"{part.label} needs {wanted} of {len(active)} shapes; {where} fits {placed} of them together.",
-            part.shapes[biggest],
+            part.shapes[limiting],
             summary=f"only {placed} of its {need}{more} pods fit together",
         )
 

@@ -348,4 +348,12 @@ def _shape_text(shape: PodShape) -> str:
         for name, amount in shape.requests
         if name != "pods" and not name.endswith(WHOLE_NODE)
     ]
-    return "{" + ", ".join(shown) + "}" if shown else "{no requests}"
+    # Two shapes that ask the same differ by where they may go: said, so that their tables can be told apart.
+    constraints = shape.constraints
+    where = []  # (a nodeName is where a bound pod runs, said elsewhere)
+    if constraints.node_selector:
+        where.append("nodeSelector " + ",".join(f"{key}={value}" for key, value in constraints.node_selector))
+    if constraints.affinity is not None:
+        where.append("a required node affinity")
+    asked = ", ".join(shown) if shown else "no requests"
+    return "{" + "; ".join([asked, *where]) + "}"

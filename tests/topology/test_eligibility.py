@@ -2,8 +2,9 @@
 
 import pytest
 
-from tests.builders import GPU, LEVELS, RACK, gang, gpu_shape, node
+from tests.builders import GPU, LEVELS, RACK, gang, gpu_shape, members, node
 from topology import (
+    GangRequest,
     Infeasible,
     NodeConstraints,
     NodeSelectorRequirement,
@@ -125,6 +126,17 @@ def test_first_failing_filter_wins_and_selector_mismatch_is_counted(snapshot: Sn
     assert result.message.startswith(
         "0/7 nodes are available: 3 node(s) didn't match Pod's node affinity/selector, 1 Insufficient nvidia.com/gpu, "
     )
+
+
+def test_a_gang_of_two_shapes_is_told_by_the_shape_that_has_no_room(snapshot: Snapshot) -> None:
+    """Its 8-GPU pods fit two free nodes; its one pod whose selector matches no node was the reason, where the
+    nodes' counts were told for the biggest shape ("2/7 nodes are available") and named no selector."""
+    nowhere = gpu_shape(1, constraints=NodeConstraints(node_selector=(("pool", "nowhere"),)))
+    pods = [*members("team/mixed-big", 2, gpu_shape(8)), *members("team/mixed-small", 1, nowhere)]
+    result = place(snapshot, GangRequest.leaf("team/mixed", pods))
+    assert isinstance(result, Infeasible)
+    assert result.message.startswith("0/7 nodes are available: 4 node(s) didn't match Pod's node affinity/selector")
+    assert result.message.endswith("Gang team/mixed needs 3 pods of 2 shapes; the cluster fits 2 of them together.")
 
 
 def test_eligibility_is_cached_per_generation_and_recomputed_after_a_node_change(snapshot: Snapshot) -> None:
