@@ -21,6 +21,7 @@ import yaml
 from scheduler.gangs.fields import label_key_problem
 from scheduler.gangs.gang_settings import GANG_SPELLINGS, GangSettings, SettingsError
 
+DEFAULT_SCHEDULER_NAMES = ("phalanx",)
 DEFAULT_LEVELS = ("topology.kubernetes.io/zone", "example.com/block", "example.com/rack", "kubernetes.io/hostname")
 
 
@@ -167,7 +168,7 @@ class InformerSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
-    scheduler_names: tuple[str, ...] = ("phalanx",)
+    scheduler_names: tuple[str, ...] = DEFAULT_SCHEDULER_NAMES
     """Pods with one of these ``spec.schedulerName`` values are Phalanx's."""
     levels: tuple[str, ...] = DEFAULT_LEVELS
     """Topology levels as node label keys, broad to narrow (``topology.levels`` in YAML)."""
@@ -340,14 +341,21 @@ def parse_settings(raw: object) -> Settings:
         if not isinstance(gangs, Mapping):
             raise SettingsError("gangs: must be a mapping of settings")
         for key in gangs:
-            if key == "schedulerName":
-                raise SettingsError(
-                    "gangs.schedulerName: Phalanx's pods are chosen by schedulerNames, at the top level"
-                )
-            if key not in GANG_KEYS:
+            if key not in GANG_KEYS and key != "schedulerName":
                 raise _unknown("gangs.", key, sorted(GANG_KEYS))
+        # PFN's plugin arguments name the scheduler too; copied here, it must agree with schedulerNames, which
+        # alone chooses Phalanx's pods.
+        named = gangs.get("schedulerName")
+        owned = values.get("scheduler_names", DEFAULT_SCHEDULER_NAMES)
+        if named is not None and named not in owned:
+            raise SettingsError(
+                f"gangs.schedulerName: {named!r} is not among schedulerNames {list(owned)}, which alone choose "
+                f"Phalanx's pods: add it there (schedulerNames: [{', '.join([*owned, str(named)])}])"
+            )
         plugin_args = {
-            ("gangAnnotationPrefix" if key == "annotationPrefix" else key): value for key, value in gangs.items()
+            ("gangAnnotationPrefix" if key == "annotationPrefix" else key): value
+            for key, value in gangs.items()
+            if key != "schedulerName"
         }
         try:
             values["gangs"] = GangSettings.from_plugin_args(plugin_args)
@@ -415,8 +423,8 @@ def _check(settings: Settings) -> None:
             "leaderElection: retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds must hold, got "
             f"{leader.retry_period_seconds}, {leader.renew_deadline_seconds}, {leader.lease_duration_seconds}"
         )
-    _, colon, port = settings.server.address.rpartition(":")
-    if not colon or not port.isdigit() or int(port) > 65535:
+    _, _, port = settings.server.address.rpartition(":")  # a port alone, or an empty host: every address
+    if not port.isdigit() or int(port) > 65535:
         raise SettingsError(
             f"server.address: must be HOST:PORT with a port up to 65535, e.g. 0.0.0.0:10251, got "
             f"{settings.server.address!r}"
@@ -432,9 +440,9 @@ def load_settings(
     overrides: list[str] | None = None,
     flags: Sequence[tuple[str, str, object]] = (),
 ) -> Settings:
-    """Read a YAML file (or start from defaults), apply ``key.path=value`` overrides (``--set``) in order, then
-    ``flags``: ``(flag, key.path, value)`` for the command's own flags, whose values are taken as given (not
-    read as YAML) and whose problems are told by the flag's name."""
+    """Read a YAML file (or start from defaults), apply ``flags``, then each ``key.path=value`` override
+    (``--set``) in order. ``flags`` are ``(flag, key.path, value)`` for the command's own flags: their values
+    are taken as given (not read as YAML), and a problem with one is told by the flag's name."""
     raw: dict[str, Any] = {}
     if path is not None:
         try:
@@ -449,6 +457,8 @@ def load_settings(
             raise SettingsError(f"{path}: not valid YAML{_where_and_why(error)}") from None
         if not isinstance(raw, dict):
             raise SettingsError(f"{path}: the configuration must be a mapping of settings")
+    for flag, key, given in flags:
+        _place(raw, key, given, flag)
     for override in overrides or []:
         key, sep, value = override.partition("=")
         if not sep or not key:
@@ -456,22 +466,30 @@ def load_settings(
         try:
             parsed = yaml.safe_load(value) if value else ""
         except yaml.YAMLError as error:
+            # A shell takes one pair of quotes off: the YAML's own must be inside another.
+            hint = (
+                f"; a string that starts with {value[0]} is quoted in YAML: --set \"{key}='...'\""
+                if value[0] in _YAML_SIGNS
+                else ""
+            )
             raise SettingsError(
-                f"--set {override!r}: the value is not valid YAML{_where_and_why(error)}; quote a string that "
-                f"starts with [, {{ or another YAML sign: {key}='...'"
+                f"--set {override!r}: the value is not valid YAML{_where_and_why(error)}{hint}"
             ) from None
         _place(raw, key, parsed, f"--set {override!r}")
-    for flag, key, given in flags:
-        _place(raw, key, given, flag)
+    set_keys = {override.partition("=")[0] for override in overrides or []}
     try:
         return parse_settings(raw)
     except SettingsError as error:
         message = str(error)
         for flag, key, _ in flags:
-            if message.startswith(f"{key}: "):
+            if key not in set_keys and message.startswith(f"{key}: "):
                 raise SettingsError(f"{flag}{message.removeprefix(key)}") from None
         source = f"{path}: " if path is not None else ""
         raise SettingsError(f"{source}{message}") from None
+
+
+#: The characters that make a YAML plain value something else when they start it.
+_YAML_SIGNS = frozenset("[]{}&*!|>'\"%@`#,?:-")
 
 
 def _place(raw: dict[str, Any], key: str, value: object, given_by: str) -> None:

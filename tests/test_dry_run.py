@@ -3,7 +3,9 @@ they never write to it."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -218,9 +220,25 @@ async def test_a_cluster_that_cannot_be_used_is_told_by_what_went_wrong(tmp_path
     async with https_server() as (url, _):
         config = write_kubeconfig(untrusted, {"server": url, "certificate-authority": str(TLS / "other-ca.crt")}, {})
         code, _, err = await phalanx_command("dry-run", "--kubeconfig", str(config))
+    assert (code, err) == (
+        1,
+        "phalanx: the cluster's certificate is not trusted: self-signed certificate in certificate chain; the "
+        "kubeconfig's certificate-authority (in a pod, the service account's ca.crt) must be the authority that "
+        "signed it\n",
+    )
+
+    elsewhere = tmp_path / "elsewhere"  # the right authority, a certificate for kubernetes.default.svc only
+    elsewhere.mkdir()
+    async with https_server(TLS / "proxied") as (url, _):
+        cluster_entry = {"server": url, "certificate-authority": str(TLS / "proxied" / "ca.crt")}
+        code, _, err = await phalanx_command(
+            "dry-run", "--kubeconfig", str(write_kubeconfig(elsewhere, cluster_entry, {}))
+        )
     assert code == 1 and err.count("\n") == 1, err
-    assert err.startswith("phalanx: the cluster's certificate is not trusted (")
-    assert "the kubeconfig's certificate-authority must be the authority that signed it" in err
+    assert err.startswith("phalanx: the cluster's certificate is not trusted: IP address mismatch")
+    assert err.endswith(
+        "; reach the server by a name its certificate lists, or name one in the kubeconfig's tls-server-name\n"
+    )
 
     async with served(web.Application()) as url:  # answers 404 to everything
         config = kubeconfig(tmp_path / "not-kubernetes", url)
@@ -229,13 +247,25 @@ async def test_a_cluster_that_cannot_be_used_is_told_by_what_went_wrong(tmp_path
     assert err.startswith("phalanx: the cluster answered with an error: GET /api")
     assert err.endswith(f"HTTP 404: {url} is not a Kubernetes API server\n")
 
+    async def sign_in(_: web.Request) -> web.Response:
+        return web.Response(text="<html>sign in</html>", content_type="text/html")
+
+    page = web.Application()  # a login page, or a web server's index, answered to everything
+    page.router.add_get("/{path:.*}", sign_in)
+    async with served(page) as url:
+        config = kubeconfig(tmp_path / "a-web-page", url)
+        code, _, err = await phalanx_command("dry-run", "--kubeconfig", str(config))
+    assert code == 1 and err.count("\n") == 1, err
+    assert err.startswith("phalanx: the cluster answered with an error: GET /api") and "unreadable response" in err
+    assert err.endswith(f": {url} is not a Kubernetes API server\n")
+
     proxied = yaml.safe_load(kubeconfig(tmp_path / "proxied", "https://api.example:6443").read_text())
     proxy = f"127.0.0.1:{free_port()}"
     proxied["clusters"][0]["cluster"]["proxy-url"] = f"http://{proxy}"
     (tmp_path / "proxied").write_text(yaml.safe_dump(proxied))
     code, _, err = await phalanx_command("dry-run", "--kubeconfig", str(tmp_path / "proxied"))
     assert code == 1 and err.count("\n") == 1, err
-    assert err.startswith("phalanx: the cluster did not answer: ") and f"the proxy {proxy} did not answer" in err
+    assert err.startswith("phalanx: the cluster did not answer: ") and f"the proxy {proxy} could not be reached" in err
 
     plugin = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(tmp_path / "no-helper")}}
     exec_folder = tmp_path / "exec"
@@ -244,8 +274,8 @@ async def test_a_cluster_that_cannot_be_used_is_told_by_what_went_wrong(tmp_path
     code, _, err = await phalanx_command("dry-run", "--kubeconfig", str(config))
     assert (code, err) == (
         1,
-        f"phalanx: kubeconfig {config}: its exec plugin '{tmp_path / 'no-helper'}' failed: No such file or "
-        f"directory: {tmp_path / 'no-helper'}\n",
+        f"phalanx: kubeconfig {config}: its exec plugin '{tmp_path / 'no-helper'}' failed: "
+        f"{os.strerror(errno.ENOENT)}: {tmp_path / 'no-helper'}\n",
     )
 
 

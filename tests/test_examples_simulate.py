@@ -264,7 +264,7 @@ def pfn_gang_names(node: object) -> set[str]:
 
 
 @pytest.mark.parametrize("folder", sorted(path.name for path in EXAMPLES.iterdir() if path.is_dir()))
-def test_the_files_of_an_example_folder_can_be_applied_together(folder: str) -> None:
+def test_the_files_of_an_example_folder_name_no_pfn_gang_twice(folder: str) -> None:
     """``kubectl apply -f examples/dra/`` applies every file of the folder: two files naming one gang in one
     namespace made it one gang of both, refused as Invalid (two required topology keys disagreed)."""
     named: dict[tuple[str, str], list[str]] = {}

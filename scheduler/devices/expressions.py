@@ -160,6 +160,7 @@ class Selectors:
 
     def __init__(self) -> None:
         self._compiled: dict[str, Any] = {}
+        self._error_type: Any = None  # CEL's error type, once the engine is loaded
         self._failed: dict[str, str] = {}
         self._results: dict[tuple[str, object], bool | str] = {}
         #: Every attribute and capacity domain a device or a selector has named: each device is given an
@@ -194,7 +195,12 @@ class Selectors:
         program = self._compiled.get(expression)
         if program is None and expression not in self._failed:
             self.compilations += 1
-            environment, types = _environment()
+            try:
+                environment, types = _environment()
+            except ImportError as error:  # a broken install: every selector fails, told as theirs, the rest goes on
+                self._failed[expression] = f"selector {expression!r} cannot be evaluated: the CEL engine: {error}"
+                return None
+            self._error_type = types.ERROR
             try:
                 program = environment.compile(expression)
             except RuntimeError as error:
@@ -219,7 +225,7 @@ class Selectors:
             "capacity": {domain: device.capacity.get(domain, {}) for domain in self._domains},
         }
         result = program.eval(data={"device": value})
-        if result.type() == _environment()[1].ERROR:
+        if result.type() == self._error_type:
             return f"selector {expression!r} failed on a device of {device.driver}: {result.value()}"
         answer = result.value()
         if not isinstance(answer, bool):

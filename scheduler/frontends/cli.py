@@ -708,15 +708,29 @@ def _cluster_problem(error: PortError) -> str:
 
     cause = error.__cause__
     if isinstance(cause, ssl.SSLCertVerificationError):
-        return (
-            f"the cluster's certificate is not trusted ({cause.verify_message}): the kubeconfig's "
-            f"certificate-authority must be the authority that signed it ({error})"
-        )
+        advice = _CERTIFICATE_ADVICE.get(cause.verify_code, "")
+        return f"the cluster's certificate is not trusted: {cause.verify_message}{advice}"
     if isinstance(cause, ssl.SSLError):
         return f"TLS with the cluster failed: {error}"
-    if isinstance(cause, (OSError, TimeoutError)) or error.transient:
+    if isinstance(cause, (OSError, TimeoutError)):
         return f"the cluster did not answer: {error}"
-    return f"the cluster answered with an error: {error}"
+    if cause is None or isinstance(cause, (PortError, json.JSONDecodeError)):  # (orjson's is one)
+        return f"the cluster answered with an error: {error}"  # a status it sent, or a body that was not JSON
+    return f"the request to the cluster failed: {error}"
+
+
+#: What to do about a server certificate, by OpenSSL's verification code.
+_CERTIFICATE_ADVICE = {
+    **dict.fromkeys(
+        (18, 19, 20, 21),  # self-signed, or signed by an authority that is not trusted
+        "; the kubeconfig's certificate-authority (in a pod, the service account's ca.crt) must be the "
+        "authority that signed it",
+    ),
+    **dict.fromkeys(
+        (62, 64),  # the name or address the client asked for is not one the certificate lists
+        "; reach the server by a name its certificate lists, or name one in the kubeconfig's tls-server-name",
+    ),
+}
 
 
 def _warn_renamed(settings: Settings) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
@@ -64,3 +65,24 @@ def test_a_selector_that_does_not_compile_or_is_not_a_bool_says_why() -> None:
         selectors.matches("device.attributes[", "gpu", H100)
     with pytest.raises(SelectorError, match=re.escape("gave 'gpu.nvidia.com', not a bool")):
         selectors.matches("device.driver", "gpu", H100)  # of unknown type until it runs, as in Kubernetes
+
+
+def test_a_cel_engine_that_cannot_be_loaded_fails_each_selector_not_the_scheduler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine is loaded by the first selector compiled (not at start): a broken install is then that
+    selector's failure, told as its reason, and the scheduling pass goes on."""
+    from scheduler.devices import expressions  # noqa: PLC0415
+
+    monkeypatch.setitem(sys.modules, "cel_expr_python", None)  # what an environment without it looks like
+    expressions._environment.cache_clear()
+    try:
+        selectors = Selectors()
+        problem = selectors.check('device.driver == "gpu.example.com"')
+        assert problem is not None and problem.startswith(
+            "selector 'device.driver == \"gpu.example.com\"' cannot be evaluated: the CEL engine: "
+        )
+        with pytest.raises(SelectorError, match="cannot be evaluated: the CEL engine"):
+            selectors.matches('device.driver == "gpu.example.com"', "d0", DeviceView("gpu.example.com", {}, {}))
+    finally:
+        expressions._environment.cache_clear()  # the next test loads the real engine

@@ -99,7 +99,8 @@ def test_the_documented_example_configuration_is_every_setting_at_its_default() 
         ),
         (
             "gangs: {schedulerName: x}",
-            "gangs.schedulerName: Phalanx's pods are chosen by schedulerNames, at the top level",
+            "gangs.schedulerName: 'x' is not among schedulerNames ['phalanx'], which alone choose Phalanx's pods: add "
+            "it there (schedulerNames: [phalanx, x])",
         ),
         (
             "topology: {levels: [example.com/rack, rack name]}",
@@ -143,6 +144,14 @@ def test_command_line_overrides_apply_after_the_file(tmp_path: Path) -> None:
         load_settings(None, ["binding.concurrency"])
 
 
+def test_pfn_s_schedulername_argument_copied_under_gangs_is_taken_when_it_agrees_with_schedulernames() -> None:
+    """A ``pluginConfig`` copied whole names its scheduler: harmless when it is one Phalanx owns, refused (above)
+    when it is not, since it would not make Phalanx take that scheduler's pods."""
+    assert parse_settings({"gangs": {"schedulerName": "phalanx"}}).scheduler_names == ("phalanx",)
+    both = parse_settings({"schedulerNames": ["phalanx", "gpu"], "gangs": {"schedulerName": "gpu"}})
+    assert both.gang_settings().scheduler_names == frozenset({"phalanx", "gpu"})
+
+
 def test_a_configuration_that_is_not_yaml_says_where_and_what_the_parser_found(tmp_path: Path) -> None:
     path = tmp_path / "phalanx.yaml"
     path.write_text("binding: concurrency: 3\n")
@@ -156,22 +165,27 @@ def test_a_set_value_that_is_not_yaml_says_so_and_how_to_quote_it() -> None:
         load_settings(None, ["binding.concurrency=["])
     assert str(raised.value).startswith("--set 'binding.concurrency=[': the value is not valid YAML at line 1: ")
     assert str(raised.value).endswith(
-        "quote a string that starts with [, { or another YAML sign: binding.concurrency='...'"
+        "; a string that starts with [ is quoted in YAML: --set \"binding.concurrency='...'\""
     )
     assert load_settings(None, ["schedulerNames='[x'"]).scheduler_names == ("[x",)
 
 
 def test_a_command_s_own_flag_is_taken_as_typed_and_its_problem_told_by_its_name() -> None:
     """``--metrics-address 18558`` was read as YAML, a number, and refused as ``server.address: must be a
-    string``; a flag's value is its text, and the error names the flag the operator typed."""
-    flag = [("--metrics-address", "server.address", "18558")]
+    string``; a flag's value is its text (a port alone is every address), and an error names the flag typed."""
+    assert load_settings(None, [], [("--metrics-address", "server.address", "18558")]).server.address == "18558"
+    flag = [("--metrics-address", "server.address", "127.0.0.1:99999")]
     with pytest.raises(SettingsError) as raised:
         load_settings(None, [], flag)
     assert str(raised.value) == (
-        "--metrics-address: must be HOST:PORT with a port up to 65535, e.g. 0.0.0.0:10251, got '18558'"
+        "--metrics-address: must be HOST:PORT with a port up to 65535, e.g. 0.0.0.0:10251, got '127.0.0.1:99999'"
     )
     levels = [("--levels", "topology.levels", "example.com/rack, kubernetes.io/hostname")]
-    assert load_settings(None, ["topology.levels=[a]"], levels).levels == ("example.com/rack", "kubernetes.io/hostname")
+    assert load_settings(None, [], levels).levels == ("example.com/rack", "kubernetes.io/hostname")
+    assert load_settings(None, ["topology.levels=[a]"], levels).levels == ("a",)  # README: each --set comes last
+    with pytest.raises(SettingsError) as raised:  # a --set that replaced a flag's value is told as itself
+        load_settings(None, ["server.address=nowhere"], flag)
+    assert str(raised.value).startswith("server.address: must be HOST:PORT")
 
 
 def test_a_renamed_setting_is_still_read_under_its_old_name_and_said_to_be_renamed() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+import json
 import os
 from collections.abc import AsyncGenerator, Collection, Coroutine, Mapping, Sequence
 from typing import Any
@@ -244,6 +245,13 @@ class KubeCluster:
                 roots[path] = await self._json("GET", path)
             except NotFound as error:
                 raise NotFound(f"{error}: {self.connection.host} is not a Kubernetes API server") from error
+            except Unavailable as error:
+                if not isinstance(error.__cause__, json.JSONDecodeError):  # (orjson's is one)
+                    raise
+                # It answered, and not in JSON: a web server, a login page, a proxy's error page.
+                raise Unavailable(
+                    f"{error}: {self.connection.host} is not a Kubernetes API server"
+                ) from error.__cause__
 
         await _all(root("/api"), root("/apis"))
         found: set[tuple[str, str, str]] = set()

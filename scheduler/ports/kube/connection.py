@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+import structlog
 import yaml
 
 from scheduler.ports.errors import Unavailable
@@ -319,19 +320,20 @@ async def _through_client_library(path: str, context: str | None, command: str) 
     library = logging.getLogger("kubernetes_asyncio.config.kube_config")
     told = _Kept()
     library.addHandler(told)
-    library.propagate = False
+    propagated, library.propagate = library.propagate, False
     try:
         await load_kube_config(config_file=path, context=context, client_configuration=configuration)
     except Exception as error:
         where = f"kubeconfig {path}" + (f", context {context!r}" if context else "")
-        if command:
+        # The library logs a failure of the plugin before raising it; the cluster's files are read after it.
+        if command and told.messages:
             raise KubeConfigError(f"{where}: its exec plugin {command!r} failed: {_reason(error)}") from None
         raise KubeConfigError(f"{where}: {_reason(error)}") from None
     finally:
         library.removeHandler(told)
-        library.propagate = True
+        library.propagate = propagated
     for message in told.messages:  # logged without failing (a plugin's answer with no token): still worth a line
-        logging.getLogger("phalanx").warning("kubeconfig %s: %s", path, message)
+        structlog.get_logger("phalanx.kube").warning("the kubeconfig's credentials", kubeconfig=path, detail=message)
     host = str(configuration.host or "")
     scheme = urlsplit(host).scheme
 

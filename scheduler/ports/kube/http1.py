@@ -236,8 +236,10 @@ class Http1:
             reader, writer = await asyncio.open_connection(
                 proxy.host, proxy.port, ssl=proxy.tls, server_hostname=proxy.host if proxy.tls else None, limit=BUFFER
             )
-        except OSError as error:  # said as the proxy's: the server's address appears nowhere in the error
-            raise ProxyUnreachable(f"the proxy {proxy.host}:{proxy.port} did not answer: {error}") from error
+        except ssl.SSLError as error:  # said as the proxy's: the server's address appears nowhere in the error
+            raise ProxyUnreachable(f"TLS with the proxy {proxy.host}:{proxy.port} failed: {error}") from error
+        except OSError as error:
+            raise ProxyUnreachable(f"the proxy {proxy.host}:{proxy.port} could not be reached: {error}") from error
         _keep_alive(writer)
         line = _Line(reader, writer)
         if self.tls is None:
