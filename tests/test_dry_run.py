@@ -297,6 +297,19 @@ async def test_explain_of_a_gang_of_two_shapes_names_the_one_no_node_takes(tmp_p
     assert f"{heading}before this pass):" in lines
 
 
+async def test_explain_writes_a_required_node_affinity_as_kubectl_writes_selectors(tmp_path: Path) -> None:
+    terms = [
+        {"matchExpressions": [{"key": "gpu-type", "operator": "In", "values": ["h100", "a100"]}]},
+        {"matchExpressions": [{"key": "spot", "operator": "DoesNotExist"}, {"key": "zone", "operator": "Exists"}]},
+    ]
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+    async with cluster(RACKS) as where:
+        where.create(gpu_pod("picky-0", affinity=affinity))
+        copy = await read_real_cluster(str(kubeconfig(tmp_path / "kubeconfig", where.url)), None)
+    first = (await explain(copy, SETTINGS, "team/picky-0")).splitlines()[0]
+    assert first.endswith("{nvidia.com/gpu 8; node affinity (gpu-type in (h100, a100)) or (!spot and zone)}.")
+
+
 async def test_explain_of_a_gang_already_bound_says_where_it_runs(tmp_path: Path) -> None:
     async with cluster(RACKS) as where:
         where.create(gpu_pod("done-0", annotations=pfn("done", 2), nodeName="b0-r1-n0"))

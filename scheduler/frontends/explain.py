@@ -19,6 +19,7 @@ from topology import (
     HOSTNAME,
     DomainCapacity,
     GangRequest,
+    NodeSelectorRequirement,
     PodShape,
     Snapshot,
     SpecError,
@@ -342,6 +343,16 @@ def amount_text(resource: str, amount: int) -> str:
     return str(amount)
 
 
+def _requirement_text(requirement: NodeSelectorRequirement) -> str:
+    """``gpu-type in (h100, a100)``, ``spot notin (true)``, ``zone exists``: as ``kubectl`` writes selectors."""
+    if requirement.operator in ("Exists", "DoesNotExist"):
+        return f"{'!' if requirement.operator == 'DoesNotExist' else ''}{requirement.key}"
+    values = ", ".join(requirement.values)
+    if requirement.operator in ("In", "NotIn"):
+        return f"{requirement.key} {requirement.operator.lower()} ({values})"
+    return f"{requirement.key} {'>' if requirement.operator == 'Gt' else '<'} {values}"
+
+
 def _shape_text(shape: PodShape) -> str:
     shown = [
         amount_words(amount, name) if counts_devices(name) else f"{name} {amount_text(name, amount)}"
@@ -354,6 +365,12 @@ def _shape_text(shape: PodShape) -> str:
     if constraints.node_selector:
         where.append("nodeSelector " + ",".join(f"{key}={value}" for key, value in constraints.node_selector))
     if constraints.affinity is not None:
-        where.append("a required node affinity")
+        terms = [
+            " and ".join(
+                _requirement_text(requirement) for requirement in (*term.match_expressions, *term.match_fields)
+            )
+            for term in constraints.affinity
+        ]
+        where.append("node affinity " + " or ".join(f"({term})" if len(terms) > 1 else term for term in terms))
     asked = ", ".join(shown) if shown else "no requests"
     return "{" + "; ".join([asked, *where]) + "}"
