@@ -23,6 +23,7 @@ from topology import pod_requests
 
 GPU = "nvidia.com/gpu"
 DRA = Path(__file__).resolve().parents[1] / "examples" / "dra"
+TLS = Path(__file__).resolve().parent / "data" / "tls"  # certificates: no manifest
 
 
 def simulate_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
@@ -180,6 +181,17 @@ def test_a_run_stopped_by_timeout_exits_124_and_says_its_result_is_partial(capsy
     assert simulate_json(capsys)["stats"]["timed_out"] is False
 
 
+def test_a_workload_folder_is_read_as_kubectl_reads_one(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--workload DIR`` takes the folder's manifest files in name order, as ``kubectl apply -f DIR`` does."""
+    shape = "blocks=1,racks=2,nodes=4,gpus=0,dra=gpu.nvidia.com:4+compute-domain.nvidia.com:1"
+    folder = simulate_json(capsys, "--cluster", shape, "--workload", str(DRA))
+    files = sorted(str(path) for path in DRA.glob("*.yaml"))
+    assert len(files) > 1
+    one_by_one = simulate_json(capsys, "--cluster", shape, *(arg for path in files for arg in ("--workload", path)))
+    assert [gang["key"] for gang in folder["gangs"]] == [gang["key"] for gang in one_by_one["gangs"]]
+    assert len(folder["gangs"]) >= len(files)
+
+
 def test_plot_draws_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     picture = tmp_path / "racks.png"
     assert main(["simulate", "--plot", str(picture)]) == 0
@@ -202,7 +214,7 @@ def test_plot_without_matplotlib_says_how_to_install_it(
         (["--cluster", "blocks=two"], "cluster shape 'blocks=two': blocks must be a whole number"),
         (["--cluster", ""], "--cluster is empty: give a file of Node manifests or a shape such as blocks=2"),
         (["--cluster", str(DRA)], f"--cluster {DRA}: a folder; give a file of Node manifests or a shape"),
-        (["--workload", str(DRA)], f"--workload {DRA}: a folder; give its files, e.g. --workload {DRA}/*.yaml"),
+        (["--workload", str(TLS)], f"--workload {TLS}: a folder with no .yaml, .yml or .json file"),
         (["--workload", ""], "--workload '': no file named; give a file of manifests"),
         (["--workload", "missing.yaml"], "missing.yaml: No such file or directory"),
         (["--config", "missing.yaml"], "missing.yaml: No such file or directory"),

@@ -266,8 +266,10 @@ def _workload_flags(command: argparse.ArgumentParser, *, timed: bool = True) -> 
         metavar="FILE|SHAPE",
         help="Node manifests (multi-document YAML or a List), or a shape such as blocks=2,racks=4,nodes=8,gpus=8",
     )
-    kinds = ("manifest files: Pods, group objects, Jobs, JobSets, LeaderWorkerSets, PyTorchJobs, TrainJobs, "
-             "Deployments, StatefulSets (pods without schedulerName are Phalanx's)")  # fmt: skip
+    kinds = (
+        "manifest files, or folders of them: Pods, group objects, Jobs, JobSets, LeaderWorkerSets, PyTorchJobs, "
+        "TrainJobs, Deployments, StatefulSets (pods without schedulerName are Phalanx's)"
+    )
     command.add_argument(
         "--workload",
         metavar="FILE[@WHEN]" if timed else "FILE",
@@ -278,8 +280,12 @@ def _workload_flags(command: argparse.ArgumentParser, *, timed: bool = True) -> 
     )
 
 
+#: The files of a folder given as a workload that are read, as kubectl reads a folder.
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
 def _read_workloads(paths: list[str]) -> list[tuple[Scheduled, list[dict[str, Any]]]]:
-    """Each ``--workload`` argument: when it arrives, and its objects."""
+    """Each ``--workload`` argument (a file, or a folder of them): when it arrives, and its objects."""
     from scheduler.ports.sim.builders import ManifestError, read_manifest_file  # noqa: PLC0415
     from scheduler.simulation.timeline import scheduled  # noqa: PLC0415
 
@@ -288,9 +294,13 @@ def _read_workloads(paths: list[str]) -> list[tuple[Scheduled, list[dict[str, An
         when = scheduled(value)
         if not when.path.strip():
             raise ManifestError(f"--workload {value!r}: no file named; give a file of manifests")
-        if Path(when.path).is_dir():
-            folder = when.path.rstrip("/")
-            raise ManifestError(f"--workload {value}: a folder; give its files, e.g. --workload {folder}/*.yaml")
+        folder = Path(when.path)
+        if folder.is_dir():  # as `kubectl apply -f DIR` reads one: its manifest files, in name order
+            files = sorted(path for path in folder.iterdir() if path.suffix in MANIFEST_SUFFIXES and path.is_file())
+            if not files:
+                raise ManifestError(f"--workload {value}: a folder with no .yaml, .yml or .json file")
+            workloads.append((when, [obj for path in files for obj in read_manifest_file(str(path))]))
+            continue
         workloads.append((when, read_manifest_file(when.path)))
     return workloads
 
