@@ -126,6 +126,10 @@ class PodApplier:
         self._mark_victim(key, victim_of if node is not None and not finished and not deleting else None)
         labels = metadata.get("labels")
         uid = str(metadata.get("uid") or "")
+        # Read before the index lets a terminating pod go from its gang (its first event with a deletionTimestamp).
+        gang = None
+        if deleting:
+            gang = self._index.gang_of(key) or (previous.gang if previous is not None and previous.uid == uid else None)
         self.records[key] = RunningPod(
             uid=uid,
             node=node,
@@ -139,6 +143,7 @@ class PodApplier:
             runtime_limit=limit,
             ends_at=ends_at,
             preempted=victim_of is not None or (previous is not None and previous.preempted and previous.uid == uid),
+            gang=gang,
         )
         self._index.upsert_pod(obj, requests if read else None)  # the compile reads the same demand: once
         waiting = node is None and not deleting and not spec.get("schedulingGates")
@@ -209,7 +214,7 @@ class PodApplier:
             self.marked_victims.pop(key, None)
 
     def _departed(self, key: str, previous: RunningPod) -> None:
-        gang = self._index.gang_of(key)
+        gang = self._index.gang_of(key) or previous.gang
         if previous.preempted or previous.node is None or gang is None:
             return
         now = self._clock.monotonic()

@@ -61,6 +61,9 @@ class RunningPod:
     ends_at: float | None = None
     #: A scheduler's preemption marked it (its room was made for the preemptor, not left for a replacement).
     preempted: bool = False
+    #: The gang it belonged to when its deletion began: a terminating pod no longer counts as a member, but its
+    #: removal is still that gang's departure (its room is kept for a replacement).
+    gang: GangKey | None = None
 
     @property
     def started(self) -> float:

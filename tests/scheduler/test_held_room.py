@@ -128,6 +128,36 @@ def test_the_room_of_a_member_that_failed_is_kept_for_its_replacement_and_told_t
     assert len(loop.loop.stages.one(Vacancies)) == 0
 
 
+def test_a_member_deleted_as_kubectl_deletes_leaves_its_room_for_its_replacement() -> None:
+    """``kubectl delete pod``: the API server first marks the pod (``deletionTimestamp``, a MODIFIED event), then
+    removes it when its containers stopped. The mark took the pod out of its gang, so that its removal was
+    nobody's departure: another pod took the room at once."""
+    loop = Loop(racks=2, nodes=4)
+    members = rack_gang(loop)
+    freed = loop.bound()[members[3]]
+    loop.terminate(members[3])
+    loop.settle()
+    loop.finish(members[3])
+    deployment = loop.submit("web-0", 8)
+    loop.settle()
+    assert deployment not in loop.bound()
+    assert "kept for gang pfn:ml/train, whose member ml/train-3 failed or was deleted" in loop.told.pending[deployment]
+    replacement = loop.submit("train-4", 8, gang=("train", 4), rack=True)
+    loop.settle()
+    assert loop.bound()[replacement] == freed
+
+    loop = Loop(racks=2, nodes=4)  # the whole Job deleted the same way: no room is kept
+    members = rack_gang(loop)
+    loop.terminate(*members)
+    loop.settle()
+    loop.finish(*members)
+    loop.settle()
+    assert len(loop.loop.stages.one(Vacancies)) == 0
+    deployment = loop.submit("web-0", 8)
+    loop.settle()
+    assert deployment in loop.bound()
+
+
 def test_room_kept_for_a_replacement_that_never_comes_is_free_again_after_the_grace_period() -> None:
     loop = Loop(racks=2, nodes=4)
     members = rack_gang(loop)
