@@ -255,7 +255,13 @@ class Phalanx:
             if self.settings.leader_election.enabled:
                 await self.elector.run(self._lead)
             else:
-                await self._lead()
+                # Alone, it leads for as long as it runs, and says so as an elected leader does: the alert that no
+                # replica leads reads this gauge.
+                self.metrics.leader.set(1)
+                try:
+                    await self._lead()
+                finally:
+                    self.metrics.leader.set(0)
 
     async def _lead(self) -> None:
         log.info("leading", **since_start())

@@ -10,7 +10,17 @@ import anyio
 
 from scheduler.app import Phalanx
 from scheduler.ports.kube import KubeCluster, client_for
-from tests.scheduler.support import FAST, cluster, eventually, free_port, gpu_pod, kubeconfig, pfn, refusing_server
+from tests.scheduler.support import (
+    FAST,
+    cluster,
+    eventually,
+    free_port,
+    gpu_pod,
+    kubeconfig,
+    pfn,
+    phalanx,
+    refusing_server,
+)
 
 
 def writers_of(pid: int) -> list[int]:
@@ -169,3 +179,11 @@ async def test_phalanx_run_whose_credentials_are_refused_says_so_and_keeps_askin
                 process.send_signal(signal.SIGTERM)
                 with anyio.fail_after(60):
                     assert await process.wait() == 0
+
+
+async def test_a_scheduler_without_an_election_says_that_it_leads() -> None:
+    """``--no-leader-elect`` (one replica) leads for as long as it runs: ``phalanx_leader`` said 0, so that the
+    shipped alert "no Phalanx replica holds the leader lease" (``max(phalanx_leader) < 1``) fired for ever."""
+    async with cluster("blocks=1,racks=1,nodes=1,gpus=8") as where, phalanx(where) as app:
+        await eventually(lambda: app.metrics.registry.value("phalanx_leader") == 1, what="phalanx_leader at 1")
+    assert app.metrics.registry.value("phalanx_leader") == 0  # stopped: it leads no more
