@@ -226,9 +226,16 @@ class Cycle:
             )
             return Outcome(code=Code.UNSCHEDULABLE, message=message, pods=pods, each_pod=True, wake=wake)
         job = BindJob(spec.key, tuple((a.pod, a.node) for a in placed.assignments), spec.created)
+        # A group's status says this: of the gang as a whole, not only of the members placed last.
+        placed_now, in_all = len(placed.assignments), sum(self.state.placed_node(pod) is not None for pod in spec.pods)
+        message = (
+            f"{placed_now} pod(s) placed"
+            if in_all <= placed_now
+            else f"{placed_now} more pod(s) placed, {in_all} in all"
+        )
         return Outcome(
             code=Code.SCHEDULED,
-            message=f"{len(placed.assignments)} pod(s) placed",
+            message=message,
             job=job,
             wake=wake,
             extras_wait=bool(placed.unplaced),
