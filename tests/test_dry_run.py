@@ -109,7 +109,10 @@ async def test_dry_run_and_explain_say_what_would_be_preempted_and_preempt_nothi
         text = await explain(copy, SETTINGS, "team/llm-0")
         assert where.store.resource_version == version and set(where.server.methods) == {"GET"}
     assert report.preempted == {f"team/sweep-{i}": "pfn:team/llm" for i in range(4)}  # the whole gang, not two pods
-    assert "Preempting 4 pods of lower priority in the cluster (4 of pfn:team/sweep)" in report.pending["team/llm-0"]
+    assert (
+        "Preempting 4 pods of lower priority on 2 nodes (b0-r0-n0, b0-r0-n1) (4 of pfn:team/sweep); the gang is "
+        "bound there once they have terminated." in report.pending["team/llm-0"]
+    )
     lines = table(report, title="t", levels=SETTINGS.levels, would=True).splitlines()
     assert lines[lines.index("Would preempt (pod, and the gang it makes room for):") + 1] == (
         "  team/sweep-0  by pfn:team/llm"

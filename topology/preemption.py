@@ -79,6 +79,10 @@ class Unit:
     surplus: bool = False
 
 
+#: ``Victims.domain`` when the victims were chosen anywhere (the gang requires no domain).
+CLUSTER = "the cluster"
+
+
 @dataclass(frozen=True, slots=True)
 class Victims:
     """The chosen units and where the preemptor will go once they are gone."""
@@ -501,7 +505,7 @@ class _Search:
 
     def _victims(self, domains: Domains, domain: int, units: list[Unit], placed: Placement, tried: int) -> Victims:
         key = self.request.required
-        where = "the cluster" if key is None else f"{short_name(key)} {domains.label(domain)}"
+        where = CLUSTER if key is None else f"{short_name(key)} {domains.label(domain)}"
         return Victims(
             units=tuple(units),
             placement=placed,

@@ -15,7 +15,7 @@ from scheduler.state import ClusterView
 from scheduler.vacancies import Vacancies
 from topology import GangRequest
 from topology.domains import IntArray
-from topology.preemption import NoVictims, Victims, choose_victims
+from topology.preemption import CLUSTER, NoVictims, Victims, choose_victims
 
 
 class PreemptionPlanner:
@@ -112,10 +112,21 @@ def preempting_note(victims: Victims) -> str:
     """The preemptor's Event: which pods of which gangs go, and where."""
     counted = ", ".join(f"{count} of {gang}" for gang, count in sorted(victims.by_gang().items()))
     pods = len(victims.pods)
+    where = f"in {victims.domain}"
+    if victims.domain == CLUSTER:  # chosen anywhere: "bound there" names the nodes, as a domain would
+        nodes = sorted({assignment.node for assignment in victims.placement.assignments})
+        shown = ", ".join(nodes[:NODES_NAMED]) + (
+            f" and {len(nodes) - NODES_NAMED} more" if len(nodes) > NODES_NAMED else ""
+        )
+        where = f"on node {shown}" if len(nodes) == 1 else f"on {len(nodes)} nodes ({shown})"
     return (
-        f"Preempting {pods} pod{'s' if pods != 1 else ''} of lower priority in {victims.domain} ({counted}); "
+        f"Preempting {pods} pod{'s' if pods != 1 else ''} of lower priority {where} ({counted}); "
         f"the gang is bound there once they have terminated."
     )
+
+
+#: How many of the preemptor's nodes its Event names when the victims were chosen in the whole cluster.
+NODES_NAMED = 4
 
 
 def victims_by_reason(victims: Victims) -> Mapping[str, int]:

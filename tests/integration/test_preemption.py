@@ -70,7 +70,7 @@ def test_a_high_priority_gang_preempts_a_low_priority_pod_and_binds_once_it_is_g
     )
     assert preempting[0]["type"] == "Normal"
     assert preempting[0]["message"].startswith(
-        "Preempting 1 pod of lower priority in the cluster (1 of preempt/squatter)"
+        f"Preempting 1 pod of lower priority on node {name} (1 of preempt/squatter)"
     )
     preempted = eventually(
         lambda: [e for e in described_events(plane, victim) if e["reason"] == "Preempted"],
