@@ -476,6 +476,12 @@ async def test_pods_are_admitted_as_the_api_server_admits_them(api: Api) -> None
     unequal = await api.request("POST", api.path("pods"), gpu_pod("b", {gpu: "1"}, {gpu: "2"}))
     assert unequal.status == 422
     assert [c["field"] for c in unequal.json["details"]["causes"]] == ["spec.containers[0].resources.requests"]
+    for amount, problem in (("0.5", "must be an integer"), ("-1", "must be greater than or equal to 0")):
+        refused = await api.request("POST", api.path("pods"), gpu_pod("half", {}, {gpu: amount}))
+        assert refused.status == 422, amount
+        causes = {(c["field"], c["message"].rsplit(": ", 1)[-1]) for c in refused.json["details"]["causes"]}
+        where = "spec.containers[0].resources"
+        assert causes == {(f"{where}.limits[{gpu}]", problem), (f"{where}.requests[{gpu}]", problem)}, amount
 
     plain = await api.ok("POST", api.path("pods"), pod("c"))
     assert (plain["spec"]["priority"], plain["spec"]["preemptionPolicy"]) == (0, "PreemptLowerPriority")

@@ -363,6 +363,28 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _amount_problem(name: str, amount: object, parse: Any) -> str | None:
+    """What the API server says of a container's request or limit: a negative one, or a fraction of a
+    resource counted in whole units (an extended resource such as ``nvidia.com/gpu``, or ``pods``)."""
+    key = (name, str(amount))
+    if key in _AMOUNTS:
+        return _AMOUNTS[key]
+    value = parse(str(amount))
+    problem = None
+    if value < 0:
+        problem = "must be greater than or equal to 0"
+    elif value != int(value) and (
+        name == "pods" or ("/" in name and not name.startswith(("kubernetes.io/", "requests.")))
+    ):
+        problem = "must be an integer"
+    if len(_AMOUNTS) < 4096:  # most pods repeat a few
+        _AMOUNTS[key] = problem
+    return problem
+
+
+_AMOUNTS: dict[tuple[str, str], str | None] = {}
+
+
 def admit_pod(pod: Mapping[str, Any], parse: Any) -> tuple[dict[str, Any], str, list[Cause]]:
     """A new pod as the API server takes it, in one pass over its containers: its spec with the defaults a
     scheduler reads (schedulerName, restartPolicy, each container's requests from its limits), its
@@ -392,14 +414,19 @@ def admit_pod(pod: Mapping[str, Any], parse: Any) -> tuple[dict[str, Any], str, 
                         raise ApiError(400, _UNREADABLE_QUANTITY)
                     if len(_READABLE) < 4096:
                         _READABLE.add(amount)
+            where = f"spec.{kind}[{i}].resources"
             requests = {**limits, **given} if limits else given
+            for which, amounts in (("limits", limits), ("requests", requests)):  # requests as defaulted, as checked
+                for name, amount in amounts.items():
+                    problem = _amount_problem(name, amount, parse)
+                    if problem is not None:
+                        causes.append(bad(f"{where}.{which}[{name}]", amount, problem))
             asks = asks or bool(requests)
             if guaranteed:
                 cpu, memory = limits.get("cpu"), limits.get("memory")
                 guaranteed = (
                     cpu is not None and memory is not None and cpu == requests["cpu"] and memory == requests["memory"]
                 )
-            where = f"spec.{kind}[{i}].resources"
             for name, amount in given.items():
                 if "/" not in name or name.startswith(("kubernetes.io/", "requests.")):
                     continue  # not an extended resource: it may be overcommitted
