@@ -313,6 +313,26 @@ async def test_explain_writes_a_required_node_affinity_as_kubectl_writes_selecto
     assert first.endswith("{nvidia.com/gpu 8; node affinity (gpu-type in (h100, a100)) or (!spot and zone)}.")
 
 
+async def test_explain_says_what_the_running_scheduler_said_when_it_says_otherwise(tmp_path: Path) -> None:
+    """explain decides on a copy of the cluster: room the running scheduler holds (a timeout's cool-down, room kept
+    for a replacement) is not in it, and its answer contradicted the pod's own condition without a word."""
+    said = "Gang pfn:team/small waits for 1 member(s) that do not exist yet; it holds room again in 89 s."
+    condition = {"type": "PodScheduled", "status": "False", "reason": "GangWaiting", "message": said,
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+    async with cluster(RACKS) as where:
+        where.create(gpu_pod("small-0", annotations=pfn("small", 1)))
+        where.store.patch(where.store.resource("v1", "Pod"), "team", "small-0", {"status": {"conditions": [condition]}},
+                          "application/strategic-merge-patch+json", subresource="status")  # fmt: skip
+        where.create(gpu_pod("quiet-0", annotations=pfn("quiet", 1)))
+        copy = await read_real_cluster(str(kubeconfig(tmp_path / "kubeconfig", where.url)), None)
+    lines = (await explain(copy, SETTINGS, "team/small-0")).splitlines()
+    told = next(line for line in lines if line.startswith("The running scheduler said"))
+    assert told.startswith("The running scheduler said (GangWaiting, ") and told.endswith(f" ago): {said}")
+    assert "explain decides on a copy of the cluster" in lines[lines.index(told) + 1]
+    quiet = await explain(copy, SETTINGS, "team/quiet-0")  # no condition written yet: nothing to compare
+    assert "The running scheduler said" not in quiet
+
+
 async def test_explain_of_a_gang_already_bound_says_where_it_runs(tmp_path: Path) -> None:
     async with cluster(RACKS) as where:
         where.create(gpu_pod("done-0", annotations=pfn("done", 2), nodeName="b0-r1-n0"))

@@ -7,11 +7,13 @@ sentence.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from scheduler.frontends.dryrun import ClusterCopy
 from scheduler.gangs import GangError, GangSpec
+from scheduler.gangs.fields import timestamp
 from scheduler.settings import Settings
 from scheduler.simulation.driver import Simulation
 from scheduler.simulation.report import BOUND, GangReport, Report
@@ -83,6 +85,7 @@ async def explain(copy: ClusterCopy, settings: Settings, target: str) -> str:
     if members and len(running) == len(members):
         return "\n".join([*lines, _where_bound(copy, settings, running)])
     lines += _verdict(gang, report)
+    lines += _running_scheduler_said(copy, subject, members, gang)
     result = report.results[gang_key]
     lines += _preemption(gang_key, report) or _no_preemption(gang, result, settings, copy)
     lines += _reservations(gang_key, gang.reason, report)
@@ -245,6 +248,34 @@ def _verdict(gang: GangReport, report: Report) -> list[str]:
         ]
     state = {"Partial": "runs with its minimum; extras wait", "Invalid": "cannot be scheduled as written"}
     return [f"{state.get(gang.state, 'Pending')}: {gang.reason}"]
+
+
+def _running_scheduler_said(
+    copy: ClusterCopy, subject: Mapping[str, Any], members: list[str], gang: GangReport
+) -> list[str]:
+    """What the running scheduler last wrote on the pod (its ``PodScheduled`` condition), when it says otherwise:
+    explain decides on a copy of the cluster, and does not see what the running scheduler keeps in memory (room
+    held for members, a timeout's cool-down, room kept for a failed member's replacement)."""
+    pod: Mapping[str, Any] | None = subject if subject.get("kind") == "Pod" else None
+    if pod is None and members:
+        first = tuple(sorted(members)[0].split("/", 1))
+        pod = next((obj for obj in copy.objects if obj.get("kind") == "Pod" and _ns_name(obj) == first), None)
+    conditions = ((pod or {}).get("status") or {}).get("conditions") or []
+    said = next((c for c in conditions if isinstance(c, Mapping) and c.get("type") == "PodScheduled"), None)
+    if said is None or said.get("status") != "False" or not said.get("message") or said["message"] == gang.reason:
+        return []
+    since = timestamp(said.get("lastTransitionTime"))
+    age = f", {_age(time.time() - since)} ago" if since is not None else ""
+    return [
+        f"The running scheduler said ({said.get('reason')}{age}): {said['message']}",
+        "(explain decides on a copy of the cluster: room the running scheduler holds for missing members, a "
+        "timeout's cool-down, or room it keeps for a failed member's replacement are not in the copy.)",
+    ]
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min" if seconds < 7200 else f"{seconds // 3600} h"
 
 
 def _preemption(gang_key: str, report: Report) -> list[str]:
