@@ -58,6 +58,21 @@ def test_a_pod_ends_at_its_active_deadline_and_its_run_seconds_only_if_it_may_co
     assert report.gpu_allocation == pytest.approx(1 / 64)  # the one left running
 
 
+def test_a_pod_created_bound_to_a_node_without_room_is_rejected_as_a_kubelet_rejects_it() -> None:
+    """No scheduler checks a pod created with ``nodeName``: the node's kubelet does. The sandbox ran two 8-GPU pods
+    on one 8-GPU node, and the views showed it with -8 GPUs free."""
+    first = bare_pod("team", "first", 8, nodeName="b0-r0-n0", schedulerName="default-scheduler")
+    second = bare_pod("team", "second", 8, nodeName="b0-r0-n0", schedulerName="default-scheduler")
+    simulation, report = simulate(([first, second], None))
+    status = {key: pod["status"] for key, pod in pods(simulation.store).items()}
+    assert status["team/first"]["phase"] == "Running"
+    assert (status["team/second"]["phase"], status["team/second"]["reason"]) == ("Failed", "OutOfnvidia.com/gpu")
+    assert status["team/second"]["message"] == (
+        "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 8, used: 8, capacity: 8"
+    )
+    assert report.gpu_allocation == pytest.approx(8 / 64)  # a rejected pod holds no room
+
+
 def test_the_clock_stops_at_until_when_something_would_go_on_for_ever() -> None:
     """A Deployment whose pods have a deadline makes new ones for ever: the run ends at ``until``."""
     deployment = {

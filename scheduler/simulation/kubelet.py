@@ -1,6 +1,9 @@
 """The kubelets of a simulated cluster, as far as a scheduler can tell them apart from real ones.
 
-A pod bound to a node starts at once (``phase: Running``, ``startTime``, ``Ready``), and it ends:
+A pod bound to a node is admitted as a kubelet admits it: one that asks more of a resource than the node has
+left beside the pods it runs (a pod created with ``nodeName``, which no scheduler checked) is rejected,
+``Failed`` with reason ``OutOf<resource>``. An admitted pod starts at once (``phase: Running``,
+``startTime``, ``Ready``), and it ends:
 
 - when its ``activeDeadlineSeconds`` have passed since it started: ``Failed``, reason ``DeadlineExceeded``,
   as a kubelet ends it whatever its restart policy;
@@ -23,6 +26,7 @@ from typing import Any
 from scheduler.gangs.pods import FINISHED_PHASES
 from scheduler.ports.sim.status import ApiError
 from scheduler.ports.sim.store import MERGE_PATCH, Obj, Store
+from topology.quantities import QuantityError, pod_requests, resource_list
 
 #: How long a pod's work takes, in seconds, for ``phalanx simulate`` (the README documents it).
 RUN_SECONDS = "simulate.phalanx.dev/run-seconds"
@@ -61,13 +65,24 @@ class Kubelets:
         self.store = store
         self.now = now
         self._pods = store.resource("v1", "Pod")
+        self._nodes = store.resource("v1", "Node")
         self._bound: list[Key] = []
         self._ends: list[tuple[float, Key, str, str]] = []  # (when, pod, uid, phase it ends in)
+        #: What the pods each node runs take (those this kubelet started and that have not ended).
+        self._running: dict[str, dict[Key, Mapping[str, int]]] = {}
         store.observe(self._observe)
 
     def _observe(self, storage: tuple[str, str], kind: str, obj: Obj, previous: Obj | None) -> None:
-        if storage != self._pods.storage or kind == "DELETED":
+        if storage != self._pods.storage:
             return
+        metadata = obj.get("metadata") or {}
+        key = (metadata.get("namespace", ""), metadata.get("name", ""))
+        if kind == "DELETED" or (obj.get("status") or {}).get("phase") in FINISHED_PHASES:
+            node = (obj.get("spec") or {}).get("nodeName")
+            if node:
+                self._running.get(node, {}).pop(key, None)
+            if kind == "DELETED":
+                return
         if (obj.get("spec") or {}).get("nodeName") and not ((previous or {}).get("spec") or {}).get("nodeName"):
             metadata = obj["metadata"]
             self._bound.append((metadata.get("namespace", ""), metadata["name"]))
@@ -81,6 +96,8 @@ class Kubelets:
             if pod is None or (pod.get("status") or {}).get("startTime") or pod["metadata"].get("deletionTimestamp"):
                 continue
             now = self.now()
+            if self._rejected(key, pod, now):
+                continue
             conditions = [
                 condition
                 for condition in (pod.get("status") or {}).get("conditions") or []
@@ -97,6 +114,30 @@ class Kubelets:
                 seconds, phase = end
                 heapq.heappush(self._ends, (now + seconds, key, pod["metadata"].get("uid", ""), phase))
         return started
+
+    def _rejected(self, key: Key, pod: Obj, now: float) -> bool:
+        """Admit the pod on its node, or reject it as a kubelet does when the node lacks room for it."""
+        node = str(pod["spec"]["nodeName"])
+        try:
+            asks = pod_requests(pod)
+            found = self.store.get(self._nodes, None, node)
+            allocatable = resource_list((found.get("status") or {}).get("allocatable") or {}, field="allocatable")
+        except (ApiError, QuantityError):
+            return False  # no such node, or amounts a kubelet would not read either: not this check's to refuse
+        running = self._running.setdefault(node, {})
+        for resource, amount in sorted(asks.items()):
+            if resource not in allocatable or not amount:
+                continue
+            used = sum(other.get(resource, 0) for other in running.values())
+            if used + amount > allocatable[resource]:
+                message = (
+                    f"Pod was rejected: Node didn't have enough resource: {resource}, requested: {amount}, used: "
+                    f"{used}, capacity: {allocatable[resource]}"
+                )
+                self._write(key, {"status": {"phase": "Failed", "reason": f"OutOf{resource}", "message": message}})
+                return True
+        running[key] = asks
+        return False
 
     def next_end(self) -> float | None:
         """When (wall seconds) the next started pod ends, if one will."""
