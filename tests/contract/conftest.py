@@ -32,6 +32,8 @@ class Answer:
     status: int
     content_type: str
     body: bytes
+    #: The answer's ``Warning`` headers (a write's dropped fields, a deprecated version).
+    warnings: tuple[str, ...] = ()
 
     @property
     def json(self) -> Any:
@@ -71,7 +73,8 @@ class Api:
         if data is not None:
             headers["Content-Type"] = content_type
         async with self.session.request(method, self.url + path, data=data, headers=headers, ssl=self.ssl) as answer:
-            return Answer(answer.status, answer.headers.get("Content-Type", ""), await answer.read())
+            warnings = tuple(answer.headers.getall("Warning", ()))
+            return Answer(answer.status, answer.headers.get("Content-Type", ""), await answer.read(), warnings)
 
     async def ok(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
         answer = await self.request(method, path, body, **kwargs)

@@ -438,6 +438,29 @@ async def test_strict_field_validation_refuses_fields_the_server_does_not_know(a
     assert (await api.request("GET", api.path("pods", "p"))).status == 404
 
 
+async def test_a_field_the_server_does_not_know_is_dropped_with_a_warning_unless_strict_or_ignored(api: Api) -> None:
+    """``kubectl apply --validate=warn`` sends ``fieldValidation=Warn``, and the server's default since 1.27 is
+    the same: the object is stored without the field, and the answer says so in a ``Warning`` header."""
+    group = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "w"},
+             "spec": {"minMember": 2, "minMembr": 3}}  # fmt: skip
+    said = '299 - "unknown field \\"spec.minMembr\\""'
+    for query, name in (("?fieldValidation=Warn", "warned"), ("", "defaulted")):
+        answer = await api.request(
+            "POST", api.path("podgroups", **PODGROUPS) + query, {**group, "metadata": {"name": name}}
+        )
+        assert answer.status == 201, answer.body
+        assert answer.warnings == (said,), query
+        assert "minMembr" not in answer.json["spec"]
+    ignored = await api.request(
+        "POST", api.path("podgroups", **PODGROUPS) + "?fieldValidation=Ignore", {**group, "metadata": {"name": "i"}}
+    )
+    assert ignored.status == 201 and ignored.warnings == ()
+    typo = pod("warned-pod")
+    typo["spec"]["schedulngGates"] = [{"name": "example.com/quota"}]
+    answer = await api.request("POST", api.path("pods") + "?fieldValidation=Warn", typo)
+    assert (answer.status, answer.warnings) == (201, ('299 - "unknown field \\"spec.schedulngGates\\""',))
+
+
 async def test_a_crd_schema_refuses_wrong_types_minimums_and_values(api: Api) -> None:
     def group(spec: dict[str, Any]) -> dict[str, Any]:
         return {

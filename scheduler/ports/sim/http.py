@@ -67,19 +67,15 @@ def _error(error: ApiError) -> web.Response:
     return response
 
 
-def _refuse_unknown_fields(resource: Resource, body: Any) -> None:
-    """``fieldValidation=Strict``: a field the server does not know is a 400 (kubectl sends Strict, and relies
-    on it: it skips its own validation when the server's OpenAPI says the server validates)."""
+def _unknown_fields(resource: Resource, body: Any) -> list[str]:
+    """The fields of a written object the server does not know (and drops)."""
     if not isinstance(body, Mapping):
-        return
+        return []
     if resource.schema is not None:
-        unknown = unknown_fields(body, resource.schema)
-    elif resource.kind == "Pod" and not resource.group:
-        unknown = unknown_pod_fields(body)
-    else:
-        return  # SimCluster keeps no schema of other built-in kinds (README: phalanx serve)
-    if unknown:
-        raise strict(resource.kind, resource.version, unknown)
+        return unknown_fields(body, resource.schema)
+    if resource.kind == "Pod" and not resource.group:
+        return unknown_pod_fields(body)
+    return []  # SimCluster keeps no schema of other built-in kinds (README: phalanx serve)
 
 
 def _selector(query: Mapping[str, str], resource: Resource) -> Selector:
@@ -310,15 +306,24 @@ class SimServer:
         else:
             creates_namespace = verb == "create" and resource.kind == "Namespace" and not resource.group
             given = await media.body(request, namespace_create=creates_namespace, any_json=verb == "patch")
-        if verb in ("create", "update", "patch") and request.query.get("fieldValidation") == "Strict":
-            _refuse_unknown_fields(resource, given)
+        unknown: list[str] = []
+        validation = request.query.get("fieldValidation", "Warn")  # the server's default since 1.27
+        if verb in ("create", "update", "patch") and validation in ("Strict", "Warn"):
+            unknown = _unknown_fields(resource, given)
+            # Strict: a 400 (kubectl sends Strict, and relies on it: it skips its own validation when the
+            # server's OpenAPI says the server validates); Warn: dropped, and said in a Warning header each.
+            if unknown and validation == "Strict":
+                raise strict(resource.kind, resource.version, unknown)
         if verb == "delete" and given:  # a DELETE's options are its body when it has one (kubectl's dryRun is there)
             dry = "All" in (given.get("dryRun") or [])
         else:
             dry = request.query.get("dryRun") == "All"
         # Reading the body awaited; the store is changed (or, dry, only asked) without awaiting.
         with store.dry_run() if dry else contextlib.nullcontext():
-            return self._write(request, verb, target, given, wanted)
+            response = self._write(request, verb, target, given, wanted)
+        for field in unknown:
+            response.headers.add("Warning", f'299 - "unknown field \\"{field}\\""')
+        return response
 
     def _write(
         self, request: web.Request, verb: str, target: _Target, given: Any, wanted: media.Wanted
