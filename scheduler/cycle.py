@@ -226,8 +226,10 @@ class Cycle:
             )
             return Outcome(code=Code.UNSCHEDULABLE, message=message, pods=pods, each_pod=True, wake=wake)
         job = BindJob(spec.key, tuple((a.pod, a.node) for a in placed.assignments), spec.created)
-        # A group's status says this: of the gang as a whole, not only of the members placed last.
-        placed_now, in_all = len(placed.assignments), sum(self.state.placed_node(pod) is not None for pod in spec.pods)
+        # Only a group's status says this, of the gang as a whole, not only of the members placed last: counted for
+        # gangs that have a group object, a pass over the members a gang of annotations need not pay.
+        placed_now = len(placed.assignments)
+        in_all = sum(self.state.placed_node(pod) is not None for pod in spec.pods) if spec.objects else placed_now
         message = (
             f"{placed_now} pod(s) placed"
             if in_all <= placed_now

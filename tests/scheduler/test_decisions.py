@@ -255,16 +255,3 @@ def test_a_victim_that_never_terminates_lets_the_nomination_time_out_and_is_not_
     loop.finish(*(victim.pod for victim in first.victims), *second)
     loop.settle()
     assert "ml/prod-0" in loop.bound()
-
-
-def test_a_gang_placed_in_steps_says_how_many_of_its_pods_are_placed_in_all() -> None:
-    """A Volcano PodGroup of 8 bound pods said "1 pod(s) placed": its status told the last step only."""
-    loop = Loop(racks=2, nodes=4)
-    first = [loop.submit(f"grow-{i}", 1, gang=("grow", 2)) for i in range(2)]
-    loop.settle()
-    assert all(pod in loop.bound() for pod in first)
-    extra = loop.submit("grow-2", 1, gang=("grow", 2))
-    loop.settle()
-    assert extra in loop.bound()
-    placed = [outcome.message for outcome in loop.outcomes("pfn:ml/grow") if outcome.code is Code.SCHEDULED]
-    assert placed == ["2 pod(s) placed", "1 more pod(s) placed, 3 in all"]

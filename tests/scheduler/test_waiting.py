@@ -92,3 +92,29 @@ async def test_a_gang_whose_declared_resources_no_cluster_could_hold_says_that_b
         condition = await eventually(lambda: where.condition("team/big-0"), what="the big gang told")
         said = "Gang scheduler-plugins:team/big declares minResources more than the cluster's nodes have"
         assert condition["message"].startswith(f"{said}: nvidia.com/gpu 160 (allocatable: 128)")
+
+
+async def test_a_volcano_group_placed_in_steps_says_how_many_of_its_pods_are_placed_in_all() -> None:
+    """A Volcano PodGroup of 8 bound pods said "1 pod(s) placed" in its condition: the last step's count."""
+    group = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "grow", "namespace": "team"},
+        "spec": {"minMember": 2},
+    }
+    named = {"scheduling.k8s.io/group-name": "grow"}
+    groups = ("scheduling.volcano.sh/v1beta1", "PodGroup")
+    async with cluster("blocks=1,racks=2,nodes=4,gpus=8") as where, phalanx(where):
+        where.create(group)
+        for i in range(2):
+            where.create(gpu_pod(f"grow-{i}", gpus=1, annotations=named))
+        await eventually(lambda: len(where.bound()) == 2, what="the minimum bound")
+        where.create(gpu_pod("grow-2", gpus=1, annotations=named))
+
+        def said() -> str:
+            found = where.store.get(where.store.resource(*groups), "team", "grow")
+            scheduled = [c for c in (found.get("status") or {}).get("conditions") or [] if c["type"] == "Scheduled"]
+            return str(scheduled[0].get("message", "")) if scheduled else ""
+
+        await eventually(lambda: said() == "1 more pod(s) placed, 3 in all", what=lambda: f"the condition: {said()}")
+        await check_invariants(where)
