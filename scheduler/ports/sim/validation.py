@@ -373,9 +373,7 @@ def _amount_problem(name: str, amount: object, parse: Any) -> str | None:
     problem = None
     if value < 0:
         problem = "must be greater than or equal to 0"
-    elif value != int(value) and (
-        name == "pods" or ("/" in name and not name.startswith(("kubernetes.io/", "requests.")))
-    ):
+    elif value != int(value) and (name == "pods" or _extended(name)):
         problem = "must be an integer"
     if len(_AMOUNTS) < 4096:  # most pods repeat a few
         _AMOUNTS[key] = problem
@@ -383,6 +381,11 @@ def _amount_problem(name: str, amount: object, parse: Any) -> str | None:
 
 
 _AMOUNTS: dict[tuple[str, str], str | None] = {}
+
+
+def _extended(name: str) -> bool:
+    """An extended resource (``nvidia.com/gpu``): counted in whole units, never overcommitted."""
+    return "/" in name and not name.startswith(("kubernetes.io/", "requests."))
 
 
 def admit_pod(pod: Mapping[str, Any], parse: Any) -> tuple[dict[str, Any], str, list[Cause]]:
@@ -428,7 +431,7 @@ def admit_pod(pod: Mapping[str, Any], parse: Any) -> tuple[dict[str, Any], str, 
                     cpu is not None and memory is not None and cpu == requests["cpu"] and memory == requests["memory"]
                 )
             for name, amount in given.items():
-                if "/" not in name or name.startswith(("kubernetes.io/", "requests.")):
+                if not _extended(name):
                     continue  # not an extended resource: it may be overcommitted
                 if name not in limits:
                     causes.append(
